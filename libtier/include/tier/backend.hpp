@@ -1,0 +1,152 @@
+#pragma once
+// Backend: one storage tier that stores object images (tier/object.hpp) by ObjectKey.
+//
+// Asynchronous, io_uring-shaped: the caller submits a batch of IoRequests and later drains
+// Completions with poll() on its own thread. No library thread ever calls user code.
+//
+// Threads: a Backend instance is used by one thread at a time (its owner). Backends may run
+// internal threads (Asio, GPU streams) but surface results only inside poll().
+//
+// Public methods are non-virtual and keep the invariants for every backend (NVI): submit() checks
+// each request against capabilities(), and poll() verifies every image read back (header, key,
+// exact length, checksum) and counts metrics before handing the completion out. Implementations
+// override the protected do_* hooks.
+//
+// Semantics per op (codes in Completion::status):
+//   kPut      put-if-absent of the image in `buf`. Ok (stored; `bytes` = image size),
+//             AlreadyExists (present already; its recency is refreshed), NoSpace, IoError,
+//             Rejected, TimedOut.
+//   kGet      reads the image into `buf`. Ok (`bytes` = image size), NotFound,
+//             ChecksumMismatch, InvalidArgument (buffer too small; `bytes` = the size needed),
+//             IoError, TimedOut. A get refreshes recency.
+//   kContains Ok (`bytes` = image size) or NotFound. Does not refresh recency.
+//   kRemove   Ok, NotFound, IoError, TimedOut.
+// Ownership: every Region in a submitted request must stay valid and unchanged until its
+// Completion has been reaped from poll().
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tier/json.hpp"
+#include "tier/key.hpp"
+#include "tier/metrics.hpp"
+#include "tier/region.hpp"
+#include "tier/status.hpp"
+
+namespace tier {
+
+struct IoRequest {
+  Op op = Op::kGet;
+  ObjectKey key;
+  Region buf;  // kPut: the image to store; kGet: the destination; unused otherwise
+  std::uint64_t user_data = 0;
+};
+
+struct Completion {
+  std::uint64_t user_data = 0;
+  Status status;
+  std::size_t bytes = 0;
+};
+
+// What a backend accepts, declared up front (never discovered by failing).
+struct Capabilities {
+  MemoryKindMask memory_kinds = kHostKinds;  // kinds a request's `buf` may have
+  std::size_t io_alignment = 1;              // required alignment of `buf.data` and `buf.size`
+  std::size_t max_object_bytes = SIZE_MAX;   // largest image accepted
+  bool persistent = false;                   // objects survive a restart of the process
+  bool shared = false;                       // several processes see the same objects
+};
+
+struct Usage {
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t used_bytes = 0;
+  std::uint64_t objects = 0;
+};
+
+// Receives objects a backend evicts for capacity, so a stack can demote them. Called on the
+// owner's thread from inside submit() or poll(); `image` is valid only during the call and may be
+// empty when the backend cannot provide the bytes cheaply (the object is then simply dropped).
+class EvictionHandler {
+ public:
+  virtual ~EvictionHandler() = default;
+  virtual void on_evict(const ObjectKey& key, std::span<const std::byte> image) noexcept = 0;
+};
+
+// What a backend factory receives: the tier's generic settings and its validated options
+// (unknown keys already rejected, defaults filled in, sizes and durations turned into integers).
+struct BackendContext {
+  std::string tier_name;
+  std::uint64_t capacity_bytes = 0;
+  Json options = Json::object();
+};
+
+class Backend {
+ public:
+  explicit Backend(std::string tier_name) : tier_name_(std::move(tier_name)) {}
+  virtual ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // Submits requests in order. Returns how many were consumed from the front of `reqs`; each
+  // consumed request yields exactly one Completion (an invalid request fails through its
+  // completion, never through this return). Requests not consumed (the backend's queue is full)
+  // may be submitted again after poll(). Errors: only when the backend is closed (BadState).
+  Result<std::size_t> submit(std::span<const IoRequest> reqs) noexcept;
+
+  // Moves up to out.size() completions into `out`, waiting until at least `min` are available or
+  // `wait` has passed. Returns how many were written (possibly fewer than `min` on timeout).
+  Result<std::size_t> poll(std::span<Completion> out, std::size_t min,
+                           std::chrono::microseconds wait) noexcept;
+
+  // Requests submitted and not yet reaped through poll().
+  std::size_t in_flight() const noexcept { return slots_in_use_; }
+
+  const std::string& tier_name() const noexcept { return tier_name_; }
+  TierMetrics& metrics() noexcept { return metrics_; }
+  const TierMetrics& metrics() const noexcept { return metrics_; }
+  void set_eviction_handler(EvictionHandler* h) noexcept { eviction_handler_ = h; }
+
+  virtual Capabilities capabilities() const noexcept = 0;
+  virtual Usage usage() const noexcept = 0;
+  // A one-line description for `tierctl explain` and logs.
+  virtual std::string describe() const { return tier_name_; }
+
+ protected:
+  // The request's user_data is an internal slot id that do_poll must return unchanged.
+  // Returns how many requests of the front of `reqs` were accepted.
+  virtual Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept = 0;
+  virtual Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
+                                      std::chrono::microseconds wait) noexcept = 0;
+
+  // Implementations call this for every object they evict for capacity.
+  void notify_evicted(const ObjectKey& key, std::span<const std::byte> image,
+                      std::uint64_t image_bytes) noexcept;
+
+ private:
+  struct Slot {
+    std::uint64_t user_data = 0;
+    ObjectKey key;
+    Region buf;
+    Op op = Op::kGet;
+    bool used = false;
+  };
+  void finish(const Slot& slot, Completion& c) noexcept;
+
+  std::string tier_name_;
+  TierMetrics metrics_;
+  EvictionHandler* eviction_handler_ = nullptr;
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_slots_;
+  std::size_t slots_in_use_ = 0;
+  std::vector<Completion> early_;  // requests rejected by submit() before reaching the backend
+  std::vector<IoRequest> scratch_;
+};
+
+
+}  // namespace tier

@@ -1,0 +1,63 @@
+#pragma once
+// Codecs turn engine Regions into a storable payload and back.
+//
+// Codec       regions <-> raw payload. Chosen by the caller (it knows the engine's layout):
+//             identity (concatenation), DSV4 PAGE, DSV4 SLOT. Its layout_id() is recorded in
+//             every stored header, so a payload is never decoded by the wrong layout.
+// StageCodec  raw payload <-> stored payload, lossless (zstd). Chosen per tier by the profile
+//             (e.g. compressed on disk and remote, raw in CPU and GPU memory). Its stage_id() is
+//             recorded in the header, and its own framing records the inner layout id, so
+//             decode cannot mix up inner codecs.
+//
+// Both are immutable after creation and safe to call from several threads at once.
+// encode/decode never throw; decode validates everything before writing any destination byte.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "tier/region.hpp"
+#include "tier/status.hpp"
+
+namespace tier {
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual std::string_view name() const noexcept = 0;
+  virtual std::uint32_t layout_id() const noexcept = 0;
+  // Size of the payload encode() produces for `src`.
+  virtual Result<std::size_t> encoded_size(RegionList src) const noexcept = 0;
+  // Encodes `src` into `dst` (host memory, at least encoded_size bytes). Returns bytes written.
+  // Errors: InvalidArgument (regions the codec does not accept, `dst` too small).
+  virtual Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept = 0;
+  // Decodes `payload` into `dst`. Errors: InvalidArgument (sizes do not match the regions),
+  // ChecksumMismatch (a framed payload that fails its own checks). Nothing is written on error.
+  virtual Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept = 0;
+};
+
+class StageCodec {
+ public:
+  virtual ~StageCodec() = default;
+  virtual std::string_view name() const noexcept = 0;
+  virtual std::uint32_t stage_id() const noexcept = 0;  // never 0 (0 means "raw")
+  // An upper bound of encode()'s output for `raw_bytes` of input.
+  virtual std::size_t max_encoded_size(std::size_t raw_bytes) const noexcept = 0;
+  // Encodes `raw` (made by the codec with `inner_layout_id`) into `dst`. Returns bytes written.
+  virtual Result<std::size_t> encode(std::uint32_t inner_layout_id, std::span<const std::byte> raw,
+                                     std::span<std::byte> dst) const noexcept = 0;
+  // The raw size an encoded payload declares, after checking its framing and inner layout id.
+  virtual Result<std::size_t> decoded_size(std::span<const std::byte> encoded,
+                                           std::uint32_t inner_layout_id) const noexcept = 0;
+  // Decodes into `dst` (exactly decoded_size bytes). Returns bytes written.
+  // Errors: ChecksumMismatch (bad framing, wrong inner layout, corrupt stream).
+  virtual Result<std::size_t> decode(std::span<const std::byte> encoded,
+                                     std::uint32_t inner_layout_id,
+                                     std::span<std::byte> dst) const noexcept = 0;
+};
+
+// The identity codec: the payload is the regions' bytes concatenated in order (host regions).
+inline constexpr std::uint32_t kIdentityLayoutId = 1;
+
+}  // namespace tier

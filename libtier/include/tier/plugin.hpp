@@ -1,0 +1,104 @@
+#pragma once
+// C++ side of the plugin edge: builds a tier_plugin_v1 descriptor from a class, with concepts
+// that turn a wrong plugin class into a readable compile error, and thunks that keep exceptions
+// from crossing the edge.
+//
+//   final class DiskBackend : public tier::Backend {
+//    public:
+//     static tier::Result<std::unique_ptr<DiskBackend>> create(const tier::BackendContext&);
+//   };
+//   constexpr tier_plugin_v1 kDisk = tier::make_backend_plugin<DiskBackend>(
+//       "disk", "io_uring disk tier", kDiskOptions);
+//   TIER_REGISTER_PLUGIN(disk, kDisk)
+//
+// TIER_REGISTER_PLUGIN makes a built-in (linked into libtier, listed by Meson) unless the file is
+// compiled with TIER_BUILD_AS_PLUGIN, in which case it exports tier_plugin_entry for dlopen.
+
+#include <concepts>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <type_traits>
+
+#include "tier/backend.hpp"
+#include "tier/codec.hpp"
+#include "tier/json.hpp"
+#include "tier/plugin.h"
+
+namespace tier {
+
+template <class B>
+concept backend_plugin = std::derived_from<B, Backend> && std::is_final_v<B> &&
+                         requires(const BackendContext& c) {
+                           { B::create(c) } -> std::same_as<Result<std::unique_ptr<B>>>;
+                         };
+template <class C>
+concept codec_plugin = std::derived_from<C, Codec> && std::is_final_v<C> &&
+                       requires(const Json& options) {
+                         { C::create(options) } -> std::same_as<Result<std::unique_ptr<C>>>;
+                       };
+template <class S>
+concept stage_plugin = std::derived_from<S, StageCodec> && std::is_final_v<S> &&
+                       requires(const Json& options) {
+                         { S::create(options) } -> std::same_as<Result<std::unique_ptr<S>>>;
+                       };
+
+namespace detail {
+inline void copy_error(const std::string& msg, char* out, std::size_t n) noexcept {
+  if (n == 0) return;
+  std::snprintf(out, n, "%s", msg.c_str());
+}
+template <class T, class Base, class Ctx>
+void* create_thunk(const void* ctx, char* err, std::size_t n) noexcept {
+  try {
+    auto r = T::create(*static_cast<const Ctx*>(ctx));
+    if (!r) {
+      copy_error(std::string(r.status().message()), err, n);
+      return nullptr;
+    }
+    return static_cast<Base*>(std::move(r).value().release());
+  } catch (const std::exception& e) {
+    copy_error(e.what(), err, n);
+  } catch (...) {
+    copy_error("unknown exception in plugin create()", err, n);
+  }
+  return nullptr;
+}
+template <class Base>
+void destroy_thunk(void* p) noexcept {
+  delete static_cast<Base*>(p);
+}
+}  // namespace detail
+
+template <backend_plugin B>
+constexpr tier_plugin_v1 make_backend_plugin(const char* name, const char* description,
+                                             const char* options_json) {
+  return {TIER_PLUGIN_ABI_VERSION, TIER_PLUGIN_BACKEND, name, description, options_json,
+          &detail::create_thunk<B, Backend, BackendContext>, &detail::destroy_thunk<Backend>};
+}
+template <codec_plugin C>
+constexpr tier_plugin_v1 make_codec_plugin(const char* name, const char* description,
+                                           const char* options_json) {
+  return {TIER_PLUGIN_ABI_VERSION, TIER_PLUGIN_CODEC, name, description, options_json,
+          &detail::create_thunk<C, Codec, Json>, &detail::destroy_thunk<Codec>};
+}
+template <stage_plugin S>
+constexpr tier_plugin_v1 make_stage_plugin(const char* name, const char* description,
+                                           const char* options_json) {
+  return {TIER_PLUGIN_ABI_VERSION, TIER_PLUGIN_STAGE, name, description, options_json,
+          &detail::create_thunk<S, StageCodec, Json>, &detail::destroy_thunk<StageCodec>};
+}
+
+}  // namespace tier
+
+#if defined(TIER_BUILD_AS_PLUGIN)
+#define TIER_REGISTER_PLUGIN(id, descriptor) \
+  extern "C" __attribute__((visibility("default"))) const tier_plugin_v1* tier_plugin_entry(void) { \
+    return &(descriptor);                                                                         \
+  }
+#else
+#define TIER_REGISTER_PLUGIN(id, descriptor) \
+  namespace tier::builtin {                  \
+  const tier_plugin_v1* id() { return &(descriptor); } \
+  }
+#endif

@@ -1,0 +1,62 @@
+#pragma once
+// Profiles: the JSON an operator writes to pick tiers. Strict (see tier/options.hpp): every error
+// is reported with its JSON pointer, and all errors are reported at once.
+//
+// {
+//   "version": 1,                         // optional; only 1 exists
+//   "plugins": ["mock", "/opt/x/libtier_backend_y.so"],   // loaded before tiers are checked
+//   "stack": { "max_inflight_bytes": "256MiB", "op_timeout": "10s" },
+//   "tiers": [
+//     { "name": "cpu", "capacity": "${TIER_CPU_CAPACITY:-4GiB}",
+//       "backend": { "type": "cpu", ...backend options... },
+//       "stage": { "type": "zstd", "level": 3 },          // optional, per tier
+//       "read": true, "write": true, "on_evict": "demote" }   // "demote" | "drop"
+//   ]
+// }
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tier/json.hpp"
+#include "tier/registry.hpp"
+#include "tier/status.hpp"
+
+namespace tier {
+
+enum class EvictPolicy { kDemote, kDrop };
+
+struct TierSpec {
+  std::string name;
+  std::uint64_t capacity_bytes = 0;
+  std::string backend_type;
+  Json backend_options;  // resolved: defaults filled in
+  std::string stage_type;  // "" = raw
+  Json stage_options;
+  bool read = true;
+  bool write = true;
+  EvictPolicy on_evict = EvictPolicy::kDemote;
+};
+
+struct Profile {
+  std::string source;  // file path, or "<inline>"
+  std::vector<std::string> plugins;
+  std::uint64_t max_inflight_bytes = 256ull << 20;
+  std::uint64_t op_timeout_us = 10'000'000;
+  std::vector<TierSpec> tiers;
+
+  // The resolved profile with every default filled in (tierctl explain).
+  Json to_json() const;
+  int find_tier(std::string_view name) const;  // index or -1
+};
+
+// Parses and validates. Plugins listed in the profile are loaded into `registry` first.
+// Errors: InvalidArgument whose message lists every error, one per line, each starting with its
+// JSON pointer; `errors` (if given) receives them one by one.
+Result<Profile> parse_profile(const Json& document, Registry& registry, std::string source,
+                              ConfigErrors* errors = nullptr);
+// Reads a file (JSON syntax errors are reported with line and column) and parses it.
+Result<Profile> load_profile(const std::string& path, Registry& registry,
+                             ConfigErrors* errors = nullptr);
+
+}  // namespace tier

@@ -1,0 +1,151 @@
+#pragma once
+// TierStack: the ordered tiers of a profile, fastest first, used as one cache.
+//
+//  - lookup_prefix: longest leading run of keys present in any readable tier.
+//  - save: encode once, put into the first writable tier and wait for it; write through to the
+//    other writable tiers in the background, with bounded in-flight bytes. A write-through that
+//    does not fit is dropped and counted (the caller never stalls on lower tiers).
+//  - load: from the fastest readable tier that holds the key; verified; decoded; promoted into
+//    faster writable tiers on hit (in the background, same bound).
+//  - eviction: a tier that evicts for capacity hands the object to the stack, which demotes it
+//    to the next writable tier (on_evict "demote") or drops it.
+//
+// Threads: one owner thread. Background work advances inside every call and in progress(), which
+// an engine calls when it has no batch (idle progress).
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tier/backend.hpp"
+#include "tier/codec.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+
+namespace tier {
+
+struct SaveItem {
+  ObjectKey key;
+  RegionList src;
+};
+struct LoadItem {
+  ObjectKey key;
+  RegionList dst;
+};
+struct LoadResult {
+  Status status;     // Ok, NotFound (no readable tier holds a valid copy), or the decode error
+  int tier = -1;     // the tier that served it
+};
+
+// Stack-level counters (tier-level ones live in each Backend's metrics).
+struct StackCounters {
+  Counter saves, saved_bytes, save_failures, loads, loaded_bytes, load_misses, decode_failures;
+  Counter writethrough_dropped, demotions_dropped;
+  Json to_json() const;
+};
+
+class TierStack {
+ public:
+  static Result<std::unique_ptr<TierStack>> open(const Profile& profile,
+                                                 Registry& registry = Registry::global());
+  ~TierStack();
+
+  std::size_t tier_count() const noexcept { return tiers_.size(); }
+  Backend& tier(std::size_t i) noexcept { return *tiers_[i].backend; }
+  const TierSpec& spec(std::size_t i) const noexcept { return tiers_[i].spec; }
+  int find_tier(std::string_view name) const;
+
+  // The bytes a stored image of `payload_bytes` of raw payload takes in tier `i` (header
+  // included, before any stage), for capacity planning.
+  static std::uint64_t image_bytes(std::uint64_t payload_bytes) noexcept;
+
+  // Longest prefix of `keys` present in a readable tier. Errors: only BadState/TimedOut.
+  Result<std::size_t> lookup_prefix(std::span<const ObjectKey> keys);
+  // Index of the fastest readable tier holding `key`, or -1.
+  Result<int> locate(const ObjectKey& key);
+
+  // Saves every item with `codec`. out[i] is Ok (stored, or present already), or the error of
+  // the first writable tier. `out.size()` must equal `items.size()`.
+  Status save(std::span<const SaveItem> items, const Codec& codec, std::span<Status> out);
+  // Loads every item with `codec`. out[i] says which tier served it, or why it missed.
+  Status load(std::span<const LoadItem> items, const Codec& codec, std::span<LoadResult> out);
+  // Removes `key` from every tier. Ok only if no tier holds it afterwards; otherwise the error
+  // of a tier that failed (the key may still be stored there).
+  Status remove(const ObjectKey& key);
+
+  // Advances background work without blocking.
+  void progress();
+  // Waits until background work is done or `timeout` passes. Errors: TimedOut.
+  Status flush(std::chrono::milliseconds timeout);
+  std::uint64_t background_bytes() const noexcept { return bg_bytes_; }
+
+  StackCounters& counters() noexcept { return counters_; }
+  std::vector<NamedMetrics> metrics() const;
+  Json metrics_json() const;
+  std::string metrics_prometheus() const;
+
+ private:
+  class EvictSink;  // per-tier EvictionHandler forwarding to on_evict
+  using Image = std::shared_ptr<std::vector<std::byte>>;
+  struct Tier {
+    TierSpec spec;
+    std::unique_ptr<EvictSink> sink;
+    PluginPtr<Backend> backend;
+    PluginPtr<StageCodec> stage;  // null: raw
+    int demote_to = -1;           // next writable tier, or -1
+  };
+  struct Pending {  // a request the stack submitted and has not reaped
+    int tier = -1;
+    Op op = Op::kGet;
+    bool background = false;  // reaped by progress(); nobody waits for it
+    Image image;              // the bytes the request reads or writes
+    std::uint64_t charged = 0;  // bytes counted against max_inflight_bytes
+    Completion done;
+    bool finished = false;
+  };
+
+  explicit TierStack(const Profile& profile);
+  void on_evict(int tier, const ObjectKey& key, std::span<const std::byte> image) noexcept;
+
+  Image acquire(std::size_t bytes);
+  // Builds the image tier `t` stores from a raw payload (stage applied, header sealed).
+  Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t layout_id,
+                           std::span<const std::byte> raw);
+  // The raw payload of a verified image read from tier `t` (stage undone). `layout_id` receives
+  // the header's layout. The span points into `image` or into `holder`.
+  Result<std::span<const std::byte>> raw_payload(int t, std::span<const std::byte> image,
+                                                 std::uint32_t* layout_id, Image& holder);
+  // Largest image tier `t` may hold for `raw_bytes` of payload.
+  std::size_t max_image_bytes(int t, std::size_t raw_bytes) const;
+  // Queues a background put; drops it (counted) when the in-flight bound would be exceeded.
+  void put_background(int t, const ObjectKey& key, Image image, bool demotion);
+  // Submits one request; returns its id (0 when the tier refused it: `err` says why).
+  std::uint64_t submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
+                           Status* err);
+  void reap(int t, std::size_t min, std::chrono::microseconds wait);
+  void drain_evictions();
+  // Waits for foreground ids; on timeout they turn into background requests (TimedOut).
+  void wait_for(const std::vector<std::uint64_t>& ids);
+  Completion take(std::uint64_t id);
+
+  std::vector<Tier> tiers_;
+  std::uint64_t max_inflight_bytes_;
+  std::chrono::microseconds op_timeout_;
+  std::unordered_map<std::uint64_t, Pending> pending_;
+  std::unordered_set<std::uint64_t> timed_out_;  // foreground ids given up on
+  std::uint64_t next_id_ = 1;
+  std::uint64_t bg_bytes_ = 0;
+  std::size_t bg_count_ = 0;
+  std::vector<std::pair<int, std::pair<ObjectKey, std::vector<std::byte>>>> evicted_;
+  std::vector<std::vector<std::byte>> pool_;  // recycled image buffers
+  std::uint64_t pool_bytes_ = 0;
+  StackCounters counters_;
+};
+
+}  // namespace tier

@@ -1,0 +1,166 @@
+#include "tier/backend.hpp"
+
+#include <fmt/format.h>
+
+#include "tier/object.hpp"
+
+namespace tier {
+
+Backend::~Backend() = default;
+
+namespace {
+
+Status check_request(const IoRequest& r, const Capabilities& caps) {
+  if (static_cast<std::size_t>(r.op) >= kOpCount) return Status::invalid("unknown op");
+  if (r.op != Op::kPut && r.op != Op::kGet) return Status::ok();
+  const Region& b = r.buf;
+  if (b.data == nullptr || b.size == 0)
+    return Status::invalid(fmt::format("{}: empty buffer", op_name(r.op)));
+  if ((caps.memory_kinds & kind_bit(b.kind)) == 0)
+    return Status(Code::kNotSupported,
+                  fmt::format("{}: this tier does not accept {} memory", op_name(r.op),
+                              memory_kind_name(b.kind)));
+  if (caps.io_alignment > 1 &&
+      (reinterpret_cast<std::uintptr_t>(b.data) % caps.io_alignment != 0 ||
+       b.size % caps.io_alignment != 0))
+    return Status::invalid(fmt::format("{}: buffer {} (+{} bytes) is not aligned to {} bytes",
+                                       op_name(r.op), static_cast<const void*>(b.data), b.size,
+                                       caps.io_alignment));
+  if (r.op == Op::kPut) {
+    if (b.size > caps.max_object_bytes)
+      return Status::invalid(fmt::format("put: image of {} bytes exceeds the tier's limit of {}",
+                                         b.size, caps.max_object_bytes));
+    if (b.host_accessible()) {
+      auto h = parse_object_header(b.bytes());
+      if (!h) return Status::invalid("put: image has no valid object header: " + h.status().to_string());
+      if (!(h->key == r.key))
+        return Status::invalid("put: image header names another key than the request");
+      if (h->payload_bytes + kObjectHeaderBytes > b.size)
+        return Status::invalid("put: image is shorter than its header declares");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
+  const Capabilities caps = capabilities();
+  scratch_.clear();
+  std::vector<std::size_t> origin;  // scratch index -> index in reqs
+  std::size_t early_before = early_.size();
+  std::vector<std::size_t> early_origin;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    Status s = check_request(reqs[i], caps);
+    if (!s) {
+      early_.push_back(Completion{reqs[i].user_data, std::move(s), 0});
+      early_origin.push_back(i);
+      continue;
+    }
+    std::uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<std::uint32_t>(slots_.size());
+      slots_.emplace_back();
+    }
+    slots_[slot] = Slot{reqs[i].user_data, reqs[i].key, reqs[i].buf, reqs[i].op, true};
+    IoRequest inner = reqs[i];
+    inner.user_data = slot;
+    scratch_.push_back(inner);
+    origin.push_back(i);
+    ++slots_in_use_;
+  }
+  std::size_t accepted = 0;
+  if (!scratch_.empty()) {
+    auto r = do_submit(scratch_);
+    if (r) accepted = *r;
+    for (std::size_t k = accepted; k < scratch_.size(); ++k) {  // give back unaccepted slots
+      slots_[scratch_[k].user_data].used = false;
+      free_slots_.push_back(static_cast<std::uint32_t>(scratch_[k].user_data));
+      --slots_in_use_;
+    }
+    if (!r && accepted == 0 && early_origin.empty()) {
+      early_.resize(early_before);
+      return r.status();
+    }
+  }
+  std::size_t consumed = accepted < origin.size() ? origin[accepted] : reqs.size();
+  // Early failures after the first unaccepted request were not consumed either.
+  std::size_t keep = early_before;
+  for (std::size_t e = 0; e < early_origin.size(); ++e)
+    if (early_origin[e] < consumed) ++keep;
+  early_.resize(keep);
+  return consumed;
+}
+
+void Backend::finish(const Slot& slot, Completion& c) noexcept {
+  c.user_data = slot.user_data;
+  if (slot.op == Op::kGet && c.status.is_ok() && slot.buf.host_accessible()) {
+    if (c.bytes > slot.buf.size) {
+      c.status = Status(Code::kBadState, "backend reported more bytes than the buffer holds");
+    } else {
+      auto image = slot.buf.bytes().first(c.bytes);
+      Status v = verify_object(image, slot.key);
+      if (!v) {
+        scrub_object(image);
+        metrics_.checksum_failures.add();
+        c.status = Status(Code::kChecksumMismatch,
+                          fmt::format("tier {}: {}", tier_name_, v.message()));
+      }
+    }
+  }
+  OpCounters& oc = metrics_.of(slot.op);
+  oc.requests.add();
+  switch (c.status.code()) {
+    case Code::kOk:
+      oc.ok.add();
+      oc.bytes.add(c.bytes);
+      break;
+    case Code::kNotFound:
+    case Code::kAlreadyExists:
+      oc.misses.add();
+      break;
+    default:
+      oc.errors.add();
+  }
+}
+
+Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
+                                  std::chrono::microseconds wait) noexcept {
+  std::size_t n = 0;
+  while (n < out.size() && !early_.empty()) {
+    // Early failures keep submission order.
+    out[n] = std::move(early_.front());
+    early_.erase(early_.begin());
+    ++n;
+  }
+  if (n == out.size() || slots_in_use_ == 0) return n;
+  std::size_t want = min > n ? std::min(min - n, slots_in_use_) : 0;
+  auto r = do_poll(out.subspan(n), want, n > 0 ? std::chrono::microseconds(0) : wait);
+  if (!r) return n > 0 ? Result<std::size_t>(n) : r;
+  for (std::size_t i = n; i < n + *r; ++i) {
+    Completion& c = out[i];
+    auto idx = static_cast<std::size_t>(c.user_data);
+    if (idx >= slots_.size() || !slots_[idx].used) {
+      c.status = Status(Code::kBadState, "backend returned an unknown completion");
+      continue;
+    }
+    Slot& s = slots_[idx];
+    finish(s, c);
+    s.used = false;
+    free_slots_.push_back(static_cast<std::uint32_t>(idx));
+    --slots_in_use_;
+  }
+  return n + *r;
+}
+
+void Backend::notify_evicted(const ObjectKey& key, std::span<const std::byte> image,
+                             std::uint64_t image_bytes) noexcept {
+  metrics_.evictions.add();
+  metrics_.evicted_bytes.add(image_bytes);
+  if (eviction_handler_ != nullptr) eviction_handler_->on_evict(key, image);
+}
+
+}  // namespace tier

@@ -1,0 +1,63 @@
+#include "identity_codec.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tier/plugin.hpp"
+
+namespace tier {
+namespace {
+
+Status check_host(RegionList regions) {
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    if (!regions[i].host_accessible() || (regions[i].data == nullptr && regions[i].size != 0))
+      return Status::invalid(fmt::format("identity codec: region {} is not host memory", i));
+  }
+  return Status::ok();
+}
+
+constexpr tier_plugin_v1 kIdentity = make_codec_plugin<IdentityCodec>(
+    "identity", "payload = the regions' bytes, concatenated in order", "[]");
+
+}  // namespace
+
+Result<std::unique_ptr<IdentityCodec>> IdentityCodec::create(const Json&) {
+  return std::make_unique<IdentityCodec>();
+}
+
+Result<std::size_t> IdentityCodec::encoded_size(RegionList src) const noexcept {
+  TIER_RETURN_IF_ERROR(check_host(src));
+  return total_bytes(src);
+}
+
+Result<std::size_t> IdentityCodec::encode(RegionList src, std::span<std::byte> dst) const noexcept {
+  TIER_RETURN_IF_ERROR(check_host(src));
+  std::size_t need = total_bytes(src);
+  if (dst.size() < need)
+    return Status::invalid(fmt::format("identity codec: {} bytes do not fit in {}", need,
+                                       dst.size()));
+  std::size_t off = 0;
+  for (const Region& r : src) {
+    if (r.size) std::memcpy(dst.data() + off, r.data, r.size);
+    off += r.size;
+  }
+  return off;
+}
+
+Status IdentityCodec::decode(std::span<const std::byte> payload, RegionList dst) const noexcept {
+  TIER_RETURN_IF_ERROR(check_host(dst));
+  if (payload.size() != total_bytes(dst))
+    return Status::invalid(fmt::format("identity codec: payload of {} bytes for regions of {}",
+                                       payload.size(), total_bytes(dst)));
+  std::size_t off = 0;
+  for (const Region& r : dst) {
+    if (r.size) std::memcpy(r.data, payload.data() + off, r.size);
+    off += r.size;
+  }
+  return Status::ok();
+}
+
+const tier_plugin_v1* identity_codec_plugin() { return &kIdentity; }
+
+}  // namespace tier

@@ -1,0 +1,131 @@
+#include "tier/key.hpp"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace tier {
+namespace {
+
+void put_le64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_key(std::string& out, const Key128& k) {
+  put_le64(out, k.lo);
+  put_le64(out, k.hi);
+}
+Key128 from_xxh(XXH128_hash_t h) { return Key128{h.low64, h.high64}; }
+
+void canonical_into(const Json& v, std::string& out) {
+  switch (v.type()) {
+    case Json::value_t::object: {
+      // nlohmann::json's default object is a std::map: keys iterate in byte order already.
+      out.push_back('{');
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out.push_back(',');
+        first = false;
+        out += Json(it.key()).dump(-1, ' ', true);
+        out.push_back(':');
+        canonical_into(it.value(), out);
+      }
+      out.push_back('}');
+      break;
+    }
+    case Json::value_t::array: {
+      out.push_back('[');
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (i) out.push_back(',');
+        canonical_into(v[i], out);
+      }
+      out.push_back(']');
+      break;
+    }
+    case Json::value_t::number_float: {
+      double d = v.get<double>();
+      if (!std::isfinite(d)) throw std::invalid_argument("canonical JSON: non-finite number");
+      // An integral float is written as an integer so 2.0 and 2 name the same namespace.
+      if (d == std::floor(d) && std::fabs(d) < 9.007199254740992e15) {
+        out += fmt::format("{}", static_cast<long long>(d));
+      } else {
+        out += fmt::format("{}", d);  // shortest round-trip form
+      }
+      break;
+    }
+    default:
+      out += v.dump(-1, ' ', true);
+  }
+}
+
+}  // namespace
+
+std::string Key128::hex() const { return fmt::format("{:016x}{:016x}", hi, lo); }
+
+Result<Key128> Key128::from_hex(std::string_view hex) {
+  if (hex.size() != 32) return Status::invalid("a key is 32 hex digits");
+  Key128 k;
+  for (std::size_t i = 0; i < 32; ++i) {
+    char c = hex[i];
+    int d = (c >= '0' && c <= '9') ? c - '0'
+            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    if (d < 0) return Status::invalid(fmt::format("not a hex digit: '{}'", c));
+    std::uint64_t& word = i < 16 ? k.hi : k.lo;
+    word = (word << 4) | static_cast<std::uint64_t>(d);
+  }
+  return k;
+}
+
+std::string ObjectKey::to_string() const {
+  return fmt::format("{}-{}-r{}", ns.hex(), id.hex(), rank);
+}
+
+std::string canonical_json(const Json& value) {
+  std::string out;
+  canonical_into(value, out);
+  return out;
+}
+
+Result<Key128> namespace_id(const Json& identity) {
+  std::string buf("libtier-namespace-v1", 20);
+  buf.push_back('\0');
+  try {
+    canonical_into(identity, buf);
+  } catch (const std::exception& e) {
+    return Status::invalid(e.what());
+  }
+  return from_xxh(XXH3_128bits(buf.data(), buf.size()));
+}
+
+Key128 chunk_key(const Key128& ns, const Key128& parent, std::span<const std::uint32_t> tokens) {
+  std::string buf("libtier-chunk-v1", 16);
+  buf.push_back('\0');
+  buf.reserve(buf.size() + 40 + 4 * tokens.size());
+  put_key(buf, ns);
+  put_key(buf, parent);
+  put_le64(buf, tokens.size());
+  for (std::uint32_t t : tokens) {
+    for (int i = 0; i < 4; ++i) buf.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
+  }
+  return from_xxh(XXH3_128bits(buf.data(), buf.size()));
+}
+
+std::vector<Key128> chunk_keys(const Key128& ns, std::span<const std::uint32_t> tokens,
+                               std::size_t chunk_tokens, bool include_partial) {
+  std::vector<Key128> keys;
+  if (chunk_tokens == 0) return keys;
+  Key128 parent;
+  for (std::size_t off = 0; off < tokens.size(); off += chunk_tokens) {
+    std::size_t n = std::min(chunk_tokens, tokens.size() - off);
+    if (n < chunk_tokens && !include_partial) break;
+    parent = chunk_key(ns, parent, tokens.subspan(off, n));
+    keys.push_back(parent);
+  }
+  return keys;
+}
+
+}  // namespace tier

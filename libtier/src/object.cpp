@@ -1,0 +1,109 @@
+#include "tier/object.hpp"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace tier {
+namespace {
+
+constexpr std::size_t kHeaderChecksumOffset = 88;
+
+template <class T>
+void store_le(std::byte* p, T v) noexcept {
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    p[i] = static_cast<std::byte>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
+}
+template <class T>
+T load_le(const std::byte* p) noexcept {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+  return static_cast<T>(v);
+}
+void store_key(std::byte* p, const Key128& k) noexcept {
+  store_le(p, k.lo);
+  store_le(p + 8, k.hi);
+}
+Key128 load_key(const std::byte* p) noexcept {
+  return Key128{load_le<std::uint64_t>(p), load_le<std::uint64_t>(p + 8)};
+}
+
+}  // namespace
+
+std::uint64_t payload_checksum(std::span<const std::byte> payload) noexcept {
+  return XXH3_64bits(payload.data(), payload.size());
+}
+
+void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noexcept {
+  std::byte* p = image.data();
+  std::memset(p, 0, kObjectHeaderBytes);
+  store_le<std::uint32_t>(p + 0, kObjectMagic);
+  store_le<std::uint16_t>(p + 4, kObjectVersion);
+  store_le<std::uint16_t>(p + 6, static_cast<std::uint16_t>(kObjectHeaderBytes));
+  store_le<std::uint32_t>(p + 8, h.layout_id);
+  store_le<std::uint32_t>(p + 12, h.stage_id);
+  store_key(p + 16, h.key.ns);
+  store_key(p + 32, h.key.id);
+  store_le<std::uint32_t>(p + 48, h.key.rank);
+  store_le<std::uint32_t>(p + 52, 0);
+  store_le<std::uint64_t>(p + 56, h.payload_bytes);
+  store_le<std::uint64_t>(p + 64, h.payload_checksum);
+  store_le<std::uint64_t>(p + kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
+}
+
+void seal_object(std::span<std::byte> image, std::uint32_t layout_id, std::uint32_t stage_id,
+                 const ObjectKey& key) noexcept {
+  auto payload = image.subspan(kObjectHeaderBytes);
+  write_object_header(image, ObjectHeader{layout_id, stage_id, key, payload.size(),
+                                          payload_checksum(payload)});
+}
+
+Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexcept {
+  if (image.size() < kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch,
+                  fmt::format("image of {} bytes is shorter than its header", image.size()));
+  const std::byte* p = image.data();
+  if (load_le<std::uint32_t>(p) != kObjectMagic)
+    return Status(Code::kChecksumMismatch, "bad object magic");
+  if (load_le<std::uint16_t>(p + 4) != kObjectVersion ||
+      load_le<std::uint16_t>(p + 6) != kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch, "unsupported object header version");
+  if (load_le<std::uint64_t>(p + kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
+    return Status(Code::kChecksumMismatch, "object header checksum mismatch");
+  if (load_le<std::uint32_t>(p + 52) != 0)
+    return Status(Code::kChecksumMismatch, "unknown object header flags");
+  ObjectHeader h;
+  h.layout_id = load_le<std::uint32_t>(p + 8);
+  h.stage_id = load_le<std::uint32_t>(p + 12);
+  h.key.ns = load_key(p + 16);
+  h.key.id = load_key(p + 32);
+  h.key.rank = load_le<std::uint32_t>(p + 48);
+  h.payload_bytes = load_le<std::uint64_t>(p + 56);
+  h.payload_checksum = load_le<std::uint64_t>(p + 64);
+  return h;
+}
+
+Status verify_object(std::span<const std::byte> image, const ObjectKey& expected) noexcept {
+  auto h = parse_object_header(image);
+  if (!h) return h.status();
+  if (!(h->key == expected))
+    return Status(Code::kChecksumMismatch,
+                  fmt::format("object holds key {}, expected {}", h->key.to_string(),
+                              expected.to_string()));
+  if (h->payload_bytes != image.size() - kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch,
+                  fmt::format("object declares {} payload bytes, image has {}", h->payload_bytes,
+                              image.size() - kObjectHeaderBytes));
+  if (payload_checksum(image.subspan(kObjectHeaderBytes)) != h->payload_checksum)
+    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  return Status::ok();
+}
+
+void scrub_object(std::span<std::byte> image) noexcept {
+  std::memset(image.data(), 0, std::min(image.size(), kObjectHeaderBytes));
+}
+
+}  // namespace tier

@@ -1,0 +1,194 @@
+#include "tier/registry.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "builtins.hpp"
+#include "identity_codec.hpp"
+
+namespace tier {
+namespace fs = std::filesystem;
+
+std::string_view plugin_kind_name(PluginKind k) noexcept {
+  switch (k) {
+    case PluginKind::kBackend: return "backend";
+    case PluginKind::kCodec: return "codec";
+    case PluginKind::kStage: return "stage";
+  }
+  return "unknown";
+}
+
+Registry& Registry::global() {
+  static Registry* registry = [] {
+    auto* r = new Registry();  // never destroyed: plugins may outlive static destruction order
+    auto add = [r](const tier_plugin_v1* d, const char* source) {
+      Status s = r->add(d, source);
+      if (!s) throw std::logic_error("built-in plugin failed to register: " + s.to_string());
+    };
+    add(identity_codec_plugin(), "built-in");
+    builtin::for_each(add);
+    return r;
+  }();
+  return *registry;
+}
+
+Status Registry::add(const tier_plugin_v1* d, std::string source, std::shared_ptr<void> library) {
+  if (d == nullptr) return Status::invalid(fmt::format("{}: plugin descriptor is null", source));
+  if (d->abi_version != TIER_PLUGIN_ABI_VERSION)
+    return Status::invalid(fmt::format(
+        "{}: plugin ABI version {} does not match libtier's {}; rebuild the plugin against "
+        "this libtier",
+        source, d->abi_version, TIER_PLUGIN_ABI_VERSION));
+  if (d->kind < 1 || d->kind > 3)
+    return Status::invalid(fmt::format("{}: unknown plugin kind {}", source, d->kind));
+  if (d->name == nullptr || *d->name == '\0' || d->create == nullptr || d->destroy == nullptr)
+    return Status::invalid(fmt::format("{}: plugin descriptor lacks a name, create or destroy",
+                                       source));
+  auto info = std::make_shared<PluginInfo>();
+  info->kind = static_cast<PluginKind>(d->kind);
+  info->name = d->name;
+  info->description = d->description ? d->description : "";
+  info->source = std::move(source);
+  info->descriptor = d;
+  info->library = std::move(library);
+  try {
+    info->options = parse_option_specs(d->options_json ? d->options_json : "[]");
+  } catch (const std::exception& e) {
+    return Status::invalid(fmt::format("{}: plugin \"{}\": {}", info->source, info->name,
+                                       e.what()));
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& p : plugins_)
+    if (p->kind == info->kind && p->name == info->name)
+      return Status::invalid(fmt::format("{}: a {} named \"{}\" is already registered (from {})",
+                                         info->source, plugin_kind_name(info->kind), info->name,
+                                         p->source));
+  plugins_.push_back(std::move(info));
+  return Status::ok();
+}
+
+namespace {
+
+std::vector<fs::path> search_dirs() {
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("TIER_PLUGIN_DIR")) {
+    std::string_view s(env);
+    while (!s.empty()) {
+      auto p = s.find(':');
+      if (p != 0) dirs.emplace_back(std::string(s.substr(0, p)));
+      if (p == std::string_view::npos) break;
+      s.remove_prefix(p + 1);
+    }
+  }
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&search_dirs), &info) != 0 && info.dli_fname != nullptr)
+    dirs.push_back(fs::path(info.dli_fname).parent_path() / "plugins");
+  return dirs;
+}
+
+}  // namespace
+
+Status Registry::load(std::string_view name_or_path, PluginKind kind_hint) {
+  std::string target(name_or_path);
+  fs::path file;
+  bool is_path = target.find('/') != std::string::npos ||
+                 (target.size() > 3 && target.ends_with(".so"));
+  std::vector<std::string> tried;
+  if (is_path) {
+    file = target;
+    tried.push_back(target);
+    if (!fs::exists(file)) file.clear();
+  } else {
+    const PluginKind kinds[] = {kind_hint, PluginKind::kBackend, PluginKind::kCodec,
+                                PluginKind::kStage};
+    for (const fs::path& dir : search_dirs()) {
+      for (PluginKind k : kinds) {
+        fs::path candidate = dir / fmt::format("libtier_{}_{}.so", plugin_kind_name(k), target);
+        tried.push_back(candidate.string());
+        if (file.empty() && fs::exists(candidate)) file = candidate;
+      }
+    }
+  }
+  if (file.empty())
+    return Status::not_found(fmt::format(
+        "plugin \"{}\" not found (looked for: {}); set TIER_PLUGIN_DIR or give a path", target,
+        fmt::join(tried, ", ")));
+  std::string canonical = fs::weakly_canonical(file).string();
+  {
+    std::lock_guard lock(mu_);
+    if (std::find(loaded_paths_.begin(), loaded_paths_.end(), canonical) != loaded_paths_.end())
+      return Status::ok();
+  }
+  void* handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (handle == nullptr)
+    return Status::invalid(fmt::format("cannot load plugin {}: {}", canonical, dlerror()));
+  std::shared_ptr<void> library(handle, [](void* h) { dlclose(h); });
+  auto entry = reinterpret_cast<tier_plugin_entry_fn>(dlsym(handle, TIER_PLUGIN_ENTRY_SYMBOL));
+  if (entry == nullptr)
+    return Status::invalid(fmt::format("plugin {} does not export {}(); is it a libtier plugin?",
+                                       canonical, TIER_PLUGIN_ENTRY_SYMBOL));
+  TIER_RETURN_IF_ERROR(add(entry(), canonical, library));
+  std::lock_guard lock(mu_);
+  loaded_paths_.push_back(canonical);
+  return Status::ok();
+}
+
+const PluginInfo* Registry::find(PluginKind kind, std::string_view name) const {
+  std::lock_guard lock(mu_);
+  for (const auto& p : plugins_)
+    if (p->kind == kind && p->name == name) return p.get();
+  return nullptr;
+}
+
+std::vector<std::string> Registry::names(PluginKind kind) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& p : plugins_)
+    if (p->kind == kind) out.push_back(p->name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<void*> Registry::create_raw(PluginKind kind, std::string_view type, const void* ctx,
+                                   PluginDeleter* deleter) const {
+  const PluginInfo* info = find(kind, type);
+  if (info == nullptr)
+    return Status::invalid(fmt::format("unknown {} \"{}\"; registered: {}",
+                                       plugin_kind_name(kind), type,
+                                       fmt::join(names(kind), ", ")));
+  char error[512] = {0};
+  void* obj = info->descriptor->create(ctx, error, sizeof error);
+  if (obj == nullptr)
+    return Status::invalid(fmt::format("{} \"{}\" failed to start: {}", plugin_kind_name(kind),
+                                       type, error[0] ? error : "no reason given"));
+  deleter->destroy = info->descriptor->destroy;
+  deleter->library = info->library;
+  return obj;
+}
+
+Result<PluginPtr<Backend>> Registry::create_backend(std::string_view type,
+                                                    const BackendContext& ctx) const {
+  PluginDeleter d;
+  TIER_ASSIGN_OR_RETURN(void* obj, create_raw(PluginKind::kBackend, type, &ctx, &d));
+  return PluginPtr<Backend>(static_cast<Backend*>(obj), std::move(d));
+}
+
+Result<PluginPtr<Codec>> Registry::create_codec(std::string_view type, const Json& options) const {
+  PluginDeleter d;
+  TIER_ASSIGN_OR_RETURN(void* obj, create_raw(PluginKind::kCodec, type, &options, &d));
+  return PluginPtr<Codec>(static_cast<Codec*>(obj), std::move(d));
+}
+
+Result<PluginPtr<StageCodec>> Registry::create_stage(std::string_view type,
+                                                     const Json& options) const {
+  PluginDeleter d;
+  TIER_ASSIGN_OR_RETURN(void* obj, create_raw(PluginKind::kStage, type, &options, &d));
+  return PluginPtr<StageCodec>(static_cast<StageCodec*>(obj), std::move(d));
+}
+
+}  // namespace tier

@@ -1,0 +1,551 @@
+#include "tier/tier_stack.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tier/object.hpp"
+
+namespace tier {
+
+using Clock = std::chrono::steady_clock;
+
+class TierStack::EvictSink final : public EvictionHandler {
+ public:
+  EvictSink(TierStack* stack, int tier) : stack_(stack), tier_(tier) {}
+  void on_evict(const ObjectKey& key, std::span<const std::byte> image) noexcept override {
+    stack_->on_evict(tier_, key, image);
+  }
+
+ private:
+  TierStack* stack_;
+  int tier_;
+};
+
+Json StackCounters::to_json() const {
+  return {{"saves", saves.get()},
+          {"saved_bytes", saved_bytes.get()},
+          {"save_failures", save_failures.get()},
+          {"loads", loads.get()},
+          {"loaded_bytes", loaded_bytes.get()},
+          {"load_misses", load_misses.get()},
+          {"decode_failures", decode_failures.get()},
+          {"writethrough_dropped", writethrough_dropped.get()},
+          {"demotions_dropped", demotions_dropped.get()}};
+}
+
+TierStack::TierStack(const Profile& profile)
+    : max_inflight_bytes_(profile.max_inflight_bytes),
+      op_timeout_(std::chrono::microseconds(profile.op_timeout_us)) {}
+
+TierStack::~TierStack() {
+  flush(std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout_)).ignore();
+  // Backends go first: after their destructors no request can touch a pending image.
+  for (auto& t : tiers_) t.backend.reset();
+  pending_.clear();
+}
+
+Result<std::unique_ptr<TierStack>> TierStack::open(const Profile& profile, Registry& registry) {
+  std::unique_ptr<TierStack> stack(new TierStack(profile));
+  for (std::size_t i = 0; i < profile.tiers.size(); ++i) {
+    const TierSpec& spec = profile.tiers[i];
+    Tier t;
+    t.spec = spec;
+    BackendContext ctx{spec.name, spec.capacity_bytes, spec.backend_options};
+    auto backend = registry.create_backend(spec.backend_type, ctx);
+    if (!backend)
+      return Status(backend.status().code(),
+                    fmt::format("/tiers/{}/backend: {}", i, backend.status().message()));
+    t.backend = std::move(backend).value();
+    if (!spec.stage_type.empty()) {
+      auto stage = registry.create_stage(spec.stage_type, spec.stage_options);
+      if (!stage)
+        return Status(stage.status().code(),
+                      fmt::format("/tiers/{}/stage: {}", i, stage.status().message()));
+      t.stage = std::move(stage).value();
+    }
+    t.sink = std::make_unique<EvictSink>(stack.get(), static_cast<int>(i));
+    t.backend->set_eviction_handler(t.sink.get());
+    stack->tiers_.push_back(std::move(t));
+  }
+  for (std::size_t i = 0; i < stack->tiers_.size(); ++i) {
+    if (stack->tiers_[i].spec.on_evict != EvictPolicy::kDemote) continue;
+    for (std::size_t j = i + 1; j < stack->tiers_.size(); ++j) {
+      if (stack->tiers_[j].spec.write) {
+        stack->tiers_[i].demote_to = static_cast<int>(j);
+        break;
+      }
+    }
+  }
+  return stack;
+}
+
+int TierStack::find_tier(std::string_view name) const {
+  for (std::size_t i = 0; i < tiers_.size(); ++i)
+    if (tiers_[i].spec.name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::uint64_t TierStack::image_bytes(std::uint64_t payload_bytes) noexcept {
+  return kObjectHeaderBytes + payload_bytes;
+}
+
+std::size_t TierStack::max_image_bytes(int t, std::size_t raw_bytes) const {
+  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+  return kObjectHeaderBytes + (stage ? stage->max_encoded_size(raw_bytes) : raw_bytes);
+}
+
+TierStack::Image TierStack::acquire(std::size_t bytes) {
+  for (std::size_t i = 0; i < pool_.size(); ++i) {
+    if (pool_[i].capacity() >= bytes && pool_[i].capacity() <= 2 * bytes + 4096) {
+      auto v = std::make_shared<std::vector<std::byte>>(std::move(pool_[i]));
+      pool_bytes_ -= v->capacity();
+      pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
+      v->resize(bytes);
+      return v;
+    }
+  }
+  return std::make_shared<std::vector<std::byte>>(bytes);
+}
+
+Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
+                                               std::uint32_t layout_id,
+                                               std::span<const std::byte> raw) {
+  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+  if (!stage) {
+    Image img = acquire(kObjectHeaderBytes + raw.size());
+    std::memcpy(img->data() + kObjectHeaderBytes, raw.data(), raw.size());
+    seal_object(*img, layout_id, 0, key);
+    return img;
+  }
+  Image img = acquire(kObjectHeaderBytes + stage->max_encoded_size(raw.size()));
+  auto n = stage->encode(layout_id, raw, std::span(*img).subspan(kObjectHeaderBytes));
+  if (!n) return n.status();
+  img->resize(kObjectHeaderBytes + *n);
+  seal_object(*img, layout_id, stage->stage_id(), key);
+  return img;
+}
+
+Result<std::span<const std::byte>> TierStack::raw_payload(int t, std::span<const std::byte> image,
+                                                          std::uint32_t* layout_id,
+                                                          Image& holder) {
+  auto h = parse_object_header(image);
+  if (!h) return h.status();
+  *layout_id = h->layout_id;
+  auto payload = image.subspan(kObjectHeaderBytes, h->payload_bytes);
+  if (h->stage_id == 0) return payload;
+  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+  if (!stage || stage->stage_id() != h->stage_id)
+    return Status(Code::kChecksumMismatch,
+                  fmt::format("object was written by stage {}, which tier {} does not use",
+                              h->stage_id, tiers_[static_cast<std::size_t>(t)].spec.name));
+  auto size = stage->decoded_size(payload, h->layout_id);
+  if (!size) return size.status();
+  holder = acquire(*size);
+  auto n = stage->decode(payload, h->layout_id, *holder);
+  if (!n) return n.status();
+  return std::span<const std::byte>(holder->data(), *n);
+}
+
+std::uint64_t TierStack::submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
+                                    Status* err) {
+  Backend& b = *tiers_[static_cast<std::size_t>(t)].backend;
+  std::uint64_t id = next_id_++;
+  IoRequest req{op, key, buf, id};
+  p.tier = t;
+  p.op = op;
+  pending_.emplace(id, std::move(p));
+  const auto deadline = Clock::now() + op_timeout_;
+  for (;;) {
+    auto r = b.submit(std::span(&req, 1));
+    if (r && *r == 1) break;
+    if (!r || Clock::now() > deadline) {
+      pending_.erase(id);
+      if (err) *err = r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
+      return 0;
+    }
+    reap(t, 1, std::chrono::microseconds(1000));  // queue full: make room
+  }
+  drain_evictions();
+  return id;
+}
+
+void TierStack::reap(int t, std::size_t min, std::chrono::microseconds wait) {
+  Backend& b = *tiers_[static_cast<std::size_t>(t)].backend;
+  Completion batch[64];
+  auto r = b.poll(batch, std::min<std::size_t>(min, 64), wait);
+  if (!r) return;
+  for (std::size_t i = 0; i < *r; ++i) {
+    auto it = pending_.find(batch[i].user_data);
+    if (it == pending_.end()) continue;
+    Pending& p = it->second;
+    if (!p.background) {
+      p.done = std::move(batch[i]);
+      p.finished = true;
+      continue;
+    }
+    bg_bytes_ -= p.charged;
+    --bg_count_;
+    if (p.op == Op::kPut && !batch[i].status.is_ok() && !(batch[i].status == Code::kAlreadyExists))
+      b.metrics().dropped_saves.add();
+    if (p.image && p.image.use_count() == 1 && pool_bytes_ < max_inflight_bytes_) {
+      pool_bytes_ += p.image->capacity();
+      pool_.push_back(std::move(*p.image));
+    }
+    pending_.erase(it);
+  }
+  drain_evictions();
+}
+
+void TierStack::on_evict(int t, const ObjectKey& key, std::span<const std::byte> image) noexcept {
+  const Tier& tier = tiers_[static_cast<std::size_t>(t)];
+  if (tier.demote_to < 0 || image.empty()) return;
+  try {
+    evicted_.push_back({t, {key, std::vector<std::byte>(image.begin(), image.end())}});
+  } catch (...) {
+    counters_.demotions_dropped.add();
+  }
+}
+
+void TierStack::drain_evictions() {
+  while (!evicted_.empty()) {
+    auto [t, entry] = std::move(evicted_.back());
+    evicted_.pop_back();
+    auto& [key, bytes] = entry;
+    Tier& from = tiers_[static_cast<std::size_t>(t)];
+    int to = from.demote_to;
+    if (bg_bytes_ + bytes.size() > max_inflight_bytes_) {
+      counters_.demotions_dropped.add();
+      tiers_[static_cast<std::size_t>(to)].backend->metrics().dropped_saves.add();
+      continue;
+    }
+    Image image;
+    bool same_stage = (from.stage ? from.stage->stage_id() : 0) ==
+                      (tiers_[static_cast<std::size_t>(to)].stage
+                           ? tiers_[static_cast<std::size_t>(to)].stage->stage_id() : 0);
+    if (same_stage) {
+      image = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+    } else {
+      std::uint32_t layout = 0;
+      Image holder;
+      auto raw = raw_payload(t, bytes, &layout, holder);
+      if (!raw) {
+        counters_.demotions_dropped.add();
+        continue;
+      }
+      auto img = make_image(to, key, layout, *raw);
+      if (!img) {
+        counters_.demotions_dropped.add();
+        continue;
+      }
+      image = std::move(img).value();
+    }
+    from.backend->metrics().demotions.add();
+    put_background(to, key, std::move(image), true);
+  }
+}
+
+void TierStack::put_background(int t, const ObjectKey& key, Image image, bool demotion) {
+  std::uint64_t bytes = image->size();
+  if (bg_bytes_ + bytes > max_inflight_bytes_) {
+    (demotion ? counters_.demotions_dropped : counters_.writethrough_dropped).add();
+    tiers_[static_cast<std::size_t>(t)].backend->metrics().dropped_saves.add();
+    return;
+  }
+  Region buf = host_region(*image);
+  Pending p;
+  p.background = true;
+  p.image = std::move(image);
+  p.charged = bytes;
+  bg_bytes_ += bytes;
+  ++bg_count_;
+  Status err;
+  if (submit_one(t, Op::kPut, key, buf, std::move(p), &err) == 0) {
+    bg_bytes_ -= bytes;
+    --bg_count_;
+    tiers_[static_cast<std::size_t>(t)].backend->metrics().dropped_saves.add();
+  }
+}
+
+void TierStack::wait_for(const std::vector<std::uint64_t>& ids) {
+  const auto deadline = Clock::now() + op_timeout_;
+  for (;;) {
+    int waiting_tier = -1;
+    for (std::uint64_t id : ids) {
+      auto it = pending_.find(id);
+      if (it != pending_.end() && !it->second.finished) {
+        waiting_tier = it->second.tier;
+        break;
+      }
+    }
+    if (waiting_tier < 0) return;
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+    reap(waiting_tier, 1, std::min(left, std::chrono::microseconds(10'000)));
+  }
+  // Timed out: the tier still owns the buffers, so the requests become background work whose
+  // late completions are discarded; the caller sees TimedOut.
+  for (std::uint64_t id : ids) {
+    auto it = pending_.find(id);
+    if (it == pending_.end() || it->second.finished) continue;
+    it->second.background = true;
+    it->second.charged = 0;
+    ++bg_count_;
+    timed_out_.insert(id);
+  }
+}
+
+Completion TierStack::take(std::uint64_t id) {
+  if (timed_out_.erase(id) > 0)
+    return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
+  auto it = pending_.find(id);
+  if (it == pending_.end() || !it->second.finished)
+    return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
+  Completion c = std::move(it->second.done);
+  pending_.erase(it);
+  return c;
+}
+
+Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
+  std::vector<char> found(keys.size(), 0);
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (!tiers_[t].spec.read) continue;
+    std::vector<std::uint64_t> ids(keys.size(), 0);
+    bool any = false;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (found[i]) continue;
+      ids[i] = submit_one(static_cast<int>(t), Op::kContains, keys[i], Region{}, Pending{},
+                          nullptr);
+      any |= ids[i] != 0;
+    }
+    if (!any) continue;
+    wait_for(ids);
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (ids[i] != 0 && take(ids[i]).status.is_ok()) found[i] = 1;
+  }
+  std::size_t n = 0;
+  while (n < keys.size() && found[n]) ++n;
+  return n;
+}
+
+Result<int> TierStack::locate(const ObjectKey& key) {
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (!tiers_[t].spec.read) continue;
+    std::uint64_t id =
+        submit_one(static_cast<int>(t), Op::kContains, key, Region{}, Pending{}, nullptr);
+    if (id == 0) continue;
+    wait_for({id});
+    if (take(id).status.is_ok()) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
+                       std::span<Status> out) {
+  if (out.size() != items.size()) return Status::invalid("save: out.size() != items.size()");
+  int first = -1;
+  for (std::size_t t = 0; t < tiers_.size(); ++t)
+    if (tiers_[t].spec.write) {
+      first = static_cast<int>(t);
+      break;
+    }
+  std::vector<std::uint64_t> ids(items.size(), 0);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    counters_.saves.add();
+    auto size = codec.encoded_size(items[i].src);
+    if (!size) {
+      out[i] = size.status();
+      continue;
+    }
+    // Encode once into a raw image; stage tiers transcode from its payload.
+    Image raw = acquire(kObjectHeaderBytes + *size);
+    auto n = codec.encode(items[i].src, std::span(*raw).subspan(kObjectHeaderBytes));
+    if (!n) {
+      out[i] = n.status();
+      continue;
+    }
+    raw->resize(kObjectHeaderBytes + *n);
+    seal_object(*raw, codec.layout_id(), 0, items[i].key);
+    std::span<const std::byte> payload(raw->data() + kObjectHeaderBytes, *n);
+    for (std::size_t t = static_cast<std::size_t>(first); t < tiers_.size(); ++t) {
+      if (!tiers_[t].spec.write) continue;
+      Image image = raw;
+      if (tiers_[t].stage) {
+        auto img = make_image(static_cast<int>(t), items[i].key, codec.layout_id(), payload);
+        if (!img) {
+          if (static_cast<int>(t) == first) out[i] = img.status();
+          continue;
+        }
+        image = std::move(img).value();
+      }
+      if (static_cast<int>(t) == first) {
+        Pending p;
+        p.image = image;
+        Status err;
+        ids[i] = submit_one(first, Op::kPut, items[i].key, host_region(*image), std::move(p),
+                            &err);
+        if (ids[i] == 0) out[i] = err;
+      } else {
+        put_background(static_cast<int>(t), items[i].key, std::move(image), false);
+      }
+    }
+  }
+  wait_for(ids);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (ids[i] == 0) {
+      if (out[i].is_ok()) out[i] = Status(Code::kBadState, "not submitted");
+      counters_.save_failures.add();
+      continue;
+    }
+    Completion c = take(ids[i]);
+    if (c.status.is_ok() || c.status == Code::kAlreadyExists) {
+      out[i] = Status::ok();
+      counters_.saved_bytes.add(c.bytes);
+    } else {
+      out[i] = c.status;
+      counters_.save_failures.add();
+    }
+  }
+  return Status::ok();
+}
+
+Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
+                       std::span<LoadResult> out) {
+  if (out.size() != items.size()) return Status::invalid("load: out.size() != items.size()");
+  std::vector<std::size_t> raw_size(items.size(), 0);
+  std::vector<char> todo(items.size(), 1);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    counters_.loads.add();
+    out[i] = LoadResult{Status::not_found(), -1};
+    auto size = codec.encoded_size(items[i].dst);
+    if (!size) {
+      out[i].status = size.status();
+      todo[i] = 0;
+      continue;
+    }
+    raw_size[i] = *size;
+  }
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (!tiers_[t].spec.read) continue;
+    std::vector<std::uint64_t> ids(items.size(), 0);
+    std::vector<Image> bufs(items.size());
+    bool any = false;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (!todo[i]) continue;
+      bufs[i] = acquire(max_image_bytes(static_cast<int>(t), raw_size[i]));
+      Pending p;
+      p.image = bufs[i];
+      ids[i] = submit_one(static_cast<int>(t), Op::kGet, items[i].key, host_region(*bufs[i]),
+                          std::move(p), nullptr);
+      any |= ids[i] != 0;
+    }
+    if (!any) continue;
+    wait_for(ids);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (ids[i] == 0) continue;
+      Completion c = take(ids[i]);
+      if (!c.status.is_ok()) {
+        if (c.status == Code::kChecksumMismatch) {
+          // Never served; drop the corrupt copy so a recomputed object can be stored again.
+          Pending p;
+          p.background = true;
+          ++bg_count_;
+          if (submit_one(static_cast<int>(t), Op::kRemove, items[i].key, Region{}, std::move(p),
+                         nullptr) == 0)
+            --bg_count_;
+          out[i].status = c.status;
+        } else if (!(c.status == Code::kNotFound) && out[i].status == Code::kNotFound) {
+          out[i].status = c.status;
+        }
+        continue;
+      }
+      std::span<const std::byte> image(bufs[i]->data(), c.bytes);
+      std::uint32_t layout = 0;
+      Image holder;
+      auto raw = raw_payload(static_cast<int>(t), image, &layout, holder);
+      Status st = raw ? Status::ok() : raw.status();
+      if (st && layout != codec.layout_id())
+        st = Status(Code::kInvalidArgument,
+                    fmt::format("object has layout {}, the codec expects {}", layout,
+                                codec.layout_id()));
+      if (st) st = codec.decode(*raw, items[i].dst);
+      if (!st) {
+        counters_.decode_failures.add();
+        out[i].status = st;
+        continue;
+      }
+      out[i] = LoadResult{Status::ok(), static_cast<int>(t)};
+      todo[i] = 0;
+      counters_.loaded_bytes.add(raw->size());
+      // Promote into the faster writable tiers.
+      for (std::size_t u = 0; u < t; ++u) {
+        if (!tiers_[u].spec.write) continue;
+        auto img = make_image(static_cast<int>(u), items[i].key, layout, *raw);
+        if (!img) continue;
+        tiers_[t].backend->metrics().promotions.add();
+        put_background(static_cast<int>(u), items[i].key, std::move(img).value(), false);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (!out[i].status.is_ok()) counters_.load_misses.add();
+  return Status::ok();
+}
+
+Status TierStack::remove(const ObjectKey& key) {
+  std::vector<std::uint64_t> ids;
+  Status result;
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    Status err;
+    std::uint64_t id = submit_one(static_cast<int>(t), Op::kRemove, key, Region{}, Pending{}, &err);
+    if (id == 0) {
+      if (result.is_ok()) result = err;
+      continue;
+    }
+    ids.push_back(id);
+  }
+  wait_for(ids);
+  for (std::uint64_t id : ids) {
+    Completion c = take(id);
+    if (!c.status.is_ok() && !(c.status == Code::kNotFound) && result.is_ok()) result = c.status;
+  }
+  return result;
+}
+
+void TierStack::progress() {
+  for (std::size_t t = 0; t < tiers_.size(); ++t)
+    if (tiers_[t].backend->in_flight() > 0) reap(static_cast<int>(t), 0, {});
+  drain_evictions();
+}
+
+Status TierStack::flush(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (bg_count_ > 0) {
+    if (Clock::now() >= deadline)
+      return Status(Code::kTimedOut, fmt::format("{} background requests still in flight",
+                                                 bg_count_));
+    for (std::size_t t = 0; t < tiers_.size(); ++t)
+      if (tiers_[t].backend->in_flight() > 0) reap(static_cast<int>(t), 1, std::chrono::microseconds(1000));
+    drain_evictions();
+  }
+  return Status::ok();
+}
+
+std::vector<NamedMetrics> TierStack::metrics() const {
+  std::vector<NamedMetrics> m;
+  for (const auto& t : tiers_) m.push_back({t.spec.name, &t.backend->metrics()});
+  return m;
+}
+
+Json TierStack::metrics_json() const {
+  Json j;
+  j["tiers"] = tier::metrics_json(metrics());
+  j["stack"] = counters_.to_json();
+  return j;
+}
+
+std::string TierStack::metrics_prometheus() const { return tier::metrics_prometheus(metrics()); }
+
+}  // namespace tier

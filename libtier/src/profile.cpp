@@ -14,12 +14,12 @@ const std::vector<std::string> kTierKeys = {"name", "capacity", "backend", "stag
                                             "read", "write", "on_evict"};
 
 const std::vector<OptionSpec>& stack_specs() {
-  static const std::vector<OptionSpec> specs = parse_option_specs(R"([
+  static const std::vector<OptionSpec> specs = parse_option_specs(R"JSON([
     {"name": "max_inflight_bytes", "type": "size", "default": "256MiB", "min": 1,
      "doc": "bytes of background writes (write-through, demotion, promotion) in flight at once; a write that does not fit is dropped and counted"},
     {"name": "op_timeout", "type": "duration", "default": "10s", "min": 1000,
      "doc": "longest wait for one tier to complete a foreground request"}
-  ])");
+  ])JSON");
   return specs;
 }
 

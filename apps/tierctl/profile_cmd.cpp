@@ -1,0 +1,76 @@
+// tierctl check PROFILE / tierctl explain PROFILE
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+
+namespace {
+
+int run_check(tier::cli::Args& args) {
+  args.finish();
+  if (args.positional().size() != 1) return tier::cli::fail("usage: tierctl check PROFILE", 2);
+  const std::string& path = args.positional()[0];
+  tier::ConfigErrors errors;
+  auto p = tier::load_profile(path, tier::Registry::global(), &errors);
+  if (!p) {
+    for (const auto& e : errors.list()) fmt::print(stderr, "{}: {}\n", path, e);
+    if (errors.empty()) fmt::print(stderr, "{}\n", p.status().to_string());
+    fmt::print(stderr, "{}: {} error{}\n", path, errors.list().size(),
+               errors.list().size() == 1 ? "" : "s");
+    return 1;
+  }
+  fmt::print("{}: ok ({} tier{})\n", path, p->tiers.size(), p->tiers.size() == 1 ? "" : "s");
+  return 0;
+}
+
+int run_explain(tier::cli::Args& args) {
+  bool json = args.flag("json");
+  args.finish();
+  if (args.positional().size() != 1)
+    return tier::cli::fail("usage: tierctl explain PROFILE [--json]", 2);
+  const std::string& path = args.positional()[0];
+  tier::ConfigErrors errors;
+  auto& registry = tier::Registry::global();
+  auto p = tier::load_profile(path, registry, &errors);
+  if (!p) {
+    for (const auto& e : errors.list()) fmt::print(stderr, "{}: {}\n", path, e);
+    return 1;
+  }
+  tier::Json j = p->to_json();
+  for (auto& t : j["tiers"]) {
+    const auto* info = registry.find(tier::PluginKind::kBackend,
+                                     t["backend"]["type"].get<std::string>());
+    t["backend_source"] = info ? info->source : "?";
+  }
+  if (json) {
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("profile {}\n", path);
+  fmt::print("  background writes in flight: at most {}\n", j["stack"]["max_inflight"].get<std::string>());
+  fmt::print("  foreground timeout: {} ms\n", p->op_timeout_us / 1000);
+  for (std::size_t i = 0; i < p->tiers.size(); ++i) {
+    const auto& t = p->tiers[i];
+    fmt::print("  tier {} \"{}\": backend {} ({}), capacity {}, {}{}, on eviction {}\n", i, t.name,
+               t.backend_type, j["tiers"][i]["backend_source"].get<std::string>(),
+               tier::format_size(t.capacity_bytes), t.read ? "read" : "",
+               t.write ? (t.read ? "+write" : "write") : "",
+               t.on_evict == tier::EvictPolicy::kDemote ? "demote" : "drop");
+    fmt::print("    backend options: {}\n", t.backend_options.dump());
+    fmt::print("    stage: {}\n", t.stage_type.empty()
+                                      ? std::string("none (raw payload)")
+                                      : t.stage_type + " " + t.stage_options.dump());
+  }
+  return 0;
+}
+
+}  // namespace
+
+TIER_CLI_COMMAND(check, "check PROFILE",
+                 "validate a profile; exit 0 if valid, else print every error with its JSON path "
+                 "and exit 1",
+                 run_check);
+TIER_CLI_COMMAND(explain, "explain PROFILE [--json]",
+                 "print the resolved tiers, capacities, stages and plugins, defaults filled in",
+                 run_explain);

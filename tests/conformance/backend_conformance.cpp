@@ -1,0 +1,236 @@
+// One conformance suite for every backend. The tier under test is tier 0 of the profile named by
+// TIER_TEST_CONFIG; Meson runs this binary once per backend profile (tests/conformance/*.json).
+// Third-party plugin authors can run it against their own profile the same way.
+//
+// Exit 77 (Meson: SKIP) when the backend cannot start here for a reason it reports as
+// NotSupported (no io_uring, no GPU, no server), so the suite never fakes a pass.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <set>
+
+#include "support/test_util.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+
+using namespace tier;
+using tier::test::key_of;
+using tier::test::make_image;
+using tier::test::run;
+
+namespace {
+
+Profile g_profile;
+
+struct Fixture {
+  PluginPtr<Backend> backend{nullptr, {}};
+  Fixture() {
+    const TierSpec& t = g_profile.tiers.at(0);
+    auto b = Registry::global().create_backend(t.backend_type,
+                                               BackendContext{t.name, t.capacity_bytes,
+                                                              t.backend_options});
+    REQUIRE_MESSAGE(b.is_ok(), b.status().to_string());
+    backend = std::move(b).value();
+  }
+  Backend& b() { return *backend; }
+  // Buffers honouring the backend's alignment.
+  std::shared_ptr<std::byte[]> aligned(std::size_t bytes) {
+    std::size_t a = std::max<std::size_t>(b().capabilities().io_alignment, 64);
+    std::size_t n = (bytes + a - 1) / a * a;
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(a, n));
+    return std::shared_ptr<std::byte[]>(p, [](std::byte* q) { std::free(q); });
+  }
+  std::size_t round(std::size_t bytes) {
+    std::size_t a = b().capabilities().io_alignment;
+    return (bytes + a - 1) / a * a;
+  }
+  // An aligned copy of an image (padded with zeros to the alignment; the header says the size).
+  Region put_region(const std::vector<std::byte>& img, std::shared_ptr<std::byte[]>& hold) {
+    std::size_t n = round(img.size());
+    hold = aligned(n);
+    std::memset(hold.get(), 0, n);
+    std::memcpy(hold.get(), img.data(), img.size());
+    return Region{hold.get(), n, MemoryKind::kHost, -1};
+  }
+  Completion put(const ObjectKey& k, const std::vector<std::byte>& img) {
+    std::shared_ptr<std::byte[]> hold;
+    return run(b(), Op::kPut, k, put_region(img, hold));
+  }
+  Completion get(const ObjectKey& k, std::size_t cap, std::shared_ptr<std::byte[]>& hold) {
+    std::size_t n = round(cap);
+    hold = aligned(n);
+    return run(b(), Op::kGet, k, Region{hold.get(), n, MemoryKind::kHost, -1});
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(Fixture, "put then get round-trips bit-exact") {
+  for (std::size_t size : {1ul, 4096ul, 100'000ul, 1ul << 20}) {
+    auto k = key_of(size);
+    auto img = make_image(k, size);
+    Completion c = put(k, img);
+    REQUIRE_MESSAGE(c.status.is_ok(), c.status.to_string());
+    std::shared_ptr<std::byte[]> hold;
+    Completion g = get(k, img.size(), hold);
+    REQUIRE_MESSAGE(g.status.is_ok(), g.status.to_string());
+    CHECK(g.bytes == img.size());
+    CHECK(std::memcmp(hold.get(), img.data(), img.size()) == 0);
+  }
+}
+
+TEST_CASE_FIXTURE(Fixture, "put is put-if-absent") {
+  auto k = key_of(7);
+  REQUIRE(put(k, make_image(k, 1000, 1)).status.is_ok());
+  Completion again = put(k, make_image(k, 1000, 2));
+  CHECK(again.status.code() == Code::kAlreadyExists);
+  std::shared_ptr<std::byte[]> hold;
+  Completion g = get(k, 2000, hold);
+  REQUIRE(g.status.is_ok());
+  auto first = make_image(k, 1000, 1);
+  CHECK(std::memcmp(hold.get(), first.data(), first.size()) == 0);  // the first one stays
+}
+
+TEST_CASE_FIXTURE(Fixture, "missing keys, contains and remove") {
+  auto k = key_of(11);
+  std::shared_ptr<std::byte[]> hold;
+  CHECK(get(k, 4096, hold).status.code() == Code::kNotFound);
+  CHECK(run(b(), Op::kContains, k).status.code() == Code::kNotFound);
+  auto img = make_image(k, 3000);
+  REQUIRE(put(k, img).status.is_ok());
+  Completion c = run(b(), Op::kContains, k);
+  CHECK(c.status.is_ok());
+  CHECK(c.bytes == img.size());
+  CHECK(run(b(), Op::kRemove, k).status.is_ok());
+  CHECK(run(b(), Op::kContains, k).status.code() == Code::kNotFound);
+  CHECK(run(b(), Op::kRemove, k).status.code() == Code::kNotFound);
+  REQUIRE(put(k, img).status.is_ok());  // a removed key can be stored again
+}
+
+TEST_CASE_FIXTURE(Fixture, "namespaces and ranks never hit each other") {
+  auto a = key_of(5, 100, 0), other_ns = key_of(5, 200, 0), other_rank = key_of(5, 100, 1);
+  REQUIRE(put(a, make_image(a, 512)).status.is_ok());
+  CHECK(run(b(), Op::kContains, other_ns).status.code() == Code::kNotFound);
+  CHECK(run(b(), Op::kContains, other_rank).status.code() == Code::kNotFound);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a too-small get buffer is refused with the size needed") {
+  auto k = key_of(13);
+  auto img = make_image(k, 64 * 1024);
+  REQUIRE(put(k, img).status.is_ok());
+  std::shared_ptr<std::byte[]> hold;
+  Completion g = get(k, round(1024), hold);
+  CHECK(g.status.code() == Code::kInvalidArgument);
+  CHECK(g.bytes >= img.size());
+}
+
+TEST_CASE_FIXTURE(Fixture, "a batch of requests completes exactly once each") {
+  constexpr std::size_t kN = 200;
+  std::vector<std::vector<std::byte>> imgs;
+  std::vector<std::shared_ptr<std::byte[]>> holds(kN);
+  std::vector<IoRequest> reqs;
+  for (std::size_t i = 0; i < kN; ++i) {
+    auto k = key_of(1000 + i);
+    imgs.push_back(make_image(k, 8192, i));
+    reqs.push_back(IoRequest{Op::kPut, k, put_region(imgs.back(), holds[i]), i});
+  }
+  std::set<std::uint64_t> seen;
+  std::size_t next = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (seen.size() < kN && std::chrono::steady_clock::now() < deadline) {
+    if (next < kN) {
+      auto r = b().submit(std::span(reqs).subspan(next));
+      REQUIRE(r.is_ok());
+      next += *r;
+    }
+    Completion out[64];
+    auto r = b().poll(out, 1, std::chrono::microseconds(100000));
+    REQUIRE(r.is_ok());
+    for (std::size_t i = 0; i < *r; ++i) {
+      CHECK_MESSAGE(out[i].status.is_ok(), out[i].status.to_string());
+      CHECK(seen.insert(out[i].user_data).second);
+    }
+  }
+  CHECK(seen.size() == kN);
+  CHECK(b().in_flight() == 0);
+  for (std::size_t i = 0; i < kN; i += 37) {
+    std::shared_ptr<std::byte[]> hold;
+    Completion g = get(reqs[i].key, 16384, hold);
+    REQUIRE(g.status.is_ok());
+    CHECK(std::memcmp(hold.get(), imgs[i].data(), imgs[i].size()) == 0);
+  }
+}
+
+TEST_CASE_FIXTURE(Fixture, "a put whose image does not match its key is refused") {
+  auto k = key_of(21), other = key_of(22);
+  Completion c = put(k, make_image(other, 100));
+  CHECK(c.status.code() == Code::kInvalidArgument);
+  CHECK(run(b(), Op::kContains, k).status.code() == Code::kNotFound);
+}
+
+TEST_CASE_FIXTURE(Fixture, "poll with nothing in flight returns at once") {
+  Completion out[4];
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = b().poll(out, 1, std::chrono::microseconds(2'000'000));
+  REQUIRE(r.is_ok());
+  CHECK(*r == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500));
+}
+
+TEST_CASE_FIXTURE(Fixture, "capacity is never exceeded; old objects are evicted") {
+  const std::uint64_t cap = b().usage().capacity_bytes;
+  REQUIRE(cap > 0);
+  const std::size_t payload = 256 * 1024;
+  const std::size_t count = std::min<std::uint64_t>(cap / payload + 8, 4096);
+  if (cap > 256ull << 20) {
+    MESSAGE("capacity too large to fill in a unit test; eviction not exercised");
+    return;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    auto k = key_of(50'000 + i);
+    Completion c = put(k, make_image(k, payload));
+    CHECK_MESSAGE((c.status.is_ok() || c.status.code() == Code::kNoSpace), c.status.to_string());
+    CHECK(b().usage().used_bytes <= cap);
+  }
+  CHECK(b().metrics().evictions.get() > 0);
+  auto last = key_of(50'000 + count - 1);
+  CHECK(run(b(), Op::kContains, last).status.is_ok());  // the newest survives
+}
+
+TEST_CASE_FIXTURE(Fixture, "misaligned buffers are refused when the tier needs alignment") {
+  std::size_t a = b().capabilities().io_alignment;
+  if (a <= 1) return;
+  auto hold = aligned(2 * a);
+  auto k = key_of(31);
+  Completion g = run(b(), Op::kGet, k, Region{hold.get() + 1, a, MemoryKind::kHost, -1});
+  CHECK(g.status.code() == Code::kInvalidArgument);
+}
+
+int main(int argc, char** argv) {
+  const char* path = std::getenv("TIER_TEST_CONFIG");
+  if (path == nullptr) {
+    std::fprintf(stderr, "TIER_TEST_CONFIG must name a profile whose tier 0 is under test\n");
+    return 2;
+  }
+  ConfigErrors errors;
+  auto p = load_profile(path, Registry::global(), &errors);
+  if (!p) {
+    std::fprintf(stderr, "%s\n", p.status().to_string().c_str());
+    return 2;
+  }
+  g_profile = *p;
+  const TierSpec& t = g_profile.tiers.at(0);
+  auto probe = Registry::global().create_backend(
+      t.backend_type, BackendContext{t.name, t.capacity_bytes, t.backend_options});
+  if (!probe) {
+    std::fprintf(stderr, "cannot start %s: %s\n", t.backend_type.c_str(),
+                 probe.status().to_string().c_str());
+    return probe.status().code() == Code::kNotSupported ? tier::test::kSkip : 1;
+  }
+  probe.value().reset();
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

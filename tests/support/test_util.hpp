@@ -1,0 +1,60 @@
+#pragma once
+// Helpers shared by libtier's tests: images, keys, a synchronous request runner, skip codes.
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tier/backend.hpp"
+#include "tier/object.hpp"
+#include "tier/status.hpp"
+
+namespace tier::test {
+
+// Meson's exit code for a skipped test.
+inline constexpr int kSkip = 77;
+
+inline ObjectKey key_of(std::uint64_t n, std::uint64_t ns = 1, std::uint32_t rank = 0) {
+  return ObjectKey{Key128{ns, ns * 31}, Key128{n, n ^ 0xabcdef}, rank};
+}
+
+// A sealed image whose payload is a deterministic pattern of `key` and `seed`.
+inline std::vector<std::byte> make_image(const ObjectKey& key, std::size_t payload_bytes,
+                                         std::uint64_t seed = 0) {
+  std::vector<std::byte> img(kObjectHeaderBytes + payload_bytes);
+  std::uint64_t x = key.id.lo * 0x9E3779B97F4A7C15ull + seed + 1;
+  for (std::size_t i = 0; i < payload_bytes; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    img[kObjectHeaderBytes + i] = static_cast<std::byte>(x & 0xff);
+  }
+  seal_object(img, 1 /* identity layout */, 0, key);
+  return img;
+}
+
+// Submits one request and waits for its completion (up to `timeout`).
+inline Completion run(Backend& b, Op op, const ObjectKey& key, Region buf = {},
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+  IoRequest req{op, key, buf, 42};
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto r = b.submit(std::span(&req, 1));
+    if (!r) return Completion{0, r.status(), 0};
+    if (*r == 1) break;
+    Completion sink[8];
+    (void)b.poll(sink, 0, std::chrono::microseconds(1000));
+    if (std::chrono::steady_clock::now() > deadline)
+      return Completion{0, Status(Code::kTimedOut, "submit"), 0};
+  }
+  Completion c;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = b.poll(std::span(&c, 1), 1, std::chrono::microseconds(100000));
+    if (r && *r == 1) return c;
+  }
+  return Completion{0, Status(Code::kTimedOut, "poll"), 0};
+}
+
+}  // namespace tier::test

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -209,7 +210,25 @@ TEST_CASE_FIXTURE(Fixture, "misaligned buffers are refused when the tier needs a
   CHECK(g.status.code() == Code::kInvalidArgument);
 }
 
+// Persistent backends keep their files under ${TIER_TEST_TMP}: a fresh directory per run unless
+// the caller sets it, removed at exit.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    if (std::getenv("TIER_TEST_TMP") != nullptr) return;
+    std::string pattern = (std::filesystem::temp_directory_path() / "libtier-conf-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) return;
+    path = pattern;
+    ::setenv("TIER_TEST_TMP", path.c_str(), 1);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
 int main(int argc, char** argv) {
+  TempDir tmp;
   const char* path = std::getenv("TIER_TEST_CONFIG");
   if (path == nullptr) {
     std::fprintf(stderr, "TIER_TEST_CONFIG must name a profile whose tier 0 is under test\n");

@@ -1,0 +1,703 @@
+#include "disk_backend.hpp"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tier/object.hpp"
+#include "tier/options.hpp"
+
+namespace tier::disk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kFixedData = 0;   // registered file indexes
+constexpr int kFixedIndex = 1;
+
+std::uint32_t ring_size_for(std::uint32_t depth) {
+  std::uint32_t n = 8;
+  while (n < 2 * depth) n <<= 1;
+  return n;
+}
+
+bool is_no_space(int err) { return err == ENOSPC || err == EFBIG || err == EDQUOT; }
+
+}  // namespace
+
+Result<DiskOptions> parse_disk_options(const BackendContext& ctx) {
+  DiskOptions o;
+  const Json& j = ctx.options;
+  o.path = j.value("path", std::string());
+  if (o.path.empty()) return Status::invalid("the disk tier needs a path");
+  o.capacity = ctx.capacity_bytes;
+  o.region_size = j.value("region_size", o.region_size);
+  o.block_size = static_cast<std::uint32_t>(j.value("block_size", std::uint64_t{o.block_size}));
+  o.queue_depth = static_cast<std::uint32_t>(j.value("queue_depth", std::uint64_t{o.queue_depth}));
+  o.durable = j.value("durable", o.durable);
+  o.preallocate = j.value("preallocate", o.preallocate);
+  if (o.queue_depth == 0) return Status::invalid("queue_depth must be at least 1");
+  return o;
+}
+
+Result<std::unique_ptr<DiskBackend>> DiskBackend::create(const BackendContext& ctx) {
+  TIER_ASSIGN_OR_RETURN(DiskOptions opts, parse_disk_options(ctx));
+  return open(ctx.tier_name, opts);
+}
+
+Result<std::unique_ptr<DiskBackend>> DiskBackend::open(const std::string& tier_name,
+                                                       const DiskOptions& opts) {
+  Geometry g;
+  g.block_size = opts.block_size;
+  g.region_size = opts.region_size;
+  g.region_count = opts.region_size == 0
+                       ? 0
+                       : static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                             opts.capacity / opts.region_size, UINT32_MAX));
+  if (std::string why = g.check(); !why.empty())
+    return Status::invalid(fmt::format("disk tier \"{}\": {}", tier_name, why));
+  OpenOptions oo;
+  oo.create = true;
+  oo.dsync = opts.durable;
+  TIER_ASSIGN_OR_RETURN(StoreFiles files, open_store(opts.path, oo));
+  std::unique_ptr<DiskBackend> b(new DiskBackend(tier_name, opts, g, std::move(files)));
+  // The ring first: a kernel that refuses io_uring must not cost the store its contents.
+  TIER_RETURN_IF_ERROR(b->init_ring());
+  auto sb = read_superblock(b->files_.index(), g.block_size);
+  if (!sb && !(sb.status() == Code::kNotFound)) return sb.status();
+  if (!sb || !(*sb == g)) {
+    TIER_RETURN_IF_ERROR(format_store(b->files_, g, opts.preallocate));
+    b->stats_.formatted = true;
+  }
+  TIER_RETURN_IF_ERROR(b->recover());
+  return b;
+}
+
+DiskBackend::DiskBackend(std::string tier_name, const DiskOptions& opts, const Geometry& g,
+                         StoreFiles files)
+    : Backend(std::move(tier_name)), opts_(opts), geo_(g), files_(std::move(files)) {}
+
+DiskBackend::~DiskBackend() {
+  if (!ring_ready_) return;
+  // Requests still in the ring reference buffers and regions: let them finish (bounded).
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while ((ring_inflight_ > 0 || !backlog_.empty()) && Clock::now() < deadline) {
+    reap();
+    pump();
+    if (ring_inflight_ == 0) continue;
+    __kernel_timespec ts{0, 10'000'000};
+    io_uring_cqe* cqe = nullptr;
+    (void)io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+  }
+  if (fixed_files_) (void)io_uring_unregister_files(&ring_);
+  if (registered_buffers_) (void)io_uring_unregister_buffers(&ring_);
+  io_uring_queue_exit(&ring_);
+}
+
+Status DiskBackend::init_ring() {
+  ring_entries_ = ring_size_for(opts_.queue_depth);
+  io_uring_params p{};
+  p.flags = IORING_SETUP_COOP_TASKRUN;
+  int rc = io_uring_queue_init_params(ring_entries_, &ring_, &p);
+  if (rc == -EINVAL) {  // kernels before 5.19 lack COOP_TASKRUN
+    p = io_uring_params{};
+    rc = io_uring_queue_init_params(ring_entries_, &ring_, &p);
+  }
+  if (rc < 0)
+    return Status(Code::kNotSupported,
+                  fmt::format("disk tier \"{}\": the kernel refused io_uring ({}): it may be too "
+                              "old (5.6+ needed), disabled (/proc/sys/kernel/io_uring_disabled, "
+                              "seccomp in containers) or short of locked memory (ulimit -l)",
+                              tier_name(), std::strerror(-rc)));
+  ring_ready_ = true;
+  io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
+  bool ops_ok = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_READ) &&
+                io_uring_opcode_supported(probe, IORING_OP_WRITE);
+  bool write_fixed = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_WRITE_FIXED);
+  if (probe != nullptr) io_uring_free_probe(probe);
+  if (!ops_ok)
+    return Status(Code::kNotSupported,
+                  fmt::format("disk tier \"{}\": io_uring lacks IORING_OP_READ/WRITE (kernel "
+                              "5.6+ needed)",
+                              tier_name()));
+  (void)io_uring_ring_dontfork(&ring_);  // a forked child must not see the rings' memory
+  int fds[2] = {files_.data(), files_.index()};
+  fixed_files_ = io_uring_register_files(&ring_, fds, 2) == 0;
+
+  // Directory blocks are written from a registered pool (WRITE_FIXED skips the page pinning).
+  const std::size_t n = ring_entries_;
+  const std::size_t bs = geo_.block_size;
+  void* pool = std::aligned_alloc(bs, n * bs);
+  if (pool == nullptr) return Status(Code::kNoSpace, "out of memory for directory buffers");
+  std::memset(pool, 0, n * bs);
+  dir_pool_ = std::unique_ptr<std::byte[], void (*)(void*)>(static_cast<std::byte*>(pool),
+                                                           &std::free);
+  std::vector<iovec> iov(n);
+  for (std::size_t i = 0; i < n; ++i) iov[i] = iovec{dir_pool_.get() + i * bs, bs};
+  registered_buffers_ =
+      write_fixed &&
+      io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(n)) == 0;
+  for (std::size_t i = 0; i < n; ++i)
+    free_dir_bufs_.push_back(
+        DirBuffer{dir_pool_.get() + i * bs, registered_buffers_ ? static_cast<int>(i) : -1});
+  return Status::ok();
+}
+
+Status DiskBackend::recover() {
+  const auto t0 = Clock::now();
+  ScanResult scan;
+  TIER_RETURN_IF_ERROR(scan_index(files_.index(), geo_, scan));
+  regions_.assign(geo_.region_count, Region{});
+  std::vector<std::uint32_t> used;
+  for (std::uint32_t r = 0; r < geo_.region_count; ++r) {
+    if (!scan.regions[r].in_use) continue;
+    Region& R = regions_[r];
+    R.state = RegionState::kReady;
+    R.seq = scan.regions[r].seq;
+    R.slots.resize(1);
+    next_seq_ = std::max(next_seq_, R.seq + 1);
+    used.push_back(r);
+  }
+  for (const ScannedEntry& e : scan.entries) {
+    Region& R = regions_[e.region];
+    if (R.slots.size() <= e.slot) R.slots.resize(e.slot + 1);
+    R.slots[e.slot] = Slot{e.entry.key, e.entry.offset_blocks, e.entry.image_bytes,
+                           e.entry.payload_check, SlotState::kLive};
+    R.write_blocks = std::max<std::uint32_t>(
+        R.write_blocks,
+        e.entry.offset_blocks + static_cast<std::uint32_t>(geo_.blocks_for(e.entry.image_bytes)));
+  }
+  // Oldest generation first, so that of two copies of a key (a crash between a remove and a new
+  // put of it) the newer one wins.
+  std::sort(used.begin(), used.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return regions_[a].seq < regions_[b].seq; });
+  index_.reserve(scan.entries.size());
+  for (std::uint32_t r : used) {
+    Region& R = regions_[r];
+    for (std::uint32_t s = 1; s < R.slots.size(); ++s) {
+      Slot& sl = R.slots[s];
+      if (sl.state != SlotState::kLive) continue;
+      auto [it, fresh] = index_.try_emplace(sl.key, Location{r, s});
+      if (!fresh) {
+        Slot& old = regions_[it->second.region].slots[it->second.slot];
+        old.state = SlotState::kDead;
+        used_bytes_ -= geo_.blocks_for(old.image_bytes) * geo_.block_size;
+        it->second = Location{r, s};
+      }
+      used_bytes_ += geo_.blocks_for(sl.image_bytes) * geo_.block_size;
+    }
+  }
+  // The newest region keeps receiving appends; the others are sealed, in FIFO order.
+  if (!used.empty()) {
+    open_ = used.back();
+    used.pop_back();
+  }
+  fifo_.assign(used.begin(), used.end());
+  for (std::uint32_t r = 0; r < geo_.region_count; ++r)
+    if (!scan.regions[r].in_use) free_.push_back(r);
+  stats_.recovered_objects = index_.size();
+  stats_.recovery_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return Status::ok();
+}
+
+Capabilities DiskBackend::capabilities() const noexcept {
+  Capabilities c;
+  c.memory_kinds = kHostKinds;
+  c.io_alignment = geo_.block_size;
+  c.max_object_bytes = geo_.region_size;
+  c.persistent = true;
+  return c;
+}
+
+Usage DiskBackend::usage() const noexcept {
+  return Usage{geo_.data_file_bytes(), used_bytes_, index_.size()};
+}
+
+std::string DiskBackend::describe() const {
+  return fmt::format(
+      "disk tier \"{}\" at {}: {} objects, {} of {} used, {} regions of {}, block {}, queue depth "
+      "{}{}{}; {} {} objects in {:.1f} ms",
+      tier_name(), opts_.path, index_.size(), format_size(used_bytes_),
+      format_size(geo_.data_file_bytes()), geo_.region_count, format_size(geo_.region_size),
+      geo_.block_size, opts_.queue_depth, registered_buffers_ ? ", registered buffers" : "",
+      opts_.durable ? ", O_DSYNC" : "", stats_.formatted ? "formatted; indexed" : "recovered",
+      stats_.recovered_objects, stats_.recovery_ms);
+}
+
+// ---- requests ---------------------------------------------------------------------------------
+
+void DiskBackend::complete(std::uint64_t user_data, Status s, std::size_t bytes) {
+  ready_.push_back(Completion{user_data, std::move(s), bytes});
+}
+
+Status DiskBackend::error_status(int err, const char* what) {
+  const bool full = is_no_space(err);
+  ++(full ? stats_.no_space : stats_.io_errors);
+  return Status(full ? Code::kNoSpace : Code::kIoError,
+                fmt::format("disk tier \"{}\": {}: {}", tier_name(), what, std::strerror(err)));
+}
+
+Result<std::size_t> DiskBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
+  std::size_t i = 0;
+  try {
+    for (; i < reqs.size(); ++i) {
+      const IoRequest& r = reqs[i];
+      if (r.op == Op::kContains) {
+        auto it = index_.find(r.key);
+        if (it == index_.end())
+          complete(r.user_data, Status::not_found(), 0);
+        else
+          complete(r.user_data, Status::ok(),
+                   regions_[it->second.region].slots[it->second.slot].image_bytes);
+        continue;
+      }
+      if (user_inflight_ >= opts_.queue_depth) break;  // full: the caller polls and retries
+      switch (r.op) {
+        case Op::kPut:
+          accept_put(r);
+          break;
+        case Op::kGet:
+          accept_get(r);
+          break;
+        case Op::kRemove:
+          accept_remove(r);
+          break;
+        case Op::kContains:
+          break;
+      }
+    }
+    place_puts();
+    pump();
+  } catch (const std::bad_alloc&) {
+    // Requests before `i` are accepted and complete normally; the rest can be retried.
+    return i;
+  }
+  return i;
+}
+
+void DiskBackend::accept_put(const IoRequest& r) {
+  if (auto it = index_.find(r.key); it != index_.end()) {
+    complete(r.user_data, Status(Code::kAlreadyExists, ""),
+             regions_[it->second.region].slots[it->second.slot].image_bytes);
+    return;
+  }
+  if (writing_.count(r.key) != 0) {
+    complete(r.user_data, Status(Code::kAlreadyExists, "a put of this key is in flight"), 0);
+    return;
+  }
+  auto h = parse_object_header(r.buf.bytes());  // checked by Backend::submit already
+  if (!h) {
+    complete(r.user_data, h.status(), 0);
+    return;
+  }
+  const std::uint64_t image = kObjectHeaderBytes + h->payload_bytes;
+  writing_.insert(r.key);
+  ++user_inflight_;
+  unplaced_.push_back(PutWait{r.user_data, r.key, r.buf.data, static_cast<std::uint32_t>(image),
+                              static_cast<std::uint32_t>(h->payload_checksum)});
+}
+
+void DiskBackend::accept_get(const IoRequest& r) {
+  auto it = index_.find(r.key);
+  if (it == index_.end()) {
+    complete(r.user_data, Status::not_found(), 0);
+    return;
+  }
+  const Location loc = it->second;
+  const Slot& s = regions_[loc.region].slots[loc.slot];
+  const std::uint64_t need = geo_.blocks_for(s.image_bytes) * geo_.block_size;
+  if (r.buf.size < need) {
+    complete(r.user_data,
+             Status::invalid(fmt::format("get buffer of {} bytes is too small for {} (the image "
+                                         "rounded up to the {}-byte block)",
+                                         r.buf.size, need, geo_.block_size)),
+             need);
+    return;
+  }
+  std::uint32_t id = new_io(IoKind::kRead, loc.region);
+  Io& io = ios_[id];
+  io.slot = loc.slot;
+  io.buf = r.buf.data;
+  io.offset = geo_.data_offset(loc.region, s.offset_blocks);
+  io.len = static_cast<std::uint32_t>(need);
+  io.user_data = r.user_data;
+  ++user_inflight_;
+  queue_io(id);
+}
+
+void DiskBackend::accept_remove(const IoRequest& r) {
+  auto it = index_.find(r.key);
+  if (it == index_.end()) {
+    complete(r.user_data, Status::not_found(), 0);
+    return;
+  }
+  const Location loc = it->second;
+  Slot& s = regions_[loc.region].slots[loc.slot];
+  s.state = SlotState::kDead;
+  used_bytes_ -= geo_.blocks_for(s.image_bytes) * geo_.block_size;
+  index_.erase(it);
+  ++user_inflight_;
+  schedule_dir(loc.region, loc.slot / geo_.slots_per_block(),
+               Waiter{WaitKind::kRemove, r.user_data, loc.slot});
+}
+
+// Gives every accepted put a place in the open region, opening (and if need be evicting) regions.
+// A put waits here only while the region to be evicted still has I/O in flight.
+void DiskBackend::place_puts() {
+  while (!unplaced_.empty()) {
+    const PutWait& p = unplaced_.front();
+    const auto blocks = static_cast<std::uint32_t>(geo_.blocks_for(p.image_bytes));
+    if (open_ >= 0) {
+      const auto r = static_cast<std::uint32_t>(open_);
+      Region& R = regions_[r];
+      if (R.write_blocks + blocks <= geo_.region_blocks() && R.slots.size() < geo_.dir_slots()) {
+        const auto slot = static_cast<std::uint32_t>(R.slots.size());
+        R.slots.push_back(
+            Slot{p.key, R.write_blocks, p.image_bytes, p.payload_check, SlotState::kWriting});
+        std::uint32_t id = new_io(IoKind::kWrite, r);
+        Io& io = ios_[id];
+        io.slot = slot;
+        io.buf = p.buf;
+        io.offset = geo_.data_offset(r, R.write_blocks);
+        io.len = blocks * geo_.block_size;
+        io.user_data = p.user_data;
+        R.write_blocks += blocks;
+        if (R.state == RegionState::kReady)
+          queue_io(id);
+        else
+          R.waiting.push_back(id);
+        unplaced_.pop_front();
+        continue;
+      }
+      fifo_.push_back(r);  // full: sealed
+      open_ = -1;
+    }
+    if (!free_.empty()) {
+      open_ = free_.front();
+      free_.pop_front();
+      begin_reset(static_cast<std::uint32_t>(open_));
+      continue;
+    }
+    if (fifo_.empty()) return;  // unreachable with at least two regions
+    const std::uint32_t victim = fifo_.front();
+    if (regions_[victim].pending > 0) return;  // retried when its I/O drains (release_io)
+    fifo_.pop_front();
+    evict_region(victim);
+    open_ = victim;
+    begin_reset(victim);
+  }
+}
+
+void DiskBackend::evict_region(std::uint32_t r) {
+  Region& R = regions_[r];
+  ++stats_.region_evictions;
+  for (std::uint32_t s = 1; s < R.slots.size(); ++s) {
+    Slot& sl = R.slots[s];
+    if (sl.state != SlotState::kLive) continue;
+    index_.erase(sl.key);
+    used_bytes_ -= geo_.blocks_for(sl.image_bytes) * geo_.block_size;
+    sl.state = SlotState::kDead;
+    notify_evicted(sl.key, {}, sl.image_bytes);
+  }
+  R.slots.clear();
+  R.state = RegionState::kFree;
+}
+
+// A new generation: the header (with the new sequence number, no entries) must be on disk before
+// any image of the generation is written, so that no entry of an earlier one can name them.
+void DiskBackend::begin_reset(std::uint32_t r) {
+  Region& R = regions_[r];
+  R.seq = next_seq_++;
+  R.write_blocks = 0;
+  R.slots.assign(1, Slot{});
+  R.state = RegionState::kResetting;
+  schedule_dir(r, 0, Waiter{WaitKind::kReset, 0, 0});
+}
+
+// ---- directory writes ------------------------------------------------------------------------
+
+void DiskBackend::schedule_dir(std::uint32_t region, std::uint32_t block, Waiter w) {
+  DirBlock& db = dir_blocks_[block_key(region, block)];
+  db.next.push_back(w);
+  if (!db.in_flight) start_dir_write(region, block);
+}
+
+// At most one write per directory block is in flight (two could land in either order); waiters
+// that arrive meanwhile ride on the next write, which then carries every entry ready by then.
+void DiskBackend::start_dir_write(std::uint32_t region, std::uint32_t block) {
+  DirBlock& db = dir_blocks_[block_key(region, block)];
+  db.in_flight = true;
+  db.flying.swap(db.next);
+  db.next.clear();
+  DirBuffer b = take_dir_buffer();
+  fill_dir_block(region, block, b.data);
+  std::uint32_t id = new_io(IoKind::kDir, region);
+  Io& io = ios_[id];
+  io.slot = block;
+  io.buf = b.data;
+  io.fixed_buf = b.fixed;
+  io.offset = geo_.dir_offset(region, block);
+  io.len = geo_.block_size;
+  ++stats_.dir_writes;
+  queue_io(id);
+}
+
+void DiskBackend::fill_dir_block(std::uint32_t region, std::uint32_t block, std::byte* out) const {
+  std::memset(out, 0, geo_.block_size);
+  const Region& R = regions_[region];
+  const std::uint32_t per = geo_.slots_per_block();
+  for (std::uint32_t i = 0; i < per; ++i) {
+    const std::uint32_t s = block * per + i;
+    if (s >= geo_.dir_slots()) break;
+    std::byte* p = out + std::size_t{i} * kSlotBytes;
+    if (s == 0) {
+      encode_region_header(p, RegionHeader{R.seq, region});
+      continue;
+    }
+    if (s >= R.slots.size()) break;
+    const Slot& sl = R.slots[s];
+    if (sl.state == SlotState::kLive || sl.state == SlotState::kPublishing)
+      encode_entry(p, Entry{sl.key, R.seq, sl.image_bytes, sl.offset_blocks, sl.payload_check});
+  }
+}
+
+void DiskBackend::finish_dir(std::uint32_t region, std::uint32_t block, int err) {
+  std::vector<Waiter> flying;
+  {
+    DirBlock& db = dir_blocks_[block_key(region, block)];
+    flying.swap(db.flying);
+    db.in_flight = false;
+  }
+  Region& R = regions_[region];
+  for (const Waiter& w : flying) {
+    switch (w.kind) {
+      case WaitKind::kPublish: {
+        Slot& s = R.slots[w.slot];
+        writing_.erase(s.key);
+        --user_inflight_;
+        if (err == 0) {
+          s.state = SlotState::kLive;
+          index_[s.key] = Location{region, w.slot};
+          used_bytes_ += geo_.blocks_for(s.image_bytes) * geo_.block_size;
+          complete(w.user_data, Status::ok(), s.image_bytes);
+        } else {
+          s.state = SlotState::kDead;
+          complete(w.user_data, error_status(err, "directory write"), 0);
+        }
+        break;
+      }
+      case WaitKind::kRemove:
+        --user_inflight_;
+        // On failure the object stays removed here; it may reappear after a restart.
+        complete(w.user_data, err == 0 ? Status::ok() : error_status(err, "directory write"), 0);
+        break;
+      case WaitKind::kReset: {
+        std::vector<std::uint32_t> waiting;
+        waiting.swap(R.waiting);
+        if (err == 0) {
+          R.state = RegionState::kReady;
+          for (std::uint32_t id : waiting) queue_io(id);
+          break;
+        }
+        // The old generation may still be on disk, intact (none of the new writes was issued).
+        Status s = error_status(err, "region header write");
+        for (std::uint32_t id : waiting) {
+          Slot& sl = R.slots[ios_[id].slot];
+          sl.state = SlotState::kDead;
+          writing_.erase(sl.key);
+          --user_inflight_;
+          complete(ios_[id].user_data, s, 0);
+          release_io(id);
+        }
+        R.state = RegionState::kFree;
+        R.slots.clear();
+        if (open_ == static_cast<std::int64_t>(region)) open_ = -1;
+        fifo_.erase(std::remove(fifo_.begin(), fifo_.end(), region), fifo_.end());
+        free_.push_back(region);
+        break;
+      }
+    }
+  }
+  auto it = dir_blocks_.find(block_key(region, block));
+  if (it == dir_blocks_.end()) return;
+  if (!it->second.next.empty())
+    start_dir_write(region, block);
+  else if (!it->second.in_flight)
+    dir_blocks_.erase(it);
+}
+
+DiskBackend::DirBuffer DiskBackend::take_dir_buffer() {
+  if (free_dir_bufs_.empty()) {
+    extra_dir_bufs_.emplace_back(geo_.block_size, geo_.block_size);
+    return DirBuffer{extra_dir_bufs_.back().data(), -1};
+  }
+  DirBuffer b = free_dir_bufs_.back();
+  free_dir_bufs_.pop_back();
+  return b;
+}
+
+// ---- the ring --------------------------------------------------------------------------------
+
+std::uint32_t DiskBackend::new_io(IoKind kind, std::uint32_t region) {
+  std::uint32_t id;
+  if (!free_ios_.empty()) {
+    id = free_ios_.back();
+    free_ios_.pop_back();
+  } else {
+    id = static_cast<std::uint32_t>(ios_.size());
+    ios_.emplace_back();
+  }
+  ios_[id] = Io{};
+  ios_[id].kind = kind;
+  ios_[id].region = region;
+  ++regions_[region].pending;
+  return id;
+}
+
+void DiskBackend::release_io(std::uint32_t id) {
+  Region& R = regions_[ios_[id].region];
+  --R.pending;
+  free_ios_.push_back(id);
+  if (R.pending == 0 && !unplaced_.empty()) place_puts();
+}
+
+// Moves queued I/O into submission queue entries, as many as the ring has room for, then
+// submits them with one system call.
+void DiskBackend::pump() {
+  unsigned queued = 0;
+  while (!backlog_.empty() && ring_inflight_ < ring_entries_) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      (void)io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) break;
+    }
+    const std::uint32_t id = backlog_.front();
+    backlog_.pop_front();
+    const Io& io = ios_[id];
+    const bool to_index = io.kind == IoKind::kDir;
+    const int fd = fixed_files_ ? (to_index ? kFixedIndex : kFixedData)
+                                : (to_index ? files_.index() : files_.data());
+    std::byte* p = io.buf + io.done;
+    const unsigned n = io.len - io.done;
+    const std::uint64_t off = io.offset + io.done;
+    if (io.kind == IoKind::kRead)
+      io_uring_prep_read(sqe, fd, p, n, off);
+    else if (io.fixed_buf >= 0)
+      io_uring_prep_write_fixed(sqe, fd, p, n, off, io.fixed_buf);
+    else
+      io_uring_prep_write(sqe, fd, p, n, off);
+    if (fixed_files_) sqe->flags |= IOSQE_FIXED_FILE;
+    io_uring_sqe_set_data64(sqe, id);
+    ++ring_inflight_;
+    ++queued;
+  }
+  // A failed submit leaves the entries in the queue; the next call submits them again.
+  if (queued > 0) (void)io_uring_submit(&ring_);
+}
+
+// Consumes every completion available, errors included, and advances the queue past all of them.
+void DiskBackend::reap() {
+  unsigned head;
+  unsigned seen = 0;
+  io_uring_cqe* cqe;
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    on_cqe(static_cast<std::uint32_t>(io_uring_cqe_get_data64(cqe)), cqe->res);
+    ++seen;
+  }
+  if (seen > 0) io_uring_cq_advance(&ring_, seen);
+}
+
+void DiskBackend::on_cqe(std::uint32_t id, int res) {
+  --ring_inflight_;
+  Io& io = ios_[id];
+  if (res == -EAGAIN || res == -EINTR) {
+    ++stats_.resubmits;
+    queue_io(id);
+    return;
+  }
+  if (res < 0) {
+    finish_io(id, -res);
+    return;
+  }
+  if (res == 0) {  // no progress: the file is shorter than its geometry says
+    finish_io(id, EIO);
+    return;
+  }
+  io.done += static_cast<std::uint32_t>(res);
+  if (io.done < io.len) {  // short transfer: continue where it stopped
+    ++stats_.resubmits;
+    queue_io(id);
+    return;
+  }
+  finish_io(id, 0);
+}
+
+void DiskBackend::finish_io(std::uint32_t id, int err) {
+  const Io io = ios_[id];
+  Region& R = regions_[io.region];
+  switch (io.kind) {
+    case IoKind::kRead:
+      --user_inflight_;
+      if (err != 0)
+        complete(io.user_data, error_status(err, "read"), 0);
+      else
+        complete(io.user_data, Status::ok(), R.slots[io.slot].image_bytes);
+      break;
+    case IoKind::kWrite: {
+      Slot& s = R.slots[io.slot];
+      if (err != 0) {
+        s.state = SlotState::kDead;
+        writing_.erase(s.key);
+        --user_inflight_;
+        complete(io.user_data, error_status(err, "write"), 0);
+        break;
+      }
+      ++stats_.data_writes;
+      s.state = SlotState::kPublishing;
+      schedule_dir(io.region, io.slot / geo_.slots_per_block(),
+                   Waiter{WaitKind::kPublish, io.user_data, io.slot});
+      break;
+    }
+    case IoKind::kDir:
+      free_dir_bufs_.push_back(DirBuffer{io.buf, io.fixed_buf});
+      finish_dir(io.region, io.slot, err);
+      break;
+  }
+  release_io(id);
+}
+
+Result<std::size_t> DiskBackend::do_poll(std::span<Completion> out, std::size_t min,
+                                         std::chrono::microseconds wait) noexcept {
+  const auto deadline = Clock::now() + wait;
+  try {
+    for (;;) {
+      reap();
+      place_puts();
+      pump();
+      if (ready_.size() >= min || ready_.size() >= out.size()) break;
+      if (ring_inflight_ == 0) break;  // nothing left that could complete
+      const auto now = Clock::now();
+      if (now >= deadline) break;
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+      __kernel_timespec ts{static_cast<long long>(left.count() / 1'000'000'000),
+                           static_cast<long long>(left.count() % 1'000'000'000)};
+      io_uring_cqe* cqe = nullptr;
+      (void)io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+    }
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kRetry, "out of memory while reaping completions");
+  }
+  const std::size_t n = std::min(out.size(), ready_.size());
+  for (std::size_t i = 0; i < n; ++i) out[i] = std::move(ready_[i]);
+  ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
+  return n;
+}
+
+}  // namespace tier::disk

@@ -1,0 +1,192 @@
+#pragma once
+// The on-disk layout of the disk tier (docs/disk.md has the full description and the crash
+// safety argument). Shared by the backend and by `tierctl disk`.
+//
+// A store is a directory holding two files:
+//
+//   data   region_count regions of region_size bytes. A region is a log: object images are
+//          appended at block-aligned offsets (block_size, the O_DIRECT unit) and padded to a
+//          whole number of blocks. Nothing but image bytes lives here.
+//   index  block 0: the superblock (geometry); then one directory per region, dir_bytes each.
+//          A directory is an array of 64-byte slots: slot 0 is the region header (the region's
+//          sequence number, its generation), slots 1.. are entries, one per object, naming the
+//          key, the image size, the block offset in the region and a check of the payload.
+//
+// An entry is valid only when its own checksum holds and its sequence number equals the region
+// header's; anything else in a slot (zeros, a stale entry of an earlier generation of the region,
+// torn or flipped bytes) is not an object. An entry is written only after the image it names has
+// been written completely (write-then-publish), and a region's header is rewritten with a new
+// sequence number, and that write completed, before any image of the new generation is written.
+//
+// All integers are little-endian.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tier/key.hpp"
+#include "tier/status.hpp"
+
+namespace tier::disk {
+
+inline constexpr std::size_t kSlotBytes = 64;
+inline constexpr std::uint32_t kSuperMagic = 0x5344544Cu;   // "LTDS"
+inline constexpr std::uint32_t kRegionMagic = 0x5244544Cu;  // "LTDR"
+inline constexpr std::uint32_t kEntryMagic = 0x4544544Cu;   // "LTDE"
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr const char* kDataFile = "data";
+inline constexpr const char* kIndexFile = "index";
+
+// The geometry of a store, fixed when it is formatted.
+struct Geometry {
+  std::uint32_t block_size = 4096;
+  std::uint64_t region_size = 16ull << 20;
+  std::uint32_t region_count = 0;
+
+  std::uint32_t region_blocks() const noexcept {
+    return static_cast<std::uint32_t>(region_size / block_size);
+  }
+  // Slots per directory: the header plus one entry per block (an image takes at least a block).
+  std::uint32_t dir_slots() const noexcept { return region_blocks() + 1; }
+  std::uint32_t slots_per_block() const noexcept {
+    return static_cast<std::uint32_t>(block_size / kSlotBytes);
+  }
+  std::uint64_t dir_bytes() const noexcept {
+    std::uint64_t raw = std::uint64_t{dir_slots()} * kSlotBytes;
+    return (raw + block_size - 1) / block_size * block_size;
+  }
+  std::uint64_t index_file_bytes() const noexcept {
+    return block_size + std::uint64_t{region_count} * dir_bytes();
+  }
+  std::uint64_t data_file_bytes() const noexcept { return region_size * region_count; }
+  // File offset of directory block `block` of region `region` in the index file.
+  std::uint64_t dir_offset(std::uint32_t region, std::uint32_t block) const noexcept {
+    return block_size + std::uint64_t{region} * dir_bytes() + std::uint64_t{block} * block_size;
+  }
+  // File offset of data block `block` of region `region` in the data file.
+  std::uint64_t data_offset(std::uint32_t region, std::uint32_t block) const noexcept {
+    return std::uint64_t{region} * region_size + std::uint64_t{block} * block_size;
+  }
+  std::uint64_t blocks_for(std::uint64_t bytes) const noexcept {
+    return (bytes + block_size - 1) / block_size;
+  }
+  friend bool operator==(const Geometry&, const Geometry&) = default;
+  // Empty when the geometry is usable; else what is wrong with it.
+  std::string check() const;
+};
+
+struct RegionHeader {
+  std::uint64_t seq = 0;  // generation: unique and increasing over the store's life
+  std::uint32_t region = 0;
+};
+
+struct Entry {
+  ObjectKey key;
+  std::uint64_t seq = 0;             // the region's generation when the entry was written
+  std::uint32_t image_bytes = 0;     // header + payload, unpadded
+  std::uint32_t offset_blocks = 0;   // first block of the image in its region
+  std::uint32_t payload_check = 0;   // low 32 bits of the image's payload checksum
+};
+
+// Slot codecs. A decoder returns false when the slot does not hold a valid record of its kind.
+void encode_superblock(std::span<std::byte> block, const Geometry& g) noexcept;
+bool decode_superblock(std::span<const std::byte> block, Geometry* g) noexcept;
+void encode_region_header(std::byte* slot, const RegionHeader& h) noexcept;
+bool decode_region_header(const std::byte* slot, RegionHeader* h) noexcept;
+void encode_entry(std::byte* slot, const Entry& e) noexcept;
+bool decode_entry(const std::byte* slot, Entry* e) noexcept;
+bool slot_is_zero(const std::byte* slot) noexcept;
+
+// What a scan of the index finds.
+struct ScannedEntry {
+  Entry entry;
+  std::uint32_t region = 0;
+  std::uint32_t slot = 0;
+};
+struct ScannedRegion {
+  bool in_use = false;  // holds a valid header
+  std::uint64_t seq = 0;
+};
+struct SlotRef {
+  std::uint32_t region = 0;
+  std::uint32_t slot = 0;
+};
+struct ScanResult {
+  std::vector<ScannedRegion> regions;   // one per region
+  std::vector<ScannedEntry> entries;    // valid entries of regions in use, by region then slot
+  std::vector<SlotRef> corrupt_entries;   // non-zero slots that are neither valid nor stale
+  std::vector<std::uint32_t> corrupt_regions;  // non-zero region headers that do not parse
+  std::uint64_t stale_entries = 0;  // valid entries of an earlier generation (ignored)
+};
+
+// Reads every directory of the index file (opened with O_DIRECT or not) and classifies its
+// slots. `progress(done, total)` is called with bytes scanned. Returns: Ok or IoError.
+Status scan_index(int index_fd, const Geometry& g, ScanResult& out,
+                  const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+
+// Reads and checks the superblock. Returns: the geometry, NotFound (no valid superblock), IoError.
+Result<Geometry> read_superblock(int index_fd, std::uint32_t block_size_hint = 4096);
+
+// The two files of a store, open, with an advisory lock (flock) on the index file: exclusive for
+// a running tier or `tierctl disk repair`, shared for inspection. Closing releases the lock, and
+// so does the death of the process (kill -9 included).
+struct OpenOptions {
+  bool write = true;      // O_RDWR (else O_RDONLY)
+  bool create = false;    // create the directory and files when missing
+  bool direct = true;     // O_DIRECT
+  bool dsync = false;     // O_DSYNC: every completed write is on stable storage
+  bool exclusive = true;  // lock mode
+  bool require_lock = true;  // fail (BadState) when the lock is held elsewhere
+};
+class StoreFiles {
+ public:
+  StoreFiles() = default;
+  StoreFiles(StoreFiles&& o) noexcept;
+  StoreFiles& operator=(StoreFiles&& o) noexcept;
+  ~StoreFiles();
+  int data() const noexcept { return data_; }
+  int index() const noexcept { return index_; }
+  bool locked() const noexcept { return locked_; }
+  const std::string& dir() const noexcept { return dir_; }
+
+ private:
+  friend Result<StoreFiles> open_store(const std::string&, const OpenOptions&);
+  int data_ = -1;
+  int index_ = -1;
+  bool locked_ = false;
+  std::string dir_;
+};
+// Returns: the files, NotFound (no store and !create), NotSupported (no O_DIRECT on this file
+// system), BadState (locked by another process), IoError.
+Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts);
+// Formats the store: sizes both files (the data file sparse unless `preallocate`), zeroes the
+// index and writes the superblock last. Returns: Ok, NoSpace, IoError.
+Status format_store(const StoreFiles& files, const Geometry& g, bool preallocate);
+
+// A block-aligned heap buffer (for O_DIRECT), zero-filled.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  AlignedBuffer(std::size_t bytes, std::size_t alignment);
+  AlignedBuffer(AlignedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
+  ~AlignedBuffer();
+  std::byte* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+  std::span<std::byte> span() const noexcept { return {p_, n_}; }
+
+ private:
+  std::byte* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// Full-length positional I/O, retrying on EINTR and short transfers. Returns: Ok or IoError
+// (with the errno text and `what`).
+Status pread_full(int fd, std::byte* buf, std::size_t n, std::uint64_t offset, const char* what);
+Status pwrite_full(int fd, const std::byte* buf, std::size_t n, std::uint64_t offset,
+                   const char* what);
+
+}  // namespace tier::disk

@@ -96,17 +96,35 @@ std::size_t TierStack::max_image_bytes(int t, std::size_t raw_bytes) const {
   return kObjectHeaderBytes + (stage ? stage->max_encoded_size(raw_bytes) : raw_bytes);
 }
 
+std::byte* TierStack::PageAllocator::allocate(std::size_t n) {
+  const std::size_t padded = (std::max<std::size_t>(n, 1) + kPage - 1) / kPage * kPage;
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(kPage, padded));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p + n, 0, padded - n);  // the padding a rounded-up region writes out
+  return p;
+}
+
+void TierStack::PageAllocator::deallocate(std::byte* p, std::size_t) noexcept { std::free(p); }
+
+Region TierStack::io_region(int t, ImageBytes& image) const {
+  const std::size_t align = std::min<std::size_t>(
+      tiers_[static_cast<std::size_t>(t)].backend->capabilities().io_alignment,
+      PageAllocator::kPage);
+  const std::size_t n = align > 1 ? (image.size() + align - 1) / align * align : image.size();
+  return Region{image.data(), n, MemoryKind::kHost, -1};
+}
+
 TierStack::Image TierStack::acquire(std::size_t bytes) {
   for (std::size_t i = 0; i < pool_.size(); ++i) {
     if (pool_[i].capacity() >= bytes && pool_[i].capacity() <= 2 * bytes + 4096) {
-      auto v = std::make_shared<std::vector<std::byte>>(std::move(pool_[i]));
+      auto v = std::make_shared<ImageBytes>(std::move(pool_[i]));
       pool_bytes_ -= v->capacity();
       pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
       v->resize(bytes);
       return v;
     }
   }
-  return std::make_shared<std::vector<std::byte>>(bytes);
+  return std::make_shared<ImageBytes>(bytes);
 }
 
 Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
@@ -202,7 +220,7 @@ void TierStack::on_evict(int t, const ObjectKey& key, std::span<const std::byte>
   const Tier& tier = tiers_[static_cast<std::size_t>(t)];
   if (tier.demote_to < 0 || image.empty()) return;
   try {
-    evicted_.push_back({t, {key, std::vector<std::byte>(image.begin(), image.end())}});
+    evicted_.push_back({t, {key, ImageBytes(image.begin(), image.end())}});
   } catch (...) {
     counters_.demotions_dropped.add();
   }
@@ -225,7 +243,7 @@ void TierStack::drain_evictions() {
                       (tiers_[static_cast<std::size_t>(to)].stage
                            ? tiers_[static_cast<std::size_t>(to)].stage->stage_id() : 0);
     if (same_stage) {
-      image = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+      image = std::make_shared<ImageBytes>(std::move(bytes));
     } else {
       std::uint32_t layout = 0;
       Image holder;
@@ -253,7 +271,7 @@ void TierStack::put_background(int t, const ObjectKey& key, Image image, bool de
     tiers_[static_cast<std::size_t>(t)].backend->metrics().dropped_saves.add();
     return;
   }
-  Region buf = host_region(*image);
+  Region buf = io_region(t, *image);
   Pending p;
   p.background = true;
   p.image = std::move(image);
@@ -384,7 +402,7 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
         Pending p;
         p.image = image;
         Status err;
-        ids[i] = submit_one(first, Op::kPut, items[i].key, host_region(*image), std::move(p),
+        ids[i] = submit_one(first, Op::kPut, items[i].key, io_region(first, *image), std::move(p),
                             &err);
         if (ids[i] == 0) out[i] = err;
       } else {
@@ -437,7 +455,8 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       bufs[i] = acquire(max_image_bytes(static_cast<int>(t), raw_size[i]));
       Pending p;
       p.image = bufs[i];
-      ids[i] = submit_one(static_cast<int>(t), Op::kGet, items[i].key, host_region(*bufs[i]),
+      ids[i] = submit_one(static_cast<int>(t), Op::kGet, items[i].key,
+                          io_region(static_cast<int>(t), *bufs[i]),
                           std::move(p), nullptr);
       any |= ids[i] != 0;
     }

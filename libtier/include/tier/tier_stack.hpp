@@ -92,7 +92,21 @@ class TierStack {
 
  private:
   class EvictSink;  // per-tier EvictionHandler forwarding to on_evict
-  using Image = std::shared_ptr<std::vector<std::byte>>;
+  // Image bytes start on a page and their allocation is padded to whole pages, so that the region
+  // handed to a tier can be rounded up to its io_alignment (at most a page: O_DIRECT tiers).
+  struct PageAllocator {
+    using value_type = std::byte;
+    static constexpr std::size_t kPage = 4096;
+    template <class U>
+    struct rebind {
+      using other = PageAllocator;
+    };
+    std::byte* allocate(std::size_t n);
+    void deallocate(std::byte* p, std::size_t n) noexcept;
+    friend bool operator==(PageAllocator, PageAllocator) noexcept { return true; }
+  };
+  using ImageBytes = std::vector<std::byte, PageAllocator>;
+  using Image = std::shared_ptr<ImageBytes>;
   struct Tier {
     TierSpec spec;
     std::unique_ptr<EvictSink> sink;
@@ -114,6 +128,9 @@ class TierStack {
   void on_evict(int tier, const ObjectKey& key, std::span<const std::byte> image) noexcept;
 
   Image acquire(std::size_t bytes);
+  // The region tier `t` reads or writes for `image`: its bytes, rounded up to the tier's
+  // io_alignment (the image header gives the exact size).
+  Region io_region(int t, ImageBytes& image) const;
   // Builds the image tier `t` stores from a raw payload (stage applied, header sealed).
   Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t layout_id,
                            std::span<const std::byte> raw);
@@ -142,8 +159,8 @@ class TierStack {
   std::uint64_t next_id_ = 1;
   std::uint64_t bg_bytes_ = 0;
   std::size_t bg_count_ = 0;
-  std::vector<std::pair<int, std::pair<ObjectKey, std::vector<std::byte>>>> evicted_;
-  std::vector<std::vector<std::byte>> pool_;  // recycled image buffers
+  std::vector<std::pair<int, std::pair<ObjectKey, ImageBytes>>> evicted_;
+  std::vector<ImageBytes> pool_;  // recycled image buffers
   std::uint64_t pool_bytes_ = 0;
   StackCounters counters_;
 };

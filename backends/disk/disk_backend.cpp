@@ -41,6 +41,8 @@ Result<DiskOptions> parse_disk_options(const BackendContext& ctx) {
   o.queue_depth = static_cast<std::uint32_t>(j.value("queue_depth", std::uint64_t{o.queue_depth}));
   o.durable = j.value("durable", o.durable);
   o.preallocate = j.value("preallocate", o.preallocate);
+  o.lock_timeout_ms = static_cast<std::uint32_t>(
+      j.value("lock_timeout", std::uint64_t{o.lock_timeout_ms} * 1000) / 1000);
   if (o.queue_depth == 0) return Status::invalid("queue_depth must be at least 1");
   return o;
 }
@@ -64,6 +66,7 @@ Result<std::unique_ptr<DiskBackend>> DiskBackend::open(const std::string& tier_n
   OpenOptions oo;
   oo.create = true;
   oo.dsync = opts.durable;
+  oo.lock_wait_ms = static_cast<int>(opts.lock_timeout_ms);
   TIER_ASSIGN_OR_RETURN(StoreFiles files, open_store(opts.path, oo));
   std::unique_ptr<DiskBackend> b(new DiskBackend(tier_name, opts, g, std::move(files)));
   // The ring first: a kernel that refuses io_uring must not cost the store its contents.
@@ -127,7 +130,13 @@ Status DiskBackend::init_ring() {
                               tier_name()));
   (void)io_uring_ring_dontfork(&ring_);  // a forked child must not see the rings' memory
   int fds[2] = {files_.data(), files_.index()};
-  fixed_files_ = io_uring_register_files(&ring_, fds, 2) == 0;
+  // Registered files also tie the lock's lifetime to the ring's in-flight I/O (OpenOptions).
+  rc = io_uring_register_files(&ring_, fds, 2);
+  if (rc < 0)
+    return Status(Code::kNotSupported, fmt::format("disk tier \"{}\": io_uring cannot register "
+                                                   "files ({})",
+                                                   tier_name(), std::strerror(-rc)));
+  fixed_files_ = true;
 
   // Directory blocks are written from a registered pool (WRITE_FIXED skips the page pinning).
   const std::size_t n = ring_entries_;

@@ -48,6 +48,7 @@ struct DiskOptions {
   std::uint32_t queue_depth = 32;
   bool durable = false;
   bool preallocate = false;
+  std::uint32_t lock_timeout_ms = 5000;
 };
 
 // Counters of the tier beyond the per-op metrics of Backend.

@@ -255,9 +255,16 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
   };
   TIER_RETURN_IF_ERROR(open_one(kIndexFile, &f.index_));
   TIER_RETURN_IF_ERROR(open_one(kDataFile, &f.data_));
-  if (::flock(f.index_, (opts.exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) {
-    f.locked_ = true;
-  } else if (opts.require_lock) {
+  const int mode = (opts.exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB;
+  for (int waited = 0;; waited += 10) {
+    if (::flock(f.index_, mode) == 0) {
+      f.locked_ = true;
+      break;
+    }
+    if (waited >= opts.lock_wait_ms) break;
+    ::usleep(10'000);
+  }
+  if (!f.locked_ && opts.require_lock) {
     return Status(Code::kBadState,
                   fmt::format("{} is in use by another process (its index is locked)", dir));
   }

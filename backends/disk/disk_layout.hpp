@@ -132,7 +132,7 @@ Result<Geometry> read_superblock(int index_fd, std::uint32_t block_size_hint = 4
 
 // The two files of a store, open, with an advisory lock (flock) on the index file: exclusive for
 // a running tier or `tierctl disk repair`, shared for inspection. Closing releases the lock, and
-// so does the death of the process (kill -9 included).
+// so does the death of the process (kill -9 included) once its in-flight I/O has completed.
 struct OpenOptions {
   bool write = true;      // O_RDWR (else O_RDONLY)
   bool create = false;    // create the directory and files when missing
@@ -140,6 +140,10 @@ struct OpenOptions {
   bool dsync = false;     // O_DSYNC: every completed write is on stable storage
   bool exclusive = true;  // lock mode
   bool require_lock = true;  // fail (BadState) when the lock is held elsewhere
+  // How long to wait for the lock. A process that died with I/O in flight holds it until the
+  // kernel has finished that I/O (its ring holds the index file open), so a successor never
+  // races with writes of its predecessor.
+  int lock_wait_ms = 0;
 };
 class StoreFiles {
  public:

@@ -14,6 +14,8 @@ constexpr const char kDiskOptions[] = R"JSON([
    "doc": "most get/put/remove requests in flight; submit() accepts no more until poll() reaps some"},
   {"name": "durable", "type": "bool", "default": false,
    "doc": "open the files with O_DSYNC so that a completed put also survives a power loss (kill -9 safety needs no sync)"},
+  {"name": "lock_timeout", "type": "duration", "default": "5s", "max": 600000000,
+   "doc": "how long start-up waits for the store's lock: a process killed with I/O in flight holds it until the kernel has finished that I/O; a live process holding it is an error"},
   {"name": "preallocate", "type": "bool", "default": false,
    "doc": "reserve the whole data file when formatting (fallocate), so that a full file system is reported at start-up instead of as failed saves"}
 ])JSON";

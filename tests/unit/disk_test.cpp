@@ -1,0 +1,315 @@
+// The disk tier's layout and recovery: slot codecs, restart (clean), removes and evictions that
+// persist, flipped bytes never served, full file system as failed saves, the lock, and the cache
+// reused by a TierStack after a restart. Real io_uring on real files; exits 77 without them.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include "disk_support.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
+
+using namespace tier;
+using namespace tier::test;
+using disk::DiskBackend;
+
+namespace {
+
+std::vector<std::byte> image_of(std::uint64_t n, std::size_t payload = 10'000) {
+  return make_image(key_of(n), payload, n);
+}
+
+}  // namespace
+
+TEST_CASE("slot codecs round-trip and reject flipped bytes") {
+  disk::Entry e{key_of(9, 3, 2), 77, 123456, 42, 0xdeadbeef};
+  std::byte slot[disk::kSlotBytes]{};
+  disk::encode_entry(slot, e);
+  disk::Entry d;
+  REQUIRE(disk::decode_entry(slot, &d));
+  CHECK(d.key == e.key);
+  CHECK(d.seq == 77);
+  CHECK(d.image_bytes == 123456);
+  CHECK(d.offset_blocks == 42);
+  CHECK(d.payload_check == 0xdeadbeef);
+  for (std::size_t i = 0; i < disk::kSlotBytes; ++i) {
+    std::byte bad[disk::kSlotBytes];
+    std::memcpy(bad, slot, sizeof bad);
+    bad[i] ^= std::byte{0x10};
+    CHECK_FALSE(disk::decode_entry(bad, &d));
+  }
+  disk::RegionHeader h{5, 3}, hd;
+  disk::encode_region_header(slot, h);
+  REQUIRE(disk::decode_region_header(slot, &hd));
+  CHECK(hd.seq == 5);
+  CHECK(hd.region == 3);
+  slot[9] ^= std::byte{1};
+  CHECK_FALSE(disk::decode_region_header(slot, &hd));
+
+  disk::Geometry g{4096, 1 << 20, 8}, gd;
+  std::vector<std::byte> block(4096);
+  disk::encode_superblock(block, g);
+  REQUIRE(disk::decode_superblock(block, &gd));
+  CHECK(gd == g);
+  CHECK(disk::Geometry{4096, 1 << 20, 1}.check().find("at least 2") != std::string::npos);
+  CHECK_FALSE(disk::Geometry{1000, 1 << 20, 4}.check().empty());
+}
+
+TEST_CASE("objects, removes and usage survive a clean restart") {
+  TempDir dir;
+  auto opts = small_store(dir.store());
+  std::uint64_t used = 0;
+  {
+    auto b = open_disk(opts);
+    REQUIRE(b);
+    CHECK(b->stats().formatted);
+    for (std::uint64_t i = 0; i < 40; ++i)
+      REQUIRE(put_image(*b, key_of(i), image_of(i)).status.is_ok());
+    for (std::uint64_t i = 0; i < 40; i += 4)
+      REQUIRE(run(*b, Op::kRemove, key_of(i)).status.is_ok());
+    used = b->usage().used_bytes;
+  }
+  auto b = open_disk(opts);
+  REQUIRE(b);
+  CHECK_FALSE(b->stats().formatted);
+  CHECK(b->stats().recovered_objects == 30);
+  CHECK(b->usage().objects == 30);
+  CHECK(b->usage().used_bytes == used);
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    std::vector<std::byte> got;
+    Completion c = get_image(*b, key_of(i), 16384, &got);
+    if (i % 4 == 0) {
+      CHECK(c.status.code() == Code::kNotFound);
+    } else {
+      REQUIRE_MESSAGE(c.status.is_ok(), c.status.to_string());
+      CHECK(got == image_of(i));
+    }
+  }
+  // Appends continue after the recovered objects without overwriting them.
+  for (std::uint64_t i = 100; i < 110; ++i)
+    REQUIRE(put_image(*b, key_of(i), image_of(i)).status.is_ok());
+  std::vector<std::byte> got;
+  REQUIRE(get_image(*b, key_of(1), 16384, &got).status.is_ok());
+  CHECK(got == image_of(1));
+}
+
+TEST_CASE("eviction is FIFO by region, bounded by capacity, and persists") {
+  TempDir dir;
+  auto opts = small_store(dir.store(), 4ull << 20, 1ull << 20);  // 4 regions of 1 MiB
+  const std::size_t payload = 200'000;                            // 49 blocks: 5 per region
+  std::uint64_t n = 60;
+  {
+    auto b = open_disk(opts);
+    REQUIRE(b);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      REQUIRE(put_image(*b, key_of(i), image_of(i, payload)).status.is_ok());
+      CHECK(b->usage().used_bytes <= b->usage().capacity_bytes);
+    }
+    CHECK(b->metrics().evictions.get() > 0);
+    CHECK(run(*b, Op::kContains, key_of(n - 1)).status.is_ok());
+    CHECK(run(*b, Op::kContains, key_of(0)).status.code() == Code::kNotFound);
+  }
+  auto b = open_disk(opts);
+  REQUIRE(b);
+  const auto held = b->usage().objects;
+  CHECK(held >= 15);
+  CHECK(held <= 20);
+  // Exactly the newest `held` objects are there.
+  for (std::uint64_t i = 0; i < n; ++i) {
+    Completion c = run(*b, Op::kContains, key_of(i));
+    CHECK(c.status.is_ok() == (i >= n - held));
+  }
+  std::vector<std::byte> got;
+  REQUIRE(get_image(*b, key_of(n - 1), 256 * 1024, &got).status.is_ok());
+  CHECK(got == image_of(n - 1, payload));
+}
+
+TEST_CASE("flipped bytes are never served") {
+  TempDir dir;
+  auto opts = small_store(dir.store());
+  {
+    auto b = open_disk(opts);
+    REQUIRE(b);
+    for (std::uint64_t i = 0; i < 8; ++i)
+      REQUIRE(put_image(*b, key_of(i), image_of(i)).status.is_ok());
+  }
+  // Objects are appended from block 0 of the first region, 3 blocks each (10 096 bytes).
+  flip_byte(dir.store() + "/data", 0 * 3 * 4096 + 5000);  // payload of object 0
+  flip_byte(dir.store() + "/data", 1 * 3 * 4096 + 20);    // header of object 1
+  // The entry of object 2: slot 3 of region 0's directory (after the 4 KiB superblock).
+  flip_byte(dir.store() + "/index", 4096 + 3 * 64 + 30);
+  auto b = open_disk(opts);
+  REQUIRE(b);
+  CHECK(b->stats().recovered_objects == 7);
+  std::vector<std::byte> got;
+  CHECK(get_image(*b, key_of(0), 16384, &got).status.code() == Code::kChecksumMismatch);
+  CHECK(get_image(*b, key_of(1), 16384, &got).status.code() == Code::kChecksumMismatch);
+  CHECK(get_image(*b, key_of(2), 16384, &got).status.code() == Code::kNotFound);
+  CHECK(b->metrics().checksum_failures.get() == 2);
+  for (std::uint64_t i = 3; i < 8; ++i) {
+    REQUIRE(get_image(*b, key_of(i), 16384, &got).status.is_ok());
+    CHECK(got == image_of(i));
+  }
+}
+
+TEST_CASE("a full file system fails saves with NoSpace and the tier keeps serving") {
+  TempDir dir;
+  auto opts = small_store(dir.store(), 8ull << 20, 1ull << 20);
+  auto b = open_disk(opts);
+  REQUIRE(b);
+  // The data file is sparse: cap how far it may grow (the kernel then fails writes with EFBIG,
+  // as a full file system fails them with ENOSPC).
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  rlimit lim = old;
+  lim.rlim_cur = 2ull << 20;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  std::size_t ok = 0, full = 0;
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    Completion c = put_image(*b, key_of(i), image_of(i, 100'000));
+    if (c.status.is_ok()) ++ok;
+    else if (c.status.code() == Code::kNoSpace) ++full;
+    else FAIL_CHECK(c.status.to_string());
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  CHECK(ok >= 10);
+  CHECK(full > 0);
+  CHECK(b->stats().no_space == full);
+  CHECK(b->metrics().of(Op::kPut).errors.get() == full);
+  CHECK(b->in_flight() == 0);
+  std::vector<std::byte> got;
+  REQUIRE(get_image(*b, key_of(0), 128 * 1024, &got).status.is_ok());
+  CHECK(got == image_of(0, 100'000));
+  // Space again: saves work again.
+  CHECK(put_image(*b, key_of(1000), image_of(1000)).status.is_ok());
+}
+
+TEST_CASE("one process at a time; a changed geometry reformats") {
+  TempDir dir;
+  auto opts = small_store(dir.store());
+  {
+    auto b = open_disk(opts);
+    REQUIRE(b);
+    REQUIRE(put_image(*b, key_of(1), image_of(1)).status.is_ok());
+    auto again = opts;
+    again.lock_timeout_ms = 50;
+    auto second = DiskBackend::open("again", again);
+    CHECK(second.status().code() == Code::kBadState);
+  }
+  opts.capacity *= 2;
+  auto b = open_disk(opts);
+  REQUIRE(b);
+  CHECK(b->stats().formatted);
+  CHECK(b->usage().objects == 0);
+}
+
+TEST_CASE("misaligned and too small buffers are refused") {
+  TempDir dir;
+  auto b = open_disk(small_store(dir.store()));
+  REQUIRE(b);
+  auto img = image_of(3);
+  REQUIRE(put_image(*b, key_of(3), img).status.is_ok());
+  Completion c = get_image(*b, key_of(3), 4096);
+  CHECK(c.status.code() == Code::kInvalidArgument);
+  CHECK(c.bytes == 12288);
+  AlignedImage a = aligned_copy(image_of(4));
+  Completion m = run(*b, Op::kPut, key_of(4), Region{a.data.get() + 512, 8192, MemoryKind::kHost, -1});
+  CHECK(m.status.code() == Code::kInvalidArgument);
+}
+
+namespace {
+
+std::unique_ptr<TierStack> open_stack(const std::string& store) {
+  // A CPU tier too small for the working set, above the disk tier.
+  std::string profile = R"({"tiers": [
+      {"name": "cpu", "capacity": "64KiB", "backend": {"type": "cpu"}},
+      {"name": "disk", "capacity": "8MiB",
+       "backend": {"type": "disk", "path": ")" + store + R"(", "region_size": "1MiB"}}]})";
+  ConfigErrors errors;
+  auto p = parse_profile(Json::parse(profile), Registry::global(), "<t>", &errors);
+  REQUIRE_MESSAGE(p.is_ok(), errors.joined());
+  auto s = TierStack::open(*p);
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  return std::move(s).value();
+}
+
+std::vector<std::byte> payload_of(std::uint64_t n) {
+  std::vector<std::byte> d(20'000);
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::byte>((n * 131 + i * 7) & 0xff);
+  return d;
+}
+
+// Replays `rounds` passes over a working set of `n` chunk keys the way an engine does (lookup,
+// load the hits, save the misses); returns the hit rate of the last pass.
+double replay(TierStack& stack, const Codec& codec, std::uint64_t n) {
+  std::vector<ObjectKey> keys;
+  for (std::uint64_t i = 0; i < n; ++i) keys.push_back(key_of(i, 77));
+  auto hits = stack.lookup_prefix(keys);
+  REQUIRE(hits.is_ok());
+  std::size_t loaded = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::vector<std::byte> buf(20'000);
+    Region r = host_region(buf);
+    if (i < *hits) {
+      LoadResult out;
+      REQUIRE(stack.load(std::span<const LoadItem>({LoadItem{keys[i], RegionList(&r, 1)}}), codec,
+                         std::span(&out, 1)).is_ok());
+      if (out.status.is_ok() && buf == payload_of(i)) ++loaded;
+      continue;
+    }
+    auto d = payload_of(i);
+    Region s = host_region(d);
+    Status st;
+    REQUIRE(stack.save(std::span<const SaveItem>({SaveItem{keys[i], RegionList(&s, 1)}}), codec,
+                       std::span(&st, 1)).is_ok());
+    CHECK_MESSAGE(st.is_ok(), st.to_string());
+  }
+  REQUIRE(stack.flush(std::chrono::milliseconds(10'000)).is_ok());
+  return static_cast<double>(loaded) / static_cast<double>(n);
+}
+
+}  // namespace
+
+TEST_CASE("after a restart the disk tier serves the same hits (TierStack)") {
+  TempDir a, b;
+  auto codec = std::move(Registry::global().create_codec("identity", Json::object())).value();
+  const std::uint64_t n = 100;  // 2 MiB of images: fits the disk tier, not the CPU tier
+  double without_restart, with_restart;
+  {
+    auto stack = open_stack(a.store());
+    CHECK(replay(*stack, *codec, n) == 0.0);  // cold
+    without_restart = replay(*stack, *codec, n);
+  }
+  {
+    auto stack = open_stack(b.store());
+    CHECK(replay(*stack, *codec, n) == 0.0);
+  }
+  {
+    auto stack = open_stack(b.store());  // a new process would see the same
+    std::vector<ObjectKey> keys;
+    for (std::uint64_t i = 0; i < n; ++i) keys.push_back(key_of(i, 77));
+    auto hits = stack->lookup_prefix(keys);
+    REQUIRE(hits.is_ok());
+    CHECK(*hits == n);
+    with_restart = replay(*stack, *codec, n);
+    CHECK(stack->tier(1).metrics().of(Op::kGet).ok.get() > 0);
+  }
+  CHECK(without_restart == 1.0);
+  CHECK(with_restart == without_restart);
+}
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!disk_tier_available(&why)) {
+    std::fprintf(stderr, "skipped: %s\n", why.c_str());
+    return kSkip;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

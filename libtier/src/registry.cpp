@@ -163,9 +163,23 @@ Result<void*> Registry::create_raw(PluginKind kind, std::string_view type, const
                                        fmt::join(names(kind), ", ")));
   char error[512] = {0};
   void* obj = info->descriptor->create(ctx, error, sizeof error);
-  if (obj == nullptr)
-    return Status::invalid(fmt::format("{} \"{}\" failed to start: {}", plugin_kind_name(kind),
-                                       type, error[0] ? error : "no reason given"));
+  if (obj == nullptr) {
+    // A factory's Status arrives as "<code name>: <message>" (tier/plugin.hpp); anything else,
+    // an exception's text included, is reported as InvalidArgument.
+    Code code = Code::kInvalidArgument;
+    std::string_view msg = error[0] ? error : "no reason given";
+    for (int c = 1; c <= static_cast<int>(Code::kNoSpace); ++c) {
+      std::string_view name = code_name(static_cast<Code>(c));
+      if (msg.size() > name.size() + 2 && msg.substr(0, name.size()) == name &&
+          msg.substr(name.size(), 2) == ": ") {
+        code = static_cast<Code>(c);
+        msg.remove_prefix(name.size() + 2);
+        break;
+      }
+    }
+    return Status(code, fmt::format("{} \"{}\" failed to start: {}", plugin_kind_name(kind),
+                                    type, msg));
+  }
   deleter->destroy = info->descriptor->destroy;
   deleter->library = info->library;
   return obj;

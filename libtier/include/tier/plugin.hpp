@@ -53,7 +53,8 @@ void* create_thunk(const void* ctx, char* err, std::size_t n) noexcept {
   try {
     auto r = T::create(*static_cast<const Ctx*>(ctx));
     if (!r) {
-      copy_error(std::string(r.status().message()), err, n);
+      // "<code name>: <message>": the registry recovers the code (NotSupported, NoSpace, ...).
+      copy_error(r.status().to_string(), err, n);
       return nullptr;
     }
     return static_cast<Base*>(std::move(r).value().release());

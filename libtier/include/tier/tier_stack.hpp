@@ -92,21 +92,28 @@ class TierStack {
 
  private:
   class EvictSink;  // per-tier EvictionHandler forwarding to on_evict
-  // Image bytes start on a page and their allocation is padded to whole pages, so that the region
-  // handed to a tier can be rounded up to its io_alignment (at most a page: O_DIRECT tiers).
-  struct PageAllocator {
-    using value_type = std::byte;
+  // Uninitialized bytes, recycled through pool_ so steady-state saves and loads neither zero
+  // nor fault in fresh memory. They start on a page and the allocation is padded to whole pages
+  // (the padding zeroed), so that the region handed to a tier can be rounded up to its
+  // io_alignment (at most a page: O_DIRECT tiers); see io_region().
+  class Buffer {
+   public:
     static constexpr std::size_t kPage = 4096;
-    template <class U>
-    struct rebind {
-      using other = PageAllocator;
+    explicit Buffer(std::size_t bytes);
+    std::byte* data() noexcept { return data_.get(); }
+    std::size_t size() const noexcept { return size_; }
+    std::size_t capacity() const noexcept { return cap_; }
+    void resize(std::size_t n) noexcept { size_ = n; }  // n <= capacity()
+    std::span<std::byte> span() noexcept { return {data_.get(), size_}; }
+
+   private:
+    struct Free {
+      void operator()(std::byte* p) const noexcept;
     };
-    std::byte* allocate(std::size_t n);
-    void deallocate(std::byte* p, std::size_t n) noexcept;
-    friend bool operator==(PageAllocator, PageAllocator) noexcept { return true; }
+    std::unique_ptr<std::byte[], Free> data_;
+    std::size_t size_, cap_;
   };
-  using ImageBytes = std::vector<std::byte, PageAllocator>;
-  using Image = std::shared_ptr<ImageBytes>;
+  using Image = std::shared_ptr<Buffer>;
   struct Tier {
     TierSpec spec;
     std::unique_ptr<EvictSink> sink;
@@ -130,7 +137,9 @@ class TierStack {
   Image acquire(std::size_t bytes);
   // The region tier `t` reads or writes for `image`: its bytes, rounded up to the tier's
   // io_alignment (the image header gives the exact size).
-  Region io_region(int t, ImageBytes& image) const;
+  Region io_region(int t, Buffer& image) const;
+  // Returns an image nobody else holds to the pool.
+  void recycle(Image& image) noexcept;
   // Builds the image tier `t` stores from a raw payload (stage applied, header sealed).
   Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t layout_id,
                            std::span<const std::byte> raw);
@@ -159,8 +168,8 @@ class TierStack {
   std::uint64_t next_id_ = 1;
   std::uint64_t bg_bytes_ = 0;
   std::size_t bg_count_ = 0;
-  std::vector<std::pair<int, std::pair<ObjectKey, ImageBytes>>> evicted_;
-  std::vector<ImageBytes> pool_;  // recycled image buffers
+  std::vector<std::pair<int, std::pair<ObjectKey, Image>>> evicted_;
+  std::vector<Buffer> pool_;  // recycled image buffers
   std::uint64_t pool_bytes_ = 0;
   StackCounters counters_;
 };

@@ -201,12 +201,15 @@ Status DiskBackend::recover() {
       used_bytes_ += geo_.blocks_for(sl.image_bytes) * geo_.block_size;
     }
   }
-  // The newest region keeps receiving appends; the others are sealed, in FIFO order.
+  // The newest region keeps receiving appends; the others are sealed.
   if (!used.empty()) {
     open_ = used.back();
     used.pop_back();
   }
-  fifo_.assign(used.begin(), used.end());
+  // Recency after a restart: the regions' age.
+  for (std::uint32_t r : used) regions_[r].touched = ++clock_;
+  if (open_ >= 0) regions_[static_cast<std::size_t>(open_)].touched = ++clock_;
+  sealed_.assign(used.begin(), used.end());
   for (std::uint32_t r = 0; r < geo_.region_count; ++r)
     if (!scan.regions[r].in_use) free_.push_back(r);
   stats_.recovered_objects = index_.size();
@@ -292,6 +295,7 @@ Result<std::size_t> DiskBackend::do_submit(std::span<const IoRequest> reqs) noex
 
 void DiskBackend::accept_put(const IoRequest& r) {
   if (auto it = index_.find(r.key); it != index_.end()) {
+    regions_[it->second.region].touched = ++clock_;
     complete(r.user_data, Status(Code::kAlreadyExists, ""),
              regions_[it->second.region].slots[it->second.slot].image_bytes);
     return;
@@ -320,6 +324,7 @@ void DiskBackend::accept_get(const IoRequest& r) {
   }
   const Location loc = it->second;
   const Slot& s = regions_[loc.region].slots[loc.slot];
+  regions_[loc.region].touched = ++clock_;
   const std::uint64_t need = geo_.blocks_for(s.image_bytes) * geo_.block_size;
   if (r.buf.size < need) {
     complete(r.user_data,
@@ -384,7 +389,7 @@ void DiskBackend::place_puts() {
         unplaced_.pop_front();
         continue;
       }
-      fifo_.push_back(r);  // full: sealed
+      sealed_.push_back(r);  // full
       open_ = -1;
     }
     if (!free_.empty()) {
@@ -393,10 +398,16 @@ void DiskBackend::place_puts() {
       begin_reset(static_cast<std::uint32_t>(open_));
       continue;
     }
-    if (fifo_.empty()) return;  // unreachable with at least two regions
-    const std::uint32_t victim = fifo_.front();
-    if (regions_[victim].pending > 0) return;  // retried when its I/O drains (release_io)
-    fifo_.pop_front();
+    // The least recently used sealed region without I/O in flight; if every one has some, wait
+    // (release_io retries when a region's I/O drains).
+    auto victim_it = sealed_.end();
+    for (auto it = sealed_.begin(); it != sealed_.end(); ++it)
+      if (regions_[*it].pending == 0 &&
+          (victim_it == sealed_.end() || regions_[*it].touched < regions_[*victim_it].touched))
+        victim_it = it;
+    if (victim_it == sealed_.end()) return;
+    const std::uint32_t victim = *victim_it;
+    sealed_.erase(victim_it);
     evict_region(victim);
     open_ = victim;
     begin_reset(victim);
@@ -426,6 +437,7 @@ void DiskBackend::begin_reset(std::uint32_t r) {
   R.write_blocks = 0;
   R.slots.assign(1, Slot{});
   R.state = RegionState::kResetting;
+  R.touched = ++clock_;
   schedule_dir(r, 0, Waiter{WaitKind::kReset, 0, 0});
 }
 
@@ -527,7 +539,7 @@ void DiskBackend::finish_dir(std::uint32_t region, std::uint32_t block, int err)
         R.state = RegionState::kFree;
         R.slots.clear();
         if (open_ == static_cast<std::int64_t>(region)) open_ = -1;
-        fifo_.erase(std::remove(fifo_.begin(), fifo_.end(), region), fifo_.end());
+        sealed_.erase(std::remove(sealed_.begin(), sealed_.end(), region), sealed_.end());
         free_.push_back(region);
         break;
       }

@@ -13,10 +13,10 @@
 // Remove: the entry is zeroed in the directory; completes when that write completed.
 // Get: one read straight into the caller's buffer; Backend::poll verifies it.
 //
-// Capacity: regions are reused oldest-first (FIFO, as CacheLib's block cache does): when no free
-// region is left, the oldest is evicted whole (notify_evicted for each object, with no image) and
-// its header rewritten with a new generation before the first write into it. A get does not
-// refresh recency.
+// Capacity: regions are the unit of eviction, least recently used first (a region's recency is
+// its opening, or the latest get or repeated put of an object in it; after a restart, its age).
+// When no free region is left, that region is evicted whole (notify_evicted for each object, with
+// no image) and its header rewritten with a new generation before the first write into it.
 //
 // Errors: ENOSPC / EFBIG / EDQUOT turn into NoSpace, every other failure into IoError; both fail
 // only the request concerned and are counted in stats(). Short transfers and -EAGAIN are
@@ -96,7 +96,7 @@ class DiskBackend final : public Backend {
     SlotState state = SlotState::kEmpty;
   };
   // kResetting: its new header is being written; writes into it wait. kReady: writable. Whether a
-  // ready region is open or sealed is said by open_ and fifo_.
+  // ready region is open or sealed is said by open_ and sealed_.
   enum class RegionState : std::uint8_t { kFree, kResetting, kReady };
   struct Region {
     RegionState state = RegionState::kFree;
@@ -104,6 +104,7 @@ class DiskBackend final : public Backend {
     std::uint32_t write_blocks = 0;   // next free data block
     std::vector<Slot> slots;          // index 0 stands for the header
     std::uint32_t pending = 0;        // in-flight I/O touching the region
+    std::uint64_t touched = 0;        // recency: opened, or an object in it got or put again
     std::vector<std::uint32_t> waiting;  // data writes held until the reset completes
   };
   enum class IoKind : std::uint8_t { kRead, kWrite, kDir };
@@ -189,7 +190,8 @@ class DiskBackend final : public Backend {
   std::uint32_t user_inflight_ = 0;  // accepted get/put/remove not yet completed
 
   std::vector<Region> regions_;
-  std::deque<std::uint32_t> fifo_;   // sealed regions, oldest first
+  std::vector<std::uint32_t> sealed_;  // full regions, eviction candidates
+  std::uint64_t clock_ = 0;            // recency clock of Region::touched
   std::deque<std::uint32_t> free_;   // regions without a generation
   std::int64_t open_ = -1;           // region receiving appends
   std::uint64_t next_seq_ = 1;

@@ -104,7 +104,7 @@ TEST_CASE("objects, removes and usage survive a clean restart") {
   CHECK(got == image_of(1));
 }
 
-TEST_CASE("eviction is FIFO by region, bounded by capacity, and persists") {
+TEST_CASE("eviction is by region, oldest first without gets, bounded, and persists") {
   TempDir dir;
   auto opts = small_store(dir.store(), 4ull << 20, 1ull << 20);  // 4 regions of 1 MiB
   const std::size_t payload = 200'000;                            // 49 blocks: 5 per region
@@ -133,6 +133,22 @@ TEST_CASE("eviction is FIFO by region, bounded by capacity, and persists") {
   std::vector<std::byte> got;
   REQUIRE(get_image(*b, key_of(n - 1), 256 * 1024, &got).status.is_ok());
   CHECK(got == image_of(n - 1, payload));
+}
+
+TEST_CASE("a get keeps its region from being evicted first") {
+  TempDir dir;
+  auto b = open_disk(small_store(dir.store(), 4ull << 20, 1ull << 20));  // 4 regions, 5 objects each
+  REQUIRE(b);
+  const std::size_t payload = 200'000;
+  for (std::uint64_t i = 0; i < 20; ++i)  // regions A (0-4), B (5-9), C (10-14), D (15-19)
+    REQUIRE(put_image(*b, key_of(i), image_of(i, payload)).status.is_ok());
+  REQUIRE(get_image(*b, key_of(2), 256 * 1024).status.is_ok());  // touches A
+  CHECK(b->metrics().evictions.get() == 0);
+  REQUIRE(put_image(*b, key_of(20), image_of(20, payload)).status.is_ok());  // evicts one region
+  CHECK(b->metrics().evictions.get() == 5);
+  CHECK(run(*b, Op::kContains, key_of(0)).status.is_ok());
+  CHECK(run(*b, Op::kContains, key_of(5)).status.code() == Code::kNotFound);
+  CHECK(run(*b, Op::kContains, key_of(10)).status.is_ok());
 }
 
 TEST_CASE("flipped bytes are never served") {

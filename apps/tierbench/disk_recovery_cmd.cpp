@@ -44,8 +44,8 @@ Status fill(disk::DiskBackend& b, std::uint64_t objects, std::size_t payload, st
       free.pop_back();
       ObjectKey k{ns, Key128{next + reqs.size(), 0}, 0};
       seal_object({bufs[slot].get(), kObjectHeaderBytes + payload}, kIdentityLayoutId, 0, k);
-      reqs.push_back(IoRequest{Op::kPut, k, Region{bufs[slot].get(), padded, MemoryKind::kHost, -1},
-                               slot});
+      reqs.push_back(
+          IoRequest{Op::kPut, k, Region{bufs[slot].get(), padded, MemoryKind::kHost, -1}, slot});
     }
     if (!reqs.empty()) {
       auto r = b.submit(reqs);
@@ -57,8 +57,7 @@ Status fill(disk::DiskBackend& b, std::uint64_t objects, std::size_t payload, st
     auto n = b.poll(out, 1, std::chrono::microseconds(100'000));
     if (!n) return n.status();
     for (std::size_t i = 0; i < *n; ++i) {
-      if (!out[i].status.is_ok() && !(out[i].status == Code::kAlreadyExists))
-        return out[i].status;
+      if (!out[i].status.is_ok() && !(out[i].status == Code::kAlreadyExists)) return out[i].status;
       free.push_back(static_cast<std::uint32_t>(out[i].user_data));
     }
     done += *n;
@@ -74,8 +73,11 @@ int run_disk_recovery(cli::Args& args) {
   auto depth = static_cast<std::uint32_t>(args.uint("depth").value_or(64));
   bool json = args.flag("json");
   args.finish();
-  if (!dir) return cli::fail("usage: tierbench disk_recovery --dir D [--objects N] "
-                             "[--object-size SIZE] [--depth D] [--json]", 2);
+  if (!dir)
+    return cli::fail(
+        "usage: tierbench disk_recovery --dir D [--objects N] "
+        "[--object-size SIZE] [--depth D] [--json]",
+        2);
   if (objects == 0 || depth == 0 || object_size <= kObjectHeaderBytes)
     return cli::fail("--objects and --depth must be > 0, --object-size > 96", 2);
   const std::size_t payload = object_size - kObjectHeaderBytes;
@@ -97,19 +99,17 @@ int run_disk_recovery(cli::Args& args) {
   if (!b) return cli::fail(b.status().to_string());
   const disk::DiskStats& st = (*b)->stats();
   const auto& g = (*b)->geometry();
-  Json j = {{"objects", st.recovered_objects},
-            {"object_bytes", padded},
-            {"regions", g.region_count},
-            {"index_bytes", g.index_file_bytes()},
-            {"recovery_ms", st.recovery_ms},
-            {"fill_seconds", fill_s}};
+  Json j = {{"objects", st.recovered_objects}, {"object_bytes", padded},
+            {"regions", g.region_count},       {"index_bytes", g.index_file_bytes()},
+            {"recovery_ms", st.recovery_ms},   {"fill_seconds", fill_s}};
   if (json)
     fmt::print("{}\n", j.dump());
   else
-    fmt::print("rebuilt the index of {} objects ({} each; {} regions, index file {}) in {:.1f} ms{}\n",
-               st.recovered_objects, format_size(padded), g.region_count,
-               format_size(g.index_file_bytes()), st.recovery_ms,
-               fill_s > 0 ? fmt::format(" (filled in {:.1f} s)", fill_s) : "");
+    fmt::print(
+        "rebuilt the index of {} objects ({} each; {} regions, index file {}) in {:.1f} ms{}\n",
+        st.recovered_objects, format_size(padded), g.region_count,
+        format_size(g.index_file_bytes()), st.recovery_ms,
+        fill_s > 0 ? fmt::format(" (filled in {:.1f} s)", fill_s) : "");
   return st.recovered_objects >= objects ? 0 : 1;
 }
 

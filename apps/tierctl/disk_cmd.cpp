@@ -4,6 +4,7 @@
 //            its entry; exit 0 when clean, 1 when any object or entry is bad
 //   repair   verify, then drop what is bad (and shadowed duplicates) from the index; needs the
 //            store to be closed (exclusive lock)
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,8 +13,6 @@
 #include <map>
 #include <set>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "cli.hpp"
 #include "disk_layout.hpp"
@@ -143,11 +142,12 @@ void print_summary(const Json& j) {
              format_size(j["capacity_bytes"].get<std::uint64_t>()),
              format_size(j["free_bytes"].get<std::uint64_t>()),
              format_size(j["dead_bytes"].get<std::uint64_t>()));
-  fmt::print("index          scanned in {:.1f} ms; {} corrupt entries, {} corrupt region headers, "
-             "{} shadowed, {} stale\n",
-             j["index_scan_ms"].get<double>(), j["corrupt_entries"].get<std::uint64_t>(),
-             j["corrupt_regions"].get<std::uint64_t>(), j["shadowed_entries"].get<std::uint64_t>(),
-             j["stale_entries"].get<std::uint64_t>());
+  fmt::print(
+      "index          scanned in {:.1f} ms; {} corrupt entries, {} corrupt region headers, "
+      "{} shadowed, {} stale\n",
+      j["index_scan_ms"].get<double>(), j["corrupt_entries"].get<std::uint64_t>(),
+      j["corrupt_regions"].get<std::uint64_t>(), j["shadowed_entries"].get<std::uint64_t>(),
+      j["stale_entries"].get<std::uint64_t>());
 }
 
 // Reads and checks every live object. Returns the bad ones (objects and index damage).
@@ -177,8 +177,7 @@ std::vector<Bad> verify_objects(const Store& s, std::uint64_t* checked_bytes) {
           st = Status(Code::kChecksumMismatch, "object differs from its index entry");
       }
     }
-    if (!st)
-      bad.push_back({e.region, e.slot, e.entry.key.to_string(), std::string(st.message())});
+    if (!st) bad.push_back({e.region, e.slot, e.entry.key.to_string(), std::string(st.message())});
     done += e.entry.image_bytes;
     bar.update(done);
   }
@@ -215,8 +214,7 @@ int run_verify(Store& s, bool json) {
                             {"bad", bad_json(bad)}}
                            .dump());
   } else {
-    fmt::print("verified {} objects ({}): {} bad\n", s.live.size(), format_size(bytes),
-               bad.size());
+    fmt::print("verified {} objects ({}): {} bad\n", s.live.size(), format_size(bytes), bad.size());
     for (const Bad& b : bad)
       fmt::print("  region {} slot {} {}: {}\n", b.region, b.slot, b.key, b.reason);
   }
@@ -230,11 +228,12 @@ int run_repair(Store& s, bool json) {
   // Per region: the slots to clear (slot 0: the whole directory).
   std::map<std::uint32_t, std::vector<std::uint32_t>> clear;
   for (const Bad& b : bad) clear[b.region].push_back(b.slot);
-  for (std::size_t i : s.shadowed) clear[s.scan.entries[i].region].push_back(s.scan.entries[i].slot);
+  for (std::size_t i : s.shadowed)
+    clear[s.scan.entries[i].region].push_back(s.scan.entries[i].slot);
   AlignedBuffer dir(g.dir_bytes(), g.block_size);
   for (auto& [region, slots] : clear) {
-    Status rd = pread_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0),
-                           "index");
+    Status rd =
+        pread_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0), "index");
     if (!rd) return cli::fail(rd.to_string());
     for (std::uint32_t slot : slots) {
       if (slot == 0)
@@ -242,8 +241,8 @@ int run_repair(Store& s, bool json) {
       else
         std::memset(dir.data() + std::size_t{slot} * kSlotBytes, 0, kSlotBytes);
     }
-    Status st = pwrite_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0),
-                            "index");
+    Status st =
+        pwrite_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0), "index");
     if (!st) return cli::fail(st.to_string());
   }
   if (::fsync(s.files.index()) != 0) return cli::fail("fsync of the index failed");
@@ -273,14 +272,14 @@ int run_disk(cli::Args& args) {
   if (pos.size() != 2 || (pos[0] != "inspect" && pos[0] != "verify" && pos[0] != "repair"))
     return cli::fail("usage: tierctl disk inspect|verify|repair DIR [--json]", 2);
   const bool repair = pos[0] == "repair";
-  struct stat st{};
+  struct stat st {};
   if (::stat(pos[1].c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return cli::fail(fmt::format("{}: not a directory", pos[1]), 2);
   auto store = load_store(pos[1], repair, json);
   if (!store) {
     if (store.status() == Code::kNotFound)
-      return cli::fail(fmt::format("{}: not a disk tier store ({})", pos[1],
-                                   store.status().message()));
+      return cli::fail(
+          fmt::format("{}: not a disk tier store ({})", pos[1], store.status().message()));
     return cli::fail(store.status().to_string());
   }
   if (pos[0] == "inspect") return run_inspect(*store, json);

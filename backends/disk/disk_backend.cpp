@@ -1,13 +1,12 @@
 #include "disk_backend.hpp"
 
+#include <fmt/format.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "tier/object.hpp"
 #include "tier/options.hpp"
@@ -17,7 +16,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kFixedData = 0;   // registered file indexes
+constexpr int kFixedData = 0;  // registered file indexes
 constexpr int kFixedIndex = 1;
 
 std::uint32_t ring_size_for(std::uint32_t depth) {
@@ -57,10 +56,9 @@ Result<std::unique_ptr<DiskBackend>> DiskBackend::open(const std::string& tier_n
   Geometry g;
   g.block_size = opts.block_size;
   g.region_size = opts.region_size;
-  g.region_count = opts.region_size == 0
-                       ? 0
-                       : static_cast<std::uint32_t>(std::min<std::uint64_t>(
-                             opts.capacity / opts.region_size, UINT32_MAX));
+  g.region_count = opts.region_size == 0 ? 0
+                                         : static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                               opts.capacity / opts.region_size, UINT32_MAX));
   if (std::string why = g.check(); !why.empty())
     return Status::invalid(fmt::format("disk tier \"{}\": {}", tier_name, why));
   OpenOptions oo;
@@ -144,13 +142,12 @@ Status DiskBackend::init_ring() {
   void* pool = std::aligned_alloc(bs, n * bs);
   if (pool == nullptr) return Status(Code::kNoSpace, "out of memory for directory buffers");
   std::memset(pool, 0, n * bs);
-  dir_pool_ = std::unique_ptr<std::byte[], void (*)(void*)>(static_cast<std::byte*>(pool),
-                                                           &std::free);
+  dir_pool_ =
+      std::unique_ptr<std::byte[], void (*)(void*)>(static_cast<std::byte*>(pool), &std::free);
   std::vector<iovec> iov(n);
   for (std::size_t i = 0; i < n; ++i) iov[i] = iovec{dir_pool_.get() + i * bs, bs};
   registered_buffers_ =
-      write_fixed &&
-      io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(n)) == 0;
+      write_fixed && io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(n)) == 0;
   for (std::size_t i = 0; i < n; ++i)
     free_dir_bufs_.push_back(
         DirBuffer{dir_pool_.get() + i * bs, registered_buffers_ ? static_cast<int>(i) : -1});
@@ -213,8 +210,7 @@ Status DiskBackend::recover() {
   for (std::uint32_t r = 0; r < geo_.region_count; ++r)
     if (!scan.regions[r].in_use) free_.push_back(r);
   stats_.recovered_objects = index_.size();
-  stats_.recovery_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  stats_.recovery_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   return Status::ok();
 }
 

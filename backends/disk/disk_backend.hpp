@@ -54,8 +54,8 @@ struct DiskOptions {
 // Counters of the tier beyond the per-op metrics of Backend.
 struct DiskStats {
   std::uint64_t recovered_objects = 0;
-  double recovery_ms = 0;     // time create() spent scanning the index and rebuilding it
-  bool formatted = false;     // create() formatted the store (new, or unreadable superblock)
+  double recovery_ms = 0;       // time create() spent scanning the index and rebuilding it
+  bool formatted = false;       // create() formatted the store (new, or unreadable superblock)
   std::uint64_t no_space = 0;   // writes that failed with ENOSPC / EFBIG / EDQUOT
   std::uint64_t io_errors = 0;  // other failed I/O
   std::uint64_t resubmits = 0;  // short transfers and -EAGAIN resubmitted
@@ -101,10 +101,10 @@ class DiskBackend final : public Backend {
   struct Region {
     RegionState state = RegionState::kFree;
     std::uint64_t seq = 0;
-    std::uint32_t write_blocks = 0;   // next free data block
-    std::vector<Slot> slots;          // index 0 stands for the header
-    std::uint32_t pending = 0;        // in-flight I/O touching the region
-    std::uint64_t touched = 0;        // recency: opened, or an object in it got or put again
+    std::uint32_t write_blocks = 0;      // next free data block
+    std::vector<Slot> slots;             // index 0 stands for the header
+    std::uint32_t pending = 0;           // in-flight I/O touching the region
+    std::uint64_t touched = 0;           // recency: opened, or an object in it got or put again
     std::vector<std::uint32_t> waiting;  // data writes held until the reset completes
   };
   enum class IoKind : std::uint8_t { kRead, kWrite, kDir };
@@ -112,13 +112,13 @@ class DiskBackend final : public Backend {
   struct Io {
     IoKind kind = IoKind::kRead;
     std::uint32_t region = 0;
-    std::uint32_t slot = 0;      // kRead/kWrite: the object's slot; kDir: the directory block
+    std::uint32_t slot = 0;  // kRead/kWrite: the object's slot; kDir: the directory block
     std::byte* buf = nullptr;
     std::uint64_t offset = 0;
     std::uint32_t len = 0;
     std::uint32_t done = 0;
-    int fixed_buf = -1;          // registered buffer index, or -1
-    std::uint64_t user_data = 0; // kRead/kWrite: the request's
+    int fixed_buf = -1;           // registered buffer index, or -1
+    std::uint64_t user_data = 0;  // kRead/kWrite: the request's
   };
   // A request waiting for a directory block write.
   enum class WaitKind : std::uint8_t { kPublish, kRemove, kReset };
@@ -148,8 +148,7 @@ class DiskBackend final : public Backend {
     std::uint32_t payload_check;
   };
 
-  DiskBackend(std::string tier_name, const DiskOptions& opts, const Geometry& g,
-              StoreFiles files);
+  DiskBackend(std::string tier_name, const DiskOptions& opts, const Geometry& g, StoreFiles files);
   Status init_ring();
   Status recover();
 
@@ -192,10 +191,10 @@ class DiskBackend final : public Backend {
   std::vector<Region> regions_;
   std::vector<std::uint32_t> sealed_;  // full regions, eviction candidates
   std::uint64_t clock_ = 0;            // recency clock of Region::touched
-  std::deque<std::uint32_t> free_;   // regions without a generation
-  std::int64_t open_ = -1;           // region receiving appends
+  std::deque<std::uint32_t> free_;     // regions without a generation
+  std::int64_t open_ = -1;             // region receiving appends
   std::uint64_t next_seq_ = 1;
-  std::uint64_t used_bytes_ = 0;     // blocks of live objects, in bytes
+  std::uint64_t used_bytes_ = 0;  // blocks of live objects, in bytes
 
   std::unordered_map<ObjectKey, Location> index_;  // published objects
   std::unordered_set<ObjectKey> writing_;          // puts accepted and not yet completed

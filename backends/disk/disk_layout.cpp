@@ -1,6 +1,7 @@
 #include "disk_layout.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
-
-#include <fmt/format.h>
 
 namespace tier::disk {
 namespace {
@@ -45,13 +44,13 @@ std::string Geometry::check() const {
   if (!is_pow2(block_size) || block_size < 512 || block_size > 65536)
     return fmt::format("block size {} is not a power of two in [512, 64KiB]", block_size);
   if (region_size % block_size != 0 || region_size / block_size < 16)
-    return fmt::format("region size {} is not a multiple of at least 16 blocks of {}",
-                       region_size, block_size);
+    return fmt::format("region size {} is not a multiple of at least 16 blocks of {}", region_size,
+                       block_size);
   if (region_size / block_size > (1ull << 31))
     return fmt::format("region size {} has too many blocks", region_size);
   if (region_count < 2)
-    return fmt::format("the capacity holds {} region(s) of {}; at least 2 are needed",
-                       region_count, region_size);
+    return fmt::format("the capacity holds {} region(s) of {}; at least 2 are needed", region_count,
+                       region_size);
   return {};
 }
 
@@ -105,8 +104,7 @@ void encode_entry(std::byte* p, const Entry& e) noexcept {
   put_le<std::uint32_t>(p + 48, e.key.rank);
   put_le<std::uint32_t>(p + 52, e.offset_blocks);
   put_le<std::uint32_t>(p + 56, e.payload_check);
-  put_le<std::uint32_t>(p + kEntryCheckAt,
-                        static_cast<std::uint32_t>(check_of(p, kEntryCheckAt)));
+  put_le<std::uint32_t>(p + kEntryCheckAt, static_cast<std::uint32_t>(check_of(p, kEntryCheckAt)));
 }
 
 bool decode_entry(const std::byte* p, Entry* e) noexcept {
@@ -195,7 +193,8 @@ Result<Geometry> read_superblock(int fd, std::uint32_t block_size_hint) {
       n = ::pread(fd, buf.data(), block_size_hint, 0);
     } while (n < 0 && errno == EINTR);
   }
-  if (n < 0) return Status::io_error(fmt::format("index: read superblock: {}", std::strerror(errno)));
+  if (n < 0)
+    return Status::io_error(fmt::format("index: read superblock: {}", std::strerror(errno)));
   if (static_cast<std::size_t>(n) < kSlotBytes) return Status::not_found("index: no superblock");
   Geometry g;
   if (!decode_superblock(buf.span().first(static_cast<std::size_t>(n)), &g))
@@ -323,8 +322,8 @@ Status pread_full(int fd, std::byte* buf, std::size_t n, std::uint64_t offset, c
     ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0)
-      return Status::io_error(fmt::format("{}: read of {} bytes at {}: {}", what, n, offset,
-                                          std::strerror(errno)));
+      return Status::io_error(
+          fmt::format("{}: read of {} bytes at {}: {}", what, n, offset, std::strerror(errno)));
     if (r == 0)
       return Status::io_error(fmt::format("{}: unexpected end of file at {}", what, offset + done));
     done += static_cast<std::size_t>(r);
@@ -339,10 +338,9 @@ Status pwrite_full(int fd, const std::byte* buf, std::size_t n, std::uint64_t of
     ssize_t r = ::pwrite(fd, buf + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0)
-      return Status(errno == ENOSPC || errno == EFBIG || errno == EDQUOT ? Code::kNoSpace
-                                                                          : Code::kIoError,
-                    fmt::format("{}: write of {} bytes at {}: {}", what, n, offset,
-                                std::strerror(errno)));
+      return Status(
+          errno == ENOSPC || errno == EFBIG || errno == EDQUOT ? Code::kNoSpace : Code::kIoError,
+          fmt::format("{}: write of {} bytes at {}: {}", what, n, offset, std::strerror(errno)));
     done += static_cast<std::size_t>(r);
   }
   return Status::ok();

@@ -85,10 +85,10 @@ struct RegionHeader {
 
 struct Entry {
   ObjectKey key;
-  std::uint64_t seq = 0;             // the region's generation when the entry was written
-  std::uint32_t image_bytes = 0;     // header + payload, unpadded
-  std::uint32_t offset_blocks = 0;   // first block of the image in its region
-  std::uint32_t payload_check = 0;   // low 32 bits of the image's payload checksum
+  std::uint64_t seq = 0;            // the region's generation when the entry was written
+  std::uint32_t image_bytes = 0;    // header + payload, unpadded
+  std::uint32_t offset_blocks = 0;  // first block of the image in its region
+  std::uint32_t payload_check = 0;  // low 32 bits of the image's payload checksum
 };
 
 // Slot codecs. A decoder returns false when the slot does not hold a valid record of its kind.
@@ -115,11 +115,11 @@ struct SlotRef {
   std::uint32_t slot = 0;
 };
 struct ScanResult {
-  std::vector<ScannedRegion> regions;   // one per region
-  std::vector<ScannedEntry> entries;    // valid entries of regions in use, by region then slot
-  std::vector<SlotRef> corrupt_entries;   // non-zero slots that are neither valid nor stale
+  std::vector<ScannedRegion> regions;    // one per region
+  std::vector<ScannedEntry> entries;     // valid entries of regions in use, by region then slot
+  std::vector<SlotRef> corrupt_entries;  // non-zero slots that are neither valid nor stale
   std::vector<std::uint32_t> corrupt_regions;  // non-zero region headers that do not parse
-  std::uint64_t stale_entries = 0;  // valid entries of an earlier generation (ignored)
+  std::uint64_t stale_entries = 0;             // valid entries of an earlier generation (ignored)
 };
 
 // Reads every directory of the index file (opened with O_DIRECT or not) and classifies its
@@ -134,11 +134,11 @@ Result<Geometry> read_superblock(int index_fd, std::uint32_t block_size_hint = 4
 // a running tier or `tierctl disk repair`, shared for inspection. Closing releases the lock, and
 // so does the death of the process (kill -9 included) once its in-flight I/O has completed.
 struct OpenOptions {
-  bool write = true;      // O_RDWR (else O_RDONLY)
-  bool create = false;    // create the directory and files when missing
-  bool direct = true;     // O_DIRECT
-  bool dsync = false;     // O_DSYNC: every completed write is on stable storage
-  bool exclusive = true;  // lock mode
+  bool write = true;         // O_RDWR (else O_RDONLY)
+  bool create = false;       // create the directory and files when missing
+  bool direct = true;        // O_DIRECT
+  bool dsync = false;        // O_DSYNC: every completed write is on stable storage
+  bool exclusive = true;     // lock mode
   bool require_lock = true;  // fail (BadState) when the lock is held elsewhere
   // How long to wait for the lock. A process that died with I/O in flight holds it until the
   // kernel has finished that I/O (its ring holds the index file open), so a successor never

@@ -4,7 +4,6 @@
 // returns anything but the exact object or a miss. Repeated kIterations times on one store.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -56,7 +55,8 @@ disk::DiskOptions store_options(const std::string& path) {
   Completion out[16];
   while (done < reqs.size()) {
     if (next < reqs.size()) {
-      auto r = b->submit(std::span(reqs).subspan(next, std::min<std::size_t>(4, reqs.size() - next)));
+      auto r =
+          b->submit(std::span(reqs).subspan(next, std::min<std::size_t>(4, reqs.size() - next)));
       if (!r) ::_exit(4);
       next += *r;
     }

@@ -22,8 +22,7 @@ namespace tier::test {
 struct TempDir {
   std::string path;
   TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "libtier-disk-XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "libtier-disk-XXXXXX").string();
     if (::mkdtemp(pattern.data()) != nullptr) path = pattern;
   }
   ~TempDir() {
@@ -82,8 +81,7 @@ inline Completion get_image(Backend& b, const ObjectKey& k, std::size_t capacity
                             std::vector<std::byte>* got = nullptr) {
   AlignedImage a = aligned_empty(capacity);
   Completion c = run(b, Op::kGet, k, a.region());
-  if (got != nullptr && c.status.is_ok())
-    got->assign(a.data.get(), a.data.get() + c.bytes);
+  if (got != nullptr && c.status.is_ok()) got->assign(a.data.get(), a.data.get() + c.bytes);
   return c;
 }
 

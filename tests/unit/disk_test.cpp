@@ -3,7 +3,6 @@
 // reused by a TierStack after a restart. Real io_uring on real files; exits 77 without them.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
@@ -107,7 +106,7 @@ TEST_CASE("objects, removes and usage survive a clean restart") {
 TEST_CASE("eviction is by region, oldest first without gets, bounded, and persists") {
   TempDir dir;
   auto opts = small_store(dir.store(), 4ull << 20, 1ull << 20);  // 4 regions of 1 MiB
-  const std::size_t payload = 200'000;                            // 49 blocks: 5 per region
+  const std::size_t payload = 200'000;                           // 49 blocks: 5 per region
   std::uint64_t n = 60;
   {
     auto b = open_disk(opts);
@@ -137,7 +136,8 @@ TEST_CASE("eviction is by region, oldest first without gets, bounded, and persis
 
 TEST_CASE("a get keeps its region from being evicted first") {
   TempDir dir;
-  auto b = open_disk(small_store(dir.store(), 4ull << 20, 1ull << 20));  // 4 regions, 5 objects each
+  auto b =
+      open_disk(small_store(dir.store(), 4ull << 20, 1ull << 20));  // 4 regions, 5 objects each
   REQUIRE(b);
   const std::size_t payload = 200'000;
   for (std::uint64_t i = 0; i < 20; ++i)  // regions A (0-4), B (5-9), C (10-14), D (15-19)
@@ -195,9 +195,12 @@ TEST_CASE("a full file system fails saves with NoSpace and the tier keeps servin
   std::size_t ok = 0, full = 0;
   for (std::uint64_t i = 0; i < 40; ++i) {
     Completion c = put_image(*b, key_of(i), image_of(i, 100'000));
-    if (c.status.is_ok()) ++ok;
-    else if (c.status.code() == Code::kNoSpace) ++full;
-    else FAIL_CHECK(c.status.to_string());
+    if (c.status.is_ok())
+      ++ok;
+    else if (c.status.code() == Code::kNoSpace)
+      ++full;
+    else
+      FAIL_CHECK(c.status.to_string());
   }
   ::setrlimit(RLIMIT_FSIZE, &old);
   CHECK(ok >= 10);
@@ -241,7 +244,8 @@ TEST_CASE("misaligned and too small buffers are refused") {
   CHECK(c.status.code() == Code::kInvalidArgument);
   CHECK(c.bytes == 12288);
   AlignedImage a = aligned_copy(image_of(4));
-  Completion m = run(*b, Op::kPut, key_of(4), Region{a.data.get() + 512, 8192, MemoryKind::kHost, -1});
+  Completion m =
+      run(*b, Op::kPut, key_of(4), Region{a.data.get() + 512, 8192, MemoryKind::kHost, -1});
   CHECK(m.status.code() == Code::kInvalidArgument);
 }
 
@@ -261,8 +265,7 @@ TEST_CASE("a kernel that refuses io_uring makes create() fail with NotSupported"
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
       ::_exit(2);
-    BackendContext ctx{"disk", 8ull << 20,
-                       Json{{"path", dir.store()}, {"region_size", 1 << 20}}};
+    BackendContext ctx{"disk", 8ull << 20, Json{{"path", dir.store()}, {"region_size", 1 << 20}}};
     auto b = Registry::global().create_backend("disk", ctx);
     const bool refused = !b && b.status().code() == Code::kNotSupported &&
                          b.status().message().find("refused io_uring") != std::string_view::npos;
@@ -286,7 +289,8 @@ std::unique_ptr<TierStack> open_stack(const std::string& store) {
   std::string profile = R"({"tiers": [
       {"name": "cpu", "capacity": "64KiB", "backend": {"type": "cpu"}},
       {"name": "disk", "capacity": "8MiB",
-       "backend": {"type": "disk", "path": ")" + store + R"(", "region_size": "1MiB"}}]})";
+       "backend": {"type": "disk", "path": ")" +
+                        store + R"(", "region_size": "1MiB"}}]})";
   ConfigErrors errors;
   auto p = parse_profile(Json::parse(profile), Registry::global(), "<t>", &errors);
   REQUIRE_MESSAGE(p.is_ok(), errors.joined());
@@ -297,7 +301,8 @@ std::unique_ptr<TierStack> open_stack(const std::string& store) {
 
 std::vector<std::byte> payload_of(std::uint64_t n) {
   std::vector<std::byte> d(20'000);
-  for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::byte>((n * 131 + i * 7) & 0xff);
+  for (std::size_t i = 0; i < d.size(); ++i)
+    d[i] = static_cast<std::byte>((n * 131 + i * 7) & 0xff);
   return d;
 }
 
@@ -314,16 +319,20 @@ double replay(TierStack& stack, const Codec& codec, std::uint64_t n) {
     Region r = host_region(buf);
     if (i < *hits) {
       LoadResult out;
-      REQUIRE(stack.load(std::span<const LoadItem>({LoadItem{keys[i], RegionList(&r, 1)}}), codec,
-                         std::span(&out, 1)).is_ok());
+      REQUIRE(stack
+                  .load(std::span<const LoadItem>({LoadItem{keys[i], RegionList(&r, 1)}}), codec,
+                        std::span(&out, 1))
+                  .is_ok());
       if (out.status.is_ok() && buf == payload_of(i)) ++loaded;
       continue;
     }
     auto d = payload_of(i);
     Region s = host_region(d);
     Status st;
-    REQUIRE(stack.save(std::span<const SaveItem>({SaveItem{keys[i], RegionList(&s, 1)}}), codec,
-                       std::span(&st, 1)).is_ok());
+    REQUIRE(stack
+                .save(std::span<const SaveItem>({SaveItem{keys[i], RegionList(&s, 1)}}), codec,
+                      std::span(&st, 1))
+                .is_ok());
     CHECK_MESSAGE(st.is_ok(), st.to_string());
   }
   REQUIRE(stack.flush(std::chrono::milliseconds(10'000)).is_ok());

@@ -530,13 +530,14 @@ void DiskBackend::finish_dir(std::uint32_t region, std::uint32_t block, int err)
           writing_.erase(sl.key);
           --user_inflight_;
           complete(ios_[id].user_data, s, 0);
-          release_io(id);
         }
         R.state = RegionState::kFree;
         R.slots.clear();
         if (open_ == static_cast<std::int64_t>(region)) open_ = -1;
         sealed_.erase(std::remove(sealed_.begin(), sealed_.end(), region), sealed_.end());
         free_.push_back(region);
+        // Last: releasing may place waiting puts, which must find the region's new state.
+        for (std::uint32_t id : waiting) release_io(id);
         break;
       }
     }
@@ -615,8 +616,8 @@ void DiskBackend::pump() {
     ++ring_inflight_;
     ++queued;
   }
-  // A failed submit leaves the entries in the queue; the next call submits them again.
-  if (queued > 0) (void)io_uring_submit(&ring_);
+  // A failed submit leaves the entries in the queue; every later call submits them again.
+  if (queued > 0 || io_uring_sq_ready(&ring_) > 0) (void)io_uring_submit(&ring_);
 }
 
 // Consumes every completion available, errors included, and advances the queue past all of them.

@@ -215,6 +215,27 @@ TEST_CASE("a full file system fails saves with NoSpace and the tier keeps servin
   CHECK(put_image(*b, key_of(1000), image_of(1000)).status.is_ok());
 }
 
+TEST_CASE("a short read is resubmitted and a failed one is an IoError, not a stall") {
+  TempDir dir;
+  auto b = open_disk(small_store(dir.store()));
+  REQUIRE(b);
+  for (std::uint64_t i = 0; i < 4; ++i)
+    REQUIRE(put_image(*b, key_of(i), image_of(i)).status.is_ok());
+  // Damage from outside: the data file now ends inside object 0 (blocks 0-2), before the others.
+  REQUIRE(::truncate((dir.store() + "/data").c_str(), 4096) == 0);
+  std::vector<std::byte> got;
+  Completion c = get_image(*b, key_of(0), 16384, &got);
+  CHECK(c.status.code() == Code::kIoError);
+  CHECK(b->stats().resubmits >= 1);  // the short read continued, then hit the end
+  CHECK(get_image(*b, key_of(2), 16384, &got).status.code() == Code::kIoError);
+  CHECK(b->stats().io_errors == 2);
+  CHECK(b->in_flight() == 0);
+  // The tier keeps working: new objects are written (extending the file) and read back.
+  REQUIRE(put_image(*b, key_of(50), image_of(50)).status.is_ok());
+  REQUIRE(get_image(*b, key_of(50), 16384, &got).status.is_ok());
+  CHECK(got == image_of(50));
+}
+
 TEST_CASE("one process at a time; a changed geometry reformats") {
   TempDir dir;
   auto opts = small_store(dir.store());

@@ -45,7 +45,7 @@ struct DiskOptions {
   std::uint64_t capacity = 0;
   std::uint64_t region_size = 16ull << 20;
   std::uint32_t block_size = 4096;
-  std::uint32_t queue_depth = 32;
+  std::uint32_t queue_depth = 64;
   bool durable = false;
   bool preallocate = false;
   std::uint32_t lock_timeout_ms = 5000;

@@ -10,7 +10,7 @@ constexpr const char kDiskOptions[] = R"JSON([
    "doc": "size of a region, the unit of appending and of eviction; also the largest object. The capacity holds floor(capacity / region_size) regions, at least 2"},
   {"name": "block_size", "type": "size", "default": 4096, "min": 512, "max": 4096,
    "doc": "O_DIRECT block: the alignment of buffers, offsets and sizes (a power of two, at least the device's logical block size, at most 4KiB, the page TierStack pads images to)"},
-  {"name": "queue_depth", "type": "uint", "default": 32, "min": 1, "max": 4096,
+  {"name": "queue_depth", "type": "uint", "default": 64, "min": 1, "max": 4096,
    "doc": "most get/put/remove requests in flight; submit() accepts no more until poll() reaps some"},
   {"name": "durable", "type": "bool", "default": false,
    "doc": "open the files with O_DSYNC so that a completed put also survives a power loss (kill -9 safety needs no sync)"},

@@ -94,26 +94,36 @@ struct Client {
 
 std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
 
-// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or 0 when unreadable.
-std::uint64_t process_start_time(std::int32_t pid) {
+struct ProcStat {
+  char state = '?';             // field 3: R, S, D, Z (zombie), X (dead), ...
+  std::uint64_t start_time = 0;  // field 22: clock ticks since boot; 0 when unreadable
+};
+
+ProcStat read_proc_stat(std::int32_t pid) {
+  ProcStat ps;
   std::ifstream f(fmt::format("/proc/{}/stat", pid));
   std::string line;
-  if (!std::getline(f, line)) return 0;
-  auto close = line.rfind(')');
-  if (close == std::string::npos) return 0;
+  if (!std::getline(f, line)) return ps;
+  auto close = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos || close + 2 >= line.size()) return ps;
+  ps.state = line[close + 2];
   std::size_t pos = close + 1;
   for (int field = 3; field < 22; ++field) {  // skip fields 3..21
     pos = line.find(' ', pos + 1);
-    if (pos == std::string::npos) return 0;
+    if (pos == std::string::npos) return ps;
   }
-  return std::strtoull(line.c_str() + pos + 1, nullptr, 10);
+  ps.start_time = std::strtoull(line.c_str() + pos + 1, nullptr, 10);
+  return ps;
 }
 
+// Whether the process that took a client slot still runs. A zombie counts as dead; a pid reused
+// by another process is told apart by its start time.
 bool process_alive(std::int32_t pid, std::uint64_t start_time) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::uint64_t now = process_start_time(pid);
-  return now == 0 || start_time == 0 || now == start_time;  // a reused pid has another start
+  ProcStat now = read_proc_stat(pid);
+  if (now.state == 'Z' || now.state == 'X') return false;
+  return now.start_time == 0 || start_time == 0 || now.start_time == start_time;
 }
 
 std::string shm_path(const std::string& name) { return "/dev/shm/" + name; }
@@ -524,7 +534,7 @@ struct ShmStore::Impl {
       Client& cl = clients[c];
       if (cl.in_use.load(std::memory_order_acquire) != 0) continue;
       cl.pid = static_cast<std::int32_t>(::getpid());
-      cl.start_time = process_start_time(cl.pid);
+      cl.start_time = read_proc_stat(cl.pid).start_time;
       cl.pinned = kNone;
       cl.pinned_generation = 0;
       cl.in_use.store(1, std::memory_order_release);

@@ -30,6 +30,7 @@ Capabilities CpuBackend::shm_capabilities() const noexcept {
   c.max_object_bytes = capacity_;
   c.persistent = true;
   c.shared = true;
+  c.verifies_reads = true;  // ShmStore::get copies with copy_verified
   return c;
 }
 
@@ -59,6 +60,7 @@ Result<std::size_t> CpuBackend::shm_submit(std::span<const IoRequest> reqs) noex
       }
       case Op::kGet: {
         ShmStore::GetResult g = shm_->get(r.key, {r.buf.data, r.buf.size});
+        if (g.status.code() == Code::kChecksumMismatch) metrics().checksum_failures.add();
         ready_.push_back({r.user_data, std::move(g.status), static_cast<std::size_t>(g.bytes)});
         break;
       }

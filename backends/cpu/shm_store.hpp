@@ -114,10 +114,13 @@ class ShmStore {
   Status put(const ObjectKey& key, std::span<const std::byte> image, const EvictFn& on_evict);
 
   struct GetResult {
-    Status status;            // Ok, NotFound, InvalidArgument (out too small), BadState
+    Status status;            // Ok, NotFound, InvalidArgument (out too small), ChecksumMismatch,
+                              // BadState
     std::uint64_t bytes = 0;  // image bytes copied, or needed when `out` is too small
   };
-  // Copies the image into `out` and refreshes recency.
+  // Copies the image into `out`, verifying it on the way (tier/object.hpp copy_verified: header,
+  // `key`, length, payload checksum; on a mismatch `out` holds no valid header), and refreshes
+  // recency.
   GetResult get(const ObjectKey& key, std::span<std::byte> out);
   // The image size of a ready object. Does not refresh recency. Returns: NotFound, BadState.
   Result<std::uint64_t> contains(const ObjectKey& key);

@@ -3,11 +3,15 @@
 // reattach, two namespaces side by side. Children are fork()ed, talk to the segment through the
 // registry-created backend (so the core verifies every get), and report through exit codes.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -351,4 +355,44 @@ TEST_CASE("shm: two namespaces side by side never see each other") {
   REQUIRE(be != nullptr);
   CHECK(run(*be, Op::kContains, key_of(0, 30)).status.code() == Code::kNotFound);
   ::alarm(0);
+}
+
+TEST_CASE("shm: bytes damaged in the segment are never served, and verify removes them") {
+  Segment seg;
+  auto b = open_backend(seg.name);
+  REQUIRE(b != nullptr);
+  auto k = key_of(1, 5), intact = key_of(2, 5);
+  auto img = make_image(k, 100'000);
+  auto img2 = make_image(intact, 100'000);
+  REQUIRE(run(*b, Op::kPut, k, host_region(img)).status.is_ok());
+  REQUIRE(run(*b, Op::kPut, intact, host_region(img2)).status.is_ok());
+  {  // Flip one payload byte through a mapping of the segment's file.
+    int fd = ::open(("/dev/shm/" + seg.name).c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    struct stat st {};
+    REQUIRE(::fstat(fd, &st) == 0);
+    auto* p = static_cast<std::byte*>(
+        ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ::close(fd);
+    REQUIRE(p != MAP_FAILED);
+    void* at = ::memmem(p, static_cast<std::size_t>(st.st_size), img.data(), kObjectHeaderBytes);
+    REQUIRE(at != nullptr);
+    auto* payload = static_cast<std::byte*>(at) + kObjectHeaderBytes + 5000;
+    *payload = ~*payload;
+    ::munmap(p, static_cast<std::size_t>(st.st_size));
+  }
+  std::vector<std::byte> buf(img.size());
+  Completion c = run(*b, Op::kGet, k, host_region(buf));
+  CHECK(c.status.code() == Code::kChecksumMismatch);
+  CHECK(parse_object_header(buf).status().code() == Code::kChecksumMismatch);  // no valid header
+  CHECK(b->metrics().checksum_failures.get() == 1);
+  CHECK(run(*b, Op::kGet, intact, host_region(buf)).status.is_ok());
+  auto store = ShmStore::attach(seg.name);
+  REQUIRE(store.is_ok());
+  auto report = (*store)->verify();
+  REQUIRE(report.is_ok());
+  CHECK(report->checked == 2);
+  CHECK(report->corrupt == 1);
+  CHECK(run(*b, Op::kContains, k).status.code() == Code::kNotFound);
+  CHECK(run(*b, Op::kContains, intact).status.is_ok());
 }

@@ -299,6 +299,20 @@ struct ShmStore::Impl {
     if (e.readers == 0 && e.state.load(std::memory_order_relaxed) == kDoomed) release_entry(i);
   }
 
+  // Frees a client slot with the reservations (kWriting entries) and the pin it holds.
+  void release_client(std::uint32_t c) noexcept {
+    unpin(c);
+    for (std::uint64_t n = 0; n < h->max_entries; ++n) {
+      auto i = static_cast<std::uint32_t>(n);
+      if (entries[i].state.load(std::memory_order_relaxed) == kWriting && entries[i].owner == c) {
+        hash_unlink(i);
+        release_entry(i);
+      }
+    }
+    clients[c].in_use.store(0, std::memory_order_release);
+    h->clients.fetch_sub(1, std::memory_order_relaxed);
+  }
+
   // Releases the reservations and pins of client slots whose process is gone.
   std::uint64_t reap_dead() noexcept {
     std::uint64_t reaped = 0;
@@ -306,16 +320,7 @@ struct ShmStore::Impl {
       Client& cl = clients[c];
       if (cl.in_use.load(std::memory_order_acquire) == 0 || c == me) continue;
       if (process_alive(cl.pid, cl.start_time)) continue;
-      unpin(c);
-      for (std::uint64_t i = 0; i < h->max_entries; ++i) {
-        Entry& e = entries[i];
-        if (e.state.load(std::memory_order_relaxed) == kWriting && e.owner == c) {
-          hash_unlink(static_cast<std::uint32_t>(i));
-          release_entry(static_cast<std::uint32_t>(i));
-        }
-      }
-      cl.in_use.store(0, std::memory_order_release);
-      h->clients.fetch_sub(1, std::memory_order_relaxed);
+      release_client(c);
       ++reaped;
     }
     h->reaped_clients.fetch_add(reaped, std::memory_order_relaxed);
@@ -682,13 +687,9 @@ ShmStore::~ShmStore() {
   Impl& s = *impl_;
   if (s.h == nullptr || s.me == kNone) return;
   if (!s.lock()) return;
-  s.unpin(s.me);
-  s.clients[s.me].in_use.store(0, std::memory_order_release);
-  s.h->clients.fetch_sub(1, std::memory_order_relaxed);
+  s.release_client(s.me);
   s.unlock();
 }
-
-const std::string& ShmStore::segment() const noexcept { return impl_->name; }
 
 Result<std::unique_ptr<ShmStore>> ShmStore::open(const ShmConfig& cfg) {
   TIER_RETURN_IF_ERROR(validate(cfg));

@@ -136,11 +136,8 @@ class ShmStore {
   // key, length, checksum); corrupt objects are removed.
   Result<ShmVerifyReport> verify();
 
-  const std::string& segment() const noexcept;
-
-  struct Impl;
-
  private:
+  struct Impl;
   explicit ShmStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -23,7 +23,9 @@
 
 #include "shm_store.hpp"
 #include "support/test_util.hpp"
+#include "tier/profile.hpp"
 #include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
 
 using namespace tier;
 using tier::cpu::ShmCrashPoint;
@@ -395,4 +397,55 @@ TEST_CASE("shm: bytes damaged in the segment are never served, and verify remove
   CHECK(report->corrupt == 1);
   CHECK(run(*b, Op::kContains, k).status.code() == Code::kNotFound);
   CHECK(run(*b, Op::kContains, intact).status.is_ok());
+}
+
+TEST_CASE("shm: a restarted engine's TierStack finds its prefix warm") {
+  Segment seg;
+  ::alarm(60);
+  const std::string profile = fmt::format(
+      R"({{"tiers": [{{"name": "host", "capacity": "16MiB",
+           "backend": {{"type": "cpu", "mode": "shm", "segment": "{}"}}}}]}})", seg.name);
+  auto data_of = [](std::uint64_t n) {
+    std::vector<std::byte> d(50'000);
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::byte>((n * 131 + i) & 0xff);
+    return d;
+  };
+  // One engine life: opens a stack on the profile, saves a prefix of 8 chunks, then crashes.
+  auto life = [&](bool save) {
+    return spawn([&, save] {
+      auto p = parse_profile(Json::parse(profile), Registry::global(), "<t>");
+      if (!p) return kChildSetup;
+      auto stack = TierStack::open(*p);
+      auto codec = Registry::global().create_codec("identity", Json::object());
+      if (!stack || !codec) return kChildSetup;
+      std::vector<ObjectKey> keys;
+      for (std::uint64_t i = 0; i < 8; ++i) keys.push_back(key_of(i, 6));
+      if (save) {
+        for (std::uint64_t i = 0; i < 8; ++i) {
+          auto d = data_of(i);
+          Region r = host_region(d);
+          Status out;
+          SaveItem item{keys[i], RegionList(&r, 1)};
+          if (!(*stack)->save(std::span(&item, 1), **codec, std::span(&out, 1)) || !out)
+            return kChildError;
+        }
+        ::raise(SIGKILL);
+      }
+      auto prefix = (*stack)->lookup_prefix(keys);
+      if (!prefix || *prefix != 8) return kChildError;
+      for (std::uint64_t i = 0; i < 8; ++i) {
+        std::vector<std::byte> got(50'000);
+        Region r = host_region(got);
+        LoadResult out;
+        LoadItem item{keys[i], RegionList(&r, 1)};
+        if (!(*stack)->load(std::span(&item, 1), **codec, std::span(&out, 1)) || !out.status)
+          return kChildError;
+        if (got != data_of(i)) return kChildCorrupt;
+      }
+      return kChildOk;
+    });
+  };
+  CHECK(wait_child(life(true)) == 128 + SIGKILL);
+  CHECK(wait_child(life(false)) == kChildOk);
+  ::alarm(0);
 }

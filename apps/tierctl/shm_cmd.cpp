@@ -1,9 +1,8 @@
 // tierctl shm inspect|verify|remove NAME: the cpu tier's shared-memory segments (docs/shm.md).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <map>
-
-#include <fmt/format.h>
 
 #include "cli.hpp"
 #include "shm_store.hpp"
@@ -38,7 +37,8 @@ int inspect(const std::string& name, bool json, bool list_objects) {
   auto st = (*store)->inspect(&clients, &objects);
   if (!st) return tier::cli::fail(st.status().to_string());
   // Our own client slot is not worth listing.
-  std::erase_if(clients, [](const auto& c) { return c.pid == static_cast<std::int32_t>(::getpid()); });
+  std::erase_if(clients,
+                [](const auto& c) { return c.pid == static_cast<std::int32_t>(::getpid()); });
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> per_ns;  // ns -> objects, bytes
   for (const auto& o : objects) {
     auto& [n, bytes] = per_ns[o.key.ns.hex()];
@@ -52,12 +52,15 @@ int inspect(const std::string& name, bool json, bool list_objects) {
     for (const auto& c : clients)
       j["client_list"].push_back({{"pid", c.pid}, {"alive", c.alive}, {"pinning", c.pinning}});
     j["namespaces"] = tier::Json::object();
-    for (const auto& [ns, v] : per_ns) j["namespaces"][ns] = {{"objects", v.first}, {"bytes", v.second}};
+    for (const auto& [ns, v] : per_ns)
+      j["namespaces"][ns] = {{"objects", v.first}, {"bytes", v.second}};
     if (list_objects) {
       j["object_list"] = tier::Json::array();
       for (const auto& o : objects)
-        j["object_list"].push_back({{"key", o.key.to_string()}, {"image_bytes", o.image_bytes},
-                                    {"blocks", o.blocks}, {"state", o.state}});
+        j["object_list"].push_back({{"key", o.key.to_string()},
+                                    {"image_bytes", o.image_bytes},
+                                    {"blocks", o.blocks},
+                                    {"state", o.state}});
     }
     fmt::print("{}\n", j.dump(2));
     return 0;
@@ -70,8 +73,8 @@ int inspect(const std::string& name, bool json, bool list_objects) {
              tier::format_size(st->image_bytes));
   fmt::print("objects     {} ready, {} being written, {} removed while read\n", st->objects,
              st->writing, st->doomed);
-  fmt::print("recoveries  {} lock-holder deaths repaired, {} dead clients reaped\n",
-             st->recoveries, st->reaped_clients);
+  fmt::print("recoveries  {} lock-holder deaths repaired, {} dead clients reaped\n", st->recoveries,
+             st->reaped_clients);
   fmt::print("clients     {}\n", clients.size());
   for (const auto& c : clients)
     fmt::print("  pid {:<8} {}{}\n", c.pid, c.alive ? "alive" : "dead (reaped on next use)",
@@ -110,7 +113,8 @@ int run_shm(tier::cli::Args& args) {
   bool list_objects = args.flag("objects");
   args.finish();
   const auto& pos = args.positional();
-  constexpr const char* kUsage = "usage: tierctl shm inspect|verify|remove NAME [--json] [--objects]";
+  constexpr const char* kUsage =
+      "usage: tierctl shm inspect|verify|remove NAME [--json] [--objects]";
   if (pos.size() != 2) return tier::cli::fail(kUsage, 2);
   const std::string& verb = pos[0];
   const std::string& name = pos[1];

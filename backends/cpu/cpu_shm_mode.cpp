@@ -47,9 +47,7 @@ std::string CpuBackend::shm_describe() const {
 }
 
 Result<std::size_t> CpuBackend::shm_submit(std::span<const IoRequest> reqs) noexcept {
-  auto evicted = [this](const ObjectKey& k, std::uint64_t bytes) {
-    notify_evicted(k, {}, bytes);
-  };
+  auto evicted = [this](const ObjectKey& k, std::uint64_t bytes) { notify_evicted(k, {}, bytes); };
   for (const IoRequest& r : reqs) {
     switch (r.op) {
       case Op::kPut: {

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,16 +12,14 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <boost/interprocess/managed_shared_memory.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <new>
 #include <optional>
 #include <random>
-
-#include <boost/interprocess/managed_shared_memory.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
-#include <fmt/format.h>
 
 #include "tier/object.hpp"
 
@@ -95,7 +94,7 @@ struct Client {
 std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
 
 struct ProcStat {
-  char state = '?';             // field 3: R, S, D, Z (zombie), X (dead), ...
+  char state = '?';              // field 3: R, S, D, Z (zombie), X (dead), ...
   std::uint64_t start_time = 0;  // field 22: clock ticks since boot; 0 when unreadable
 };
 
@@ -189,8 +188,8 @@ struct ShmStore::Impl {
       return Status::ok();
     }
     if (rc == 0) return Status::ok();
-    return Status(Code::kBadState, fmt::format("shm segment {}: lock failed: {}", name,
-                                               std::strerror(rc)));
+    return Status(Code::kBadState,
+                  fmt::format("shm segment {}: lock failed: {}", name, std::strerror(rc)));
   }
   void unlock() noexcept { pthread_mutex_unlock(&h->mutex); }
 
@@ -230,10 +229,14 @@ struct ShmStore::Impl {
   }
   void lru_unlink(std::uint32_t i) noexcept {
     Entry& e = entries[i];
-    if (e.lru_prev != kNone) entries[e.lru_prev].lru_next = e.lru_next;
-    else h->lru_head = e.lru_next;
-    if (e.lru_next != kNone) entries[e.lru_next].lru_prev = e.lru_prev;
-    else h->lru_tail = e.lru_prev;
+    if (e.lru_prev != kNone)
+      entries[e.lru_prev].lru_next = e.lru_next;
+    else
+      h->lru_head = e.lru_next;
+    if (e.lru_next != kNone)
+      entries[e.lru_next].lru_prev = e.lru_prev;
+    else
+      h->lru_tail = e.lru_prev;
   }
   void touch(std::uint32_t i) noexcept {
     entries[i].tick = ++h->tick;
@@ -349,7 +352,8 @@ struct ShmStore::Impl {
                                     clients[e.owner].in_use.load(std::memory_order_acquire)));
       std::uint32_t b = e.first_block, walked = 0;
       while (ok && walked < e.nblocks) {
-        if (b >= nb || used[b]) ok = false;
+        if (b >= nb || used[b])
+          ok = false;
         else {
           used[b] = true;
           ++walked;
@@ -559,8 +563,8 @@ struct ShmStore::Impl {
       return Status::ok();
     }
     unlock();
-    return Status(Code::kNoSpace, fmt::format("shm segment {}: all {} client slots are taken",
-                                              name, kMaxClients));
+    return Status(Code::kNoSpace,
+                  fmt::format("shm segment {}: all {} client slots are taken", name, kMaxClients));
   }
 
   // Maps an existing segment and checks its anchor.
@@ -568,9 +572,10 @@ struct ShmStore::Impl {
     seg = std::make_unique<bip::managed_shared_memory>(bip::open_only, name.c_str());
     auto [anchor, n] = seg->find_no_lock<Anchor>(kAnchorName);
     if (anchor == nullptr || n != 1 || anchor->magic != kMagic || anchor->version != kVersion)
-      return Status::invalid(fmt::format(
-          "shm segment {} is not a libtier cpu segment of version {}; remove it with "
-          "`tierctl shm remove {}`", name, kVersion, name));
+      return Status::invalid(
+          fmt::format("shm segment {} is not a libtier cpu segment of version {}; remove it with "
+                      "`tierctl shm remove {}`",
+                      name, kVersion, name));
     auto* raw = static_cast<std::byte*>(seg->get_address_from_handle(anchor->raw));
     bind(raw);
     if (h->magic != kMagic || h->raw_bytes != anchor->raw_bytes)
@@ -590,8 +595,8 @@ struct ShmStore::Impl {
     void* raw = seg_allocate(*fresh, g.raw_bytes);
     if (raw == nullptr) {
       bip::shared_memory_object::remove(tmp.c_str());
-      return Status(Code::kNoSpace, fmt::format("shm segment {}: cannot lay out {} bytes", name,
-                                                g.raw_bytes));
+      return Status(Code::kNoSpace,
+                    fmt::format("shm segment {}: cannot lay out {} bytes", name, g.raw_bytes));
     }
     Anchor* anchor = fresh->construct<Anchor>(kAnchorName)();
     anchor->magic = kMagic;
@@ -605,8 +610,8 @@ struct ShmStore::Impl {
       int err = errno;
       bip::shared_memory_object::remove(tmp.c_str());
       if (err == EEXIST) return false;
-      return Status::io_error(fmt::format("shm segment {}: publishing failed: {}", name,
-                                          std::strerror(err)));
+      return Status::io_error(
+          fmt::format("shm segment {}: publishing failed: {}", name, std::strerror(err)));
     }
     seg = std::move(fresh);
     return true;
@@ -626,15 +631,14 @@ struct ShmStore::Impl {
 
   Status check_geometry(const ShmConfig& cfg) const {
     Geometry g = layout(cfg);
-    if (g.block_bytes == h->block_bytes && g.blocks == h->blocks &&
-        g.max_entries == h->max_entries)
+    if (g.block_bytes == h->block_bytes && g.blocks == h->blocks && g.max_entries == h->max_entries)
       return Status::ok();
     return Status::invalid(fmt::format(
         "shm segment {} exists with capacity {} in blocks of {} and {} entries, but this tier "
         "asks for capacity {} in blocks of {} and {} entries; use the same settings or remove "
         "the segment with `tierctl shm remove {}`",
-        name, h->blocks * h->block_bytes, h->block_bytes, h->max_entries,
-        g.blocks * g.block_bytes, g.block_bytes, g.max_entries, name));
+        name, h->blocks * h->block_bytes, h->block_bytes, h->max_entries, g.blocks * g.block_bytes,
+        g.block_bytes, g.max_entries, name));
   }
 
   ShmStats stats() const noexcept {
@@ -669,8 +673,8 @@ Status validate(const ShmConfig& cfg) {
     return Status::invalid(fmt::format(
         "block_size: expected a power of two in [4KiB, 64MiB], got {}", cfg.block_bytes));
   if (cfg.capacity < cfg.block_bytes)
-    return Status::invalid(fmt::format("capacity {} is smaller than one block ({})",
-                                       cfg.capacity, cfg.block_bytes));
+    return Status::invalid(
+        fmt::format("capacity {} is smaller than one block ({})", cfg.capacity, cfg.block_bytes));
   if (cfg.capacity / cfg.block_bytes >= kNone || cfg.max_objects >= kNone)
     return Status::invalid("too many blocks or objects for one segment (at most 2^32 - 2)");
   return Status::ok();
@@ -748,8 +752,8 @@ Status ShmStore::put(const ObjectKey& key, std::span<const std::byte> image,
   const std::uint64_t bb = s.h->block_bytes;
   const auto n = static_cast<std::uint32_t>((image.size() + bb - 1) / bb);
   if (image.empty() || n > s.h->blocks)
-    return Status(Code::kNoSpace, fmt::format("object of {} bytes does not fit in the segment",
-                                              image.size()));
+    return Status(Code::kNoSpace,
+                  fmt::format("object of {} bytes does not fit in the segment", image.size()));
   std::vector<std::pair<ObjectKey, std::uint64_t>> evicted;
   TIER_RETURN_IF_ERROR(s.lock());
   std::uint32_t i = s.find(key);
@@ -833,9 +837,9 @@ ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out
   const std::uint64_t bytes = e.image_bytes;
   if (out.size() < bytes) {
     s.unlock();
-    return {Status::invalid(fmt::format("buffer of {} bytes is too small for {}", out.size(),
-                                        bytes)),
-            bytes};
+    return {
+        Status::invalid(fmt::format("buffer of {} bytes is too small for {}", out.size(), bytes)),
+        bytes};
   }
   Client& me = s.clients[s.me];
   me.pinned_generation = e.generation;
@@ -889,8 +893,8 @@ Result<ShmStats> ShmStore::inspect(std::vector<ShmClientInfo>* clients,
     for (std::uint32_t c = 0; c < kMaxClients; ++c) {
       const Client& cl = s.clients[c];
       if (cl.in_use.load(std::memory_order_acquire) == 0) continue;
-      clients->push_back({cl.pid, c == s.me || process_alive(cl.pid, cl.start_time),
-                          cl.pinned != kNone});
+      clients->push_back(
+          {cl.pid, c == s.me || process_alive(cl.pid, cl.start_time), cl.pinned != kNone});
     }
   }
   if (objects != nullptr) {
@@ -899,7 +903,9 @@ Result<ShmStats> ShmStore::inspect(std::vector<ShmClientInfo>* clients,
       std::uint32_t state = e.state.load(std::memory_order_acquire);
       if (state == kFree) continue;
       objects->push_back({e.key, e.image_bytes, e.nblocks,
-                          state == kReady ? "ready" : state == kWriting ? "writing" : "doomed"});
+                          state == kReady     ? "ready"
+                          : state == kWriting ? "writing"
+                                              : "doomed"});
     }
   }
   s.unlock();

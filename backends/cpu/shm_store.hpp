@@ -35,11 +35,11 @@
 namespace tier::cpu {
 
 struct ShmConfig {
-  std::string segment;               // segment name (no slash): /dev/shm/<segment>
-  std::uint64_t capacity = 0;        // bytes of object storage (rounded down to whole blocks)
-  std::uint64_t block_bytes = 16384; // allocation unit, a power of two in [4KiB, 64MiB]
-  std::uint64_t max_objects = 0;     // index entries; 0 = one per block
-  bool prefault = false;             // populate the arena's pages when the segment is created
+  std::string segment;                // segment name (no slash): /dev/shm/<segment>
+  std::uint64_t capacity = 0;         // bytes of object storage (rounded down to whole blocks)
+  std::uint64_t block_bytes = 16384;  // allocation unit, a power of two in [4KiB, 64MiB]
+  std::uint64_t max_objects = 0;      // index entries; 0 = one per block
+  bool prefault = false;              // populate the arena's pages when the segment is created
 };
 
 // A snapshot of a segment for usage(), describe() and `tierctl shm inspect`.
@@ -83,10 +83,10 @@ struct ShmVerifyReport {
 
 // Points where a test child process can kill itself to exercise recovery (testing::set_crash_hook).
 enum class ShmCrashPoint {
-  kPutHoldingLock,     // put: blocks taken off the free list, entry not yet written, lock held
-  kPutCopying,         // put: half of the image copied, entry kWriting, lock free
-  kGetCopying,         // get: entry pinned, half copied, lock free
-  kEvictHoldingLock,   // put: a victim half unlinked during eviction, lock held
+  kPutHoldingLock,    // put: blocks taken off the free list, entry not yet written, lock held
+  kPutCopying,        // put: half of the image copied, entry kWriting, lock free
+  kGetCopying,        // get: entry pinned, half copied, lock free
+  kEvictHoldingLock,  // put: a victim half unlinked during eviction, lock held
 };
 
 class ShmStore {

@@ -4,6 +4,7 @@
 // registry-created backend (so the core verifies every get), and report through exit codes.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,15 +12,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "shm_store.hpp"
 #include "support/test_util.hpp"
@@ -274,8 +273,8 @@ TEST_CASE("shm: a process killed at each critical instant is recovered from") {
     CHECK(run(*b, Op::kGet, fresh, host_region(buf)).status.is_ok());
     CHECK(std::memcmp(buf.data(), img.data(), img.size()) == 0);
     auto stats = ShmStore::attach(seg.name).value()->stats();
-    bool held_lock = point == ShmCrashPoint::kPutHoldingLock ||
-                     point == ShmCrashPoint::kEvictHoldingLock;
+    bool held_lock =
+        point == ShmCrashPoint::kPutHoldingLock || point == ShmCrashPoint::kEvictHoldingLock;
     CHECK(stats.recoveries == recoveries_before + (held_lock ? 1 : 0));
     b.reset();
     check_segment(seg.name);
@@ -373,8 +372,8 @@ TEST_CASE("shm: bytes damaged in the segment are never served, and verify remove
     REQUIRE(fd >= 0);
     struct stat st {};
     REQUIRE(::fstat(fd, &st) == 0);
-    auto* p = static_cast<std::byte*>(
-        ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    auto* p = static_cast<std::byte*>(::mmap(nullptr, static_cast<std::size_t>(st.st_size),
+                                             PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     ::close(fd);
     REQUIRE(p != MAP_FAILED);
     void* at = ::memmem(p, static_cast<std::size_t>(st.st_size), img.data(), kObjectHeaderBytes);
@@ -404,7 +403,8 @@ TEST_CASE("shm: a restarted engine's TierStack finds its prefix warm") {
   ::alarm(60);
   const std::string profile = fmt::format(
       R"({{"tiers": [{{"name": "host", "capacity": "16MiB",
-           "backend": {{"type": "cpu", "mode": "shm", "segment": "{}"}}}}]}})", seg.name);
+           "backend": {{"type": "cpu", "mode": "shm", "segment": "{}"}}}}]}})",
+      seg.name);
   auto data_of = [](std::uint64_t n) {
     std::vector<std::byte> d(50'000);
     for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::byte>((n * 131 + i) & 0xff);

@@ -604,7 +604,7 @@ struct ShmStore::Impl {
     anchor->raw = fresh->get_handle_from_address(raw);
     anchor->raw_bytes = g.raw_bytes;
     initialize(static_cast<std::byte*>(raw), g);
-    if (cfg.prefault) prefault();
+    if (cfg.prefault) prefault(true);
     if (::renameat2(AT_FDCWD, shm_path(tmp).c_str(), AT_FDCWD, shm_path(name).c_str(),
                     RENAME_NOREPLACE) != 0) {
       int err = errno;
@@ -621,12 +621,20 @@ struct ShmStore::Impl {
     return m.allocate_aligned(bytes, kArenaAlign, std::nothrow);
   }
 
-  void prefault() {
+  // Allocates (when `fresh`) and maps every page of the arena in this process. Without
+  // MADV_POPULATE_WRITE (Linux < 5.14) pages are touched one by one: written with zero in a fresh
+  // segment, only read in one that may hold objects.
+  void prefault(bool fresh) {
     std::uint64_t bytes = h->blocks * h->block_bytes;
-    if (::madvise(arena, bytes, 23 /* MADV_POPULATE_WRITE, Linux 5.14 */) == 0) return;
-    const long page = ::sysconf(_SC_PAGESIZE);
-    for (std::uint64_t off = 0; off < bytes; off += static_cast<std::uint64_t>(page))
-      reinterpret_cast<volatile std::byte*>(arena)[off] = std::byte{0};
+    if (::madvise(arena, bytes, 23 /* MADV_POPULATE_WRITE */) == 0) return;
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    auto* p = reinterpret_cast<volatile std::byte*>(arena);
+    for (std::uint64_t off = 0; off < bytes; off += page) {
+      if (fresh)
+        p[off] = std::byte{0};
+      else
+        (void)p[off];
+    }
   }
 
   Status check_geometry(const ShmConfig& cfg) const {
@@ -704,6 +712,7 @@ Result<std::unique_ptr<ShmStore>> ShmStore::open(const ShmConfig& cfg) {
       try {
         TIER_RETURN_IF_ERROR(impl->map_existing());
         TIER_RETURN_IF_ERROR(impl->check_geometry(cfg));
+        if (cfg.prefault) impl->prefault(false);  // map every page here too: no minor faults
       } catch (const bip::interprocess_exception& e) {
         if (e.get_error_code() != bip::not_found_error) throw;
         impl->seg.reset();

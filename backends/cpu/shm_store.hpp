@@ -39,7 +39,7 @@ struct ShmConfig {
   std::uint64_t capacity = 0;         // bytes of object storage (rounded down to whole blocks)
   std::uint64_t block_bytes = 16384;  // allocation unit, a power of two in [4KiB, 64MiB]
   std::uint64_t max_objects = 0;      // index entries; 0 = one per block
-  bool prefault = false;              // populate the arena's pages when the segment is created
+  bool prefault = false;  // populate the arena's pages at creation, and map them all at open
 };
 
 // A snapshot of a segment for usage(), describe() and `tierctl shm inspect`.

@@ -47,13 +47,14 @@ struct Segment {
   ~Segment() { ShmStore::remove_segment(name).ignore(); }
 };
 
-Json shm_options(const std::string& segment) {
-  return Json{{"mode", "shm"}, {"segment", segment}, {"block_size", 16384}};
+Json shm_options(const std::string& segment, bool prefault = false) {
+  return Json{{"mode", "shm"}, {"segment", segment}, {"block_size", 16384}, {"prefault", prefault}};
 }
 
-PluginPtr<Backend> open_backend(const std::string& segment, std::uint64_t capacity = kCapacity) {
-  auto b = Registry::global().create_backend("cpu",
-                                             BackendContext{"cpu", capacity, shm_options(segment)});
+PluginPtr<Backend> open_backend(const std::string& segment, std::uint64_t capacity = kCapacity,
+                                bool prefault = false) {
+  auto b = Registry::global().create_backend(
+      "cpu", BackendContext{"cpu", capacity, shm_options(segment, prefault)});
   if (!b) {
     std::fprintf(stderr, "open %s: %s\n", segment.c_str(), b.status().to_string().c_str());
     return PluginPtr<Backend>(nullptr, {});
@@ -294,9 +295,9 @@ TEST_CASE("shm: a restarted process finds what it stored before") {
     return kChildOk;
   });
   CHECK(wait_child(first) == 128 + SIGKILL);
-  // Second life: every object is there, bit-exact.
+  // Second life: every object is there, bit-exact (prefault maps the pages, keeping the bytes).
   pid_t second = spawn([&] {
-    auto b = open_backend(seg.name);
+    auto b = open_backend(seg.name, kCapacity, true);
     if (!b) return kChildSetup;
     std::vector<std::byte> buf(300'000);
     for (std::uint64_t i = 0; i < 40; ++i) {

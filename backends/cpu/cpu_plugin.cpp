@@ -13,7 +13,7 @@ constexpr const char kCpuOptions[] = R"JSON([
   {"name": "max_objects", "type": "uint", "default": 0, "max": 4294967294,
    "doc": "shm mode: index entries (objects the segment can hold at once); 0 = one per block"},
   {"name": "prefault", "type": "bool", "default": false,
-   "doc": "shm mode: populate every page of the segment when this process creates it, so first puts do not page-fault (costs the whole capacity in memory up front)"}
+   "doc": "shm mode: allocate every page of the segment when this process creates it, and map every page into this process when it opens an existing one, so puts and gets never page-fault (commits the whole capacity in memory up front)"}
 ])JSON";
 constexpr tier_plugin_v1 kCpu = tier::make_backend_plugin<tier::cpu::CpuBackend>(
     "cpu", "host-memory tier with LRU eviction, in the heap or in shared memory", kCpuOptions);

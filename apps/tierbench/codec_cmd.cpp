@@ -65,7 +65,7 @@ int run_codec(tier::cli::Args& args) {
     fill_synthetic(backing[i], i + 1);
     regions.push_back(tier::host_region(backing[i]));
   }
-  auto layout = tier::dsv4::bind(*g, regions);
+  auto layout = tier::dsv4::bind_layout(*g, regions);
   if (!layout) return tier::cli::fail(layout.status().to_string());
   auto page = tier::dsv4::PageCodec::create(layout->page, config->num_blocks);
   if (!page) return tier::cli::fail(page.status().to_string());

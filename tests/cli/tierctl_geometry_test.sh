@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tierctl geometry: the acceptance figures in JSON, the table, and usage errors.
+# tierctl geometry: the acceptance figures in JSON, the table, and usage errors; tierctl
+# sidecar_key: the reference's §3.2 test vector.
 #   tierctl_geometry_test.sh TIERCTL
 set -uo pipefail
 tierctl=$1
@@ -22,4 +23,9 @@ out=$("$tierctl" geometry --preset v4-nano-fp8 2>&1) && fail "unknown preset acc
 echo "$out" | grep -q "v4-pro-fp8" || fail "unknown preset does not list the presets: $out"
 out=$("$tierctl" geometry --config '{"kv_dtpye":"fp8"}' 2>&1) && fail "unknown key accepted"
 echo "$out" | grep -q 'did you mean "kv_dtype"' || fail "no hint for a misspelled key: $out"
+out=$("$tierctl" sidecar_key --hash 0x123 --fingerprint 00112233445566778899aabbccddeeff \
+  --tp 4/1) || fail "sidecar_key exited $?"
+echo "$out" | grep -qx "canonical atom-slot-v1:4:1:0000000000000123:00112233445566778899aabbccddeeff" \
+  || fail "sidecar_key canonical: $out"
+echo "$out" | grep -qx "atom_storage_hash 10062454250606645" || fail "sidecar_key hash: $out"
 echo "ok"

@@ -25,6 +25,7 @@
 // connection); each key is routed by its CRC16 hash slot; MOVED updates the slot and retries,
 // ASK retries once on the named node behind ASKING.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -104,6 +105,7 @@ class RedisBackend final : public Backend, private ConnectionOwner {
   bool refresh_timer_armed_ = false;
   std::size_t refresh_next_ = 0;
   std::deque<RequestPtr> waiting_for_map_;
+  bool wake_posted_ = false;  // a flush of completions to a waiting poller is queued
 
   std::mutex submit_mu_;  // owner thread -> I/O thread
   std::vector<RequestPtr> submitted_;
@@ -112,6 +114,7 @@ class RedisBackend final : public Backend, private ConnectionOwner {
   std::mutex done_mu_;  // I/O thread -> owner thread
   std::condition_variable done_cv_;
   std::deque<Completion> done_;
+  std::atomic<std::size_t> done_count_{0};  // done_.size(), for polling without the lock
   bool poller_waiting_ = false;
 
   std::size_t outstanding_ = 0;  // owner thread: submitted, not yet handed out by do_poll

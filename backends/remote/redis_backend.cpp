@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::uint8_t kMaxRedirects = 5;
 constexpr auto kRefreshRetry = std::chrono::milliseconds(50);
-constexpr std::chrono::microseconds kPollSpin{50};
+constexpr std::chrono::microseconds kPollSpin{20};
 
 Status slot_error(std::uint16_t slot) {
   return Status::io_error(
@@ -54,7 +54,18 @@ RedisBackend::RedisBackend(std::string tier_name, std::uint64_t capacity, RedisC
       for (auto& c : nodes_[0]->pool) c->connect();
     sweep();
   });
-  thread_ = std::thread([this] { io_.run(); });
+  thread_ = std::thread([this] {
+    // A handler that cannot allocate throws out of run(); the loop goes on (the request it was
+    // handling ends by its deadline).
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception&) {
+        continue;
+      }
+    }
+  });
 }
 
 RedisBackend::~RedisBackend() {
@@ -154,8 +165,11 @@ Result<std::size_t> RedisBackend::do_poll(std::span<Completion> out, std::size_t
   // A reply on loopback or a LAN often comes within microseconds: look again briefly before
   // sleeping, which saves the wake-up of this thread on the hot path.
   const auto spin_end = Clock::now() + std::min(wait, kPollSpin);
-  while (done_count_.load(std::memory_order_acquire) < min && Clock::now() < spin_end)
-    std::this_thread::yield();
+  while (done_count_.load(std::memory_order_acquire) < min && Clock::now() < spin_end) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
   std::unique_lock lk(done_mu_);
   if (done_.size() < min && wait.count() > 0) {
     poller_waiting_ = true;

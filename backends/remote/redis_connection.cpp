@@ -19,6 +19,7 @@ namespace {
 constexpr std::size_t kReadBuffer = 256 * 1024;
 constexpr std::size_t kMaxWriteBuffers = 192;  // gathered per async_write (3 per SET)
 constexpr std::size_t kMaxWriteBytes = 8 << 20;
+constexpr int kSocketBuffer = 4 << 20;
 constexpr std::string_view kAsking = "*1\r\n$6\r\nASKING\r\n";
 
 std::int64_t ms(std::chrono::microseconds d) { return d.count() / 1000; }
@@ -77,6 +78,10 @@ void Connection::connect() {
 void Connection::on_connected() {
   error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  // Room for a whole large value in the kernel, so a SET is handed over in one write and a GET
+  // reply is not throttled by a small receive window while this thread is busy.
+  socket_.set_option(asio::socket_base::send_buffer_size(kSocketBuffer), ec);
+  socket_.set_option(asio::socket_base::receive_buffer_size(kSocketBuffer), ec);
   state_ = State::kReady;
   stats_.connects.add();
   push_handshake();

@@ -247,6 +247,23 @@ TEST_CASE("AUTH with a password and with an ACL user; SELECT") {
   }
 }
 
+TEST_CASE("ttl: stored objects expire on the server; keys follow the documented format") {
+  RedisServer srv;
+  REQUIRE(srv.start());
+  auto b = make_backend({{"url", srv.url()}, {"ttl", "300ms"}, {"key_prefix", "t:"}});
+  auto k = key_of(1, 12, 3);
+  auto img = make_image(k, 1000);
+  REQUIRE(put(*b, k, img).status.is_ok());
+  std::string key = "t:" + k.ns.hex() + ":r3:" + k.id.hex();
+  CHECK(srv.cli("strlen " + key).find(std::to_string(img.size())) == 0);
+  std::string pttl = srv.cli("pttl " + key);
+  CHECK(std::stoi(pttl) > 0);
+  CHECK(std::stoi(pttl) <= 300);
+  std::this_thread::sleep_for(400ms);
+  CHECK(test::run(*b, Op::kContains, k).status.code() == Code::kNotFound);
+  CHECK(b->usage().objects == 1);  // what this client stored; expiry is the server's business
+}
+
 namespace {
 std::size_t count_keys(RedisServer& node, const std::string& pattern) {
   std::string out = node.cli("--scan --pattern '" + pattern + "'");

@@ -1,9 +1,9 @@
 #include "redis_backend.hpp"
 
-#include <charconv>
+#include <fmt/format.h>
 
 #include <boost/asio/post.hpp>
-#include <fmt/format.h>
+#include <charconv>
 
 #include "tier/object.hpp"
 #include "tier/options.hpp"
@@ -242,8 +242,9 @@ void RedisBackend::send_to(Node& node, RequestPtr r) {
   Connection* c = pick(node);
   if (c == nullptr) {
     stats_.fast_failures.add();
-    complete(std::move(r), Status::io_error(fmt::format("redis {} is unreachable (reconnecting)",
-                                                        node.endpoint.address())),
+    complete(std::move(r),
+             Status::io_error(
+                 fmt::format("redis {} is unreachable (reconnecting)", node.endpoint.address())),
              0);
     if (cfg_.mode == Mode::kCluster) refresh_map();
     return;
@@ -257,7 +258,8 @@ RedisBackend::Node& RedisBackend::node_for(const Endpoint& endpoint) {
   auto n = std::make_unique<Node>();
   n->endpoint = endpoint;
   for (std::uint32_t i = 0; i < cfg_.connections; ++i)
-    n->pool.push_back(std::make_unique<Connection>(io_, endpoint, cfg_, static_cast<ConnectionOwner&>(*this), stats_));
+    n->pool.push_back(std::make_unique<Connection>(io_, endpoint, cfg_,
+                                                   static_cast<ConnectionOwner&>(*this), stats_));
   nodes_.push_back(std::move(n));
   return *nodes_.back();
 }
@@ -290,10 +292,10 @@ void RedisBackend::redirect(RequestPtr r, bool ask, std::uint16_t slot, std::str
   (ask ? stats_.asked : stats_.moved).add();
   Endpoint ep;
   std::size_t colon = address.rfind(':');
-  auto [p, ec] = colon == std::string_view::npos
-                     ? std::from_chars_result{nullptr, std::errc::invalid_argument}
-                     : std::from_chars(address.data() + colon + 1,
-                                       address.data() + address.size(), ep.port);
+  auto [p, ec] =
+      colon == std::string_view::npos
+          ? std::from_chars_result{nullptr, std::errc::invalid_argument}
+          : std::from_chars(address.data() + colon + 1, address.data() + address.size(), ep.port);
   if (cfg_.mode == Mode::kSingle) {
     complete(std::move(r),
              Status::io_error(fmt::format("redis {} is a cluster node (it answered {}); set "

@@ -1,8 +1,8 @@
 #include "redis_config.hpp"
 
-#include <charconv>
-
 #include <fmt/format.h>
+
+#include <charconv>
 
 #include "tier/options.hpp"
 
@@ -84,16 +84,17 @@ Result<RedisConfig> make_redis_config(const Json& o) {
   if (auto p = o.at("password").get<std::string>(); !p.empty()) cfg.password = p;
   if (!cfg.username.empty() && cfg.password.empty())
     return Status::invalid("username: an ACL user needs a password");
-  if (std::int64_t db = o.at("db").get<std::int64_t>(); db >= 0) cfg.db = static_cast<std::uint32_t>(db);
+  if (std::int64_t db = o.at("db").get<std::int64_t>(); db >= 0)
+    cfg.db = static_cast<std::uint32_t>(db);
   if (cfg.mode == Mode::kCluster && cfg.db != 0)
     return Status::invalid("db: Redis Cluster has database 0 only");
   cfg.key_prefix = o.at("key_prefix").get<std::string>();
   if (cfg.key_prefix.find_first_of("{}") != std::string::npos)
-    return Status::invalid(fmt::format(
-        "key_prefix: \"{}\" contains a brace, which would act as a cluster hash tag",
-        cfg.key_prefix));
+    return Status::invalid(
+        fmt::format("key_prefix: \"{}\" contains a brace, which would act as a cluster hash tag",
+                    cfg.key_prefix));
   cfg.hash_tag = o.at("hash_tag").get<std::string>() == "namespace_rank" ? HashTag::kNamespaceRank
-                                                                        : HashTag::kNone;
+                                                                         : HashTag::kNone;
   cfg.connections = o.at("connections").get<std::uint32_t>();
   cfg.timeout = duration_of(o, "timeout");
   cfg.connect_timeout = duration_of(o, "connect_timeout");

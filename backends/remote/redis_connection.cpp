@@ -1,13 +1,13 @@
 #include "redis_connection.hpp"
 
-#include <algorithm>
-#include <charconv>
-#include <cstring>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
+#include <charconv>
+#include <cstring>
 
 namespace tier::redis {
 
@@ -28,8 +28,7 @@ std::int64_t ms(std::chrono::microseconds d) { return d.count() / 1000; }
 
 Connection::Connection(asio::io_context& io, Endpoint endpoint, const RedisConfig& cfg,
                        ConnectionOwner& owner, RedisStats& stats)
-    : io_(io),
-      endpoint_(std::move(endpoint)),
+    : endpoint_(std::move(endpoint)),
       cfg_(cfg),
       owner_(owner),
       stats_(stats),
@@ -98,8 +97,8 @@ void Connection::push_handshake() {
     r->on_reply = [this, what](const Status& s, Reply& reply) {
       if (!s) return;  // the connection is already failing
       if (reply.type == Reply::Type::kError)
-        fail(Status::io_error(fmt::format("redis {}: {} failed: {}", endpoint_.address(), what,
-                                          reply.str)));
+        fail(Status::io_error(
+            fmt::format("redis {}: {} failed: {}", endpoint_.address(), what, reply.str)));
     };
     hs.push_back(std::move(r));
   };
@@ -131,8 +130,8 @@ void Connection::enqueue(RequestPtr r) {
   if (state_ == State::kBackoff) {
     stats_.fast_failures.add();
     owner_.complete(std::move(r),
-                    Status::io_error(fmt::format("redis {}: not connected (reconnecting)",
-                                                 endpoint_.address())),
+                    Status::io_error(
+                        fmt::format("redis {}: not connected (reconnecting)", endpoint_.address())),
                     0);
     return;
   }
@@ -203,8 +202,8 @@ void Connection::check_deadlines(Clock::time_point now) {
               (!wq_.empty() && wq_.front()->deadline <= now);
   if (!late) return;
   stats_.timeouts.add();
-  fail(Status(Code::kTimedOut, fmt::format("redis {}: no reply within {} ms",
-                                           endpoint_.address(), ms(cfg_.timeout))));
+  fail(Status(Code::kTimedOut, fmt::format("redis {}: no reply within {} ms", endpoint_.address(),
+                                           ms(cfg_.timeout))));
 }
 
 void Connection::maybe_write() {
@@ -271,8 +270,9 @@ void Connection::start_read() {
         if (g != gen_) return;
         if (ec) {
           fail(Status::io_error(fmt::format("redis {}: {}", endpoint_.address(),
-                                            ec == asio::error::eof ? std::string("server closed the connection")
-                                                                   : "read failed: " + ec.message())));
+                                            ec == asio::error::eof
+                                                ? std::string("server closed the connection")
+                                                : "read failed: " + ec.message())));
           return;
         }
         rend_ += n;

@@ -14,6 +14,9 @@
 // While the connection waits for its backoff, enqueue() fails requests at once (IoError), so a
 // caller never waits for a server that is known to be down.
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -22,10 +25,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "redis_config.hpp"
 #include "resp.hpp"
@@ -45,13 +44,13 @@ struct Request {
   std::string head;                  // RESP text before the value (the whole command if none)
   const std::byte* value = nullptr;  // kPut: the image, sent after `head`, then `tail`
   std::size_t value_bytes = 0;
-  std::string_view tail;             // text after the value; points into the backend
-  std::byte* dst = nullptr;          // kGet: where the value goes
+  std::string_view tail;     // text after the value; points into the backend
+  std::byte* dst = nullptr;  // kGet: where the value goes
   std::size_t dst_bytes = 0;
   Clock::time_point deadline;
-  std::uint16_t slot = 0;            // cluster hash slot of the key
-  std::uint8_t redirects = 0;        // MOVED/ASK followed so far
-  bool asking = false;               // prefix ASKING (its +OK reply is skipped)
+  std::uint16_t slot = 0;      // cluster hash slot of the key
+  std::uint8_t redirects = 0;  // MOVED/ASK followed so far
+  bool asking = false;         // prefix ASKING (its +OK reply is skipped)
   std::function<void(const Status&, Reply&)> on_reply;
 };
 using RequestPtr = std::unique_ptr<Request>;
@@ -111,7 +110,6 @@ class Connection {
   void handle_reply(RequestPtr r, Reply& reply);
   void push_handshake();
 
-  boost::asio::io_context& io_;
   Endpoint endpoint_;
   const RedisConfig& cfg_;
   ConnectionOwner& owner_;

@@ -1,9 +1,9 @@
 #include "resp.hpp"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <charconv>
-
-#include <fmt/format.h>
 
 namespace tier::redis {
 
@@ -79,7 +79,8 @@ Result<std::size_t> parse_at(std::string_view in, Reply& out, std::size_t depth)
       return used;
     }
     default:
-      return protocol_error(fmt::format("unexpected type byte 0x{:02x}", static_cast<unsigned char>(type)));
+      return protocol_error(
+          fmt::format("unexpected type byte 0x{:02x}", static_cast<unsigned char>(type)));
   }
 }
 
@@ -98,7 +99,9 @@ Result<std::size_t> parse_integer_line(std::string_view in, std::int64_t& value)
 
 Result<std::size_t> parse_reply(std::string_view in, Reply& out) { return parse_at(in, out, 0); }
 
-void append_array_header(std::string& out, std::size_t n) { fmt::format_to(std::back_inserter(out), "*{}\r\n", n); }
+void append_array_header(std::string& out, std::size_t n) {
+  fmt::format_to(std::back_inserter(out), "*{}\r\n", n);
+}
 
 void append_bulk_header(std::string& out, std::size_t len) {
   fmt::format_to(std::back_inserter(out), "${}\r\n", len);
@@ -134,8 +137,8 @@ constexpr auto kCrc16Table = make_crc16_table();
 std::uint16_t crc16(std::string_view bytes) noexcept {
   std::uint16_t crc = 0;
   for (char ch : bytes)
-    crc = static_cast<std::uint16_t>((crc << 8) ^
-                                     kCrc16Table[((crc >> 8) ^ static_cast<unsigned char>(ch)) & 0xff]);
+    crc = static_cast<std::uint16_t>(
+        (crc << 8) ^ kCrc16Table[((crc >> 8) ^ static_cast<unsigned char>(ch)) & 0xff]);
   return crc;
 }
 

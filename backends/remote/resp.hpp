@@ -20,8 +20,8 @@ namespace tier::redis {
 struct Reply {
   enum class Type : std::uint8_t { kSimple, kError, kInteger, kBulk, kNil, kArray };
   Type type = Type::kNil;
-  std::string str;            // kSimple, kError, kBulk
-  std::int64_t integer = 0;   // kInteger
+  std::string str;              // kSimple, kError, kBulk
+  std::int64_t integer = 0;     // kInteger
   std::vector<Reply> elements;  // kArray
 };
 

@@ -119,9 +119,10 @@ class RedisServer {
   // Spawns the server and waits (up to 5 s) until it answers. The data set starts empty.
   bool start() {
     if (pid_ > 0) return true;
-    std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
-                                     "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                     "--dir", dir_, "--logfile", dir_ + "/redis.log"};
+    std::vector<std::string> args = {
+        "redis-server", "--port",    std::to_string(port_), "--bind", "127.0.0.1",
+        "--save",       "",          "--appendonly",        "no",     "--dir",
+        dir_,           "--logfile", dir_ + "/redis.log"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = ::fork();
     if (pid_ == 0) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -44,7 +45,9 @@ std::unique_ptr<RedisBackend> make_backend(Json options) {
   return std::move(b).value();
 }
 
-Region region_of(std::vector<std::byte>& v) { return Region{v.data(), v.size(), MemoryKind::kHost, -1}; }
+Region region_of(std::vector<std::byte>& v) {
+  return Region{v.data(), v.size(), MemoryKind::kHost, -1};
+}
 
 Completion put(Backend& b, const ObjectKey& k, std::vector<std::byte>& img) {
   return test::run(b, Op::kPut, k, region_of(img));
@@ -110,7 +113,9 @@ BatchResult run_batch(Backend& b, std::vector<IoRequest>& reqs,
   return res;
 }
 
-long long ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+long long ms(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
 }  // namespace
 
@@ -174,7 +179,8 @@ TEST_CASE("server killed mid-load and restarted: no hang, no wrong data, counted
       CHECK((c.status.code() == Code::kIoError || c.status.code() == Code::kTimedOut));
     }
   }
-  MESSAGE("killed mid-load: ", hits, " hits, ", failures, " failures, longest ", ms(r.longest), " ms");
+  MESSAGE("killed mid-load: ", hits, " hits, ", failures, " failures, longest ", ms(r.longest),
+          " ms");
   CHECK(ms(r.longest) < ms(kTimeout + kSlack) + 500);  // replies in transit plus the timeout
   CHECK(b->metrics().of(Op::kGet).errors.get() == failures);
 
@@ -274,8 +280,10 @@ std::size_t count_keys(RedisServer& node, const std::string& pattern) {
 TEST_CASE("redis cluster: spread, hash tags, and a slot migration during reads") {
   RedisCluster cluster;
   REQUIRE(cluster.start());
-  auto b = make_backend({{"url", cluster.node(0).url()}, {"mode", "cluster"},
-                         {"key_prefix", "spread:"}, {"timeout", "2s"}});
+  auto b = make_backend({{"url", cluster.node(0).url()},
+                         {"mode", "cluster"},
+                         {"key_prefix", "spread:"},
+                         {"timeout", "2s"}});
   constexpr std::size_t kN = 300;
   std::vector<std::vector<std::byte>> imgs;
   for (std::size_t i = 0; i < kN; ++i) {
@@ -293,8 +301,10 @@ TEST_CASE("redis cluster: spread, hash tags, and a slot migration during reads")
   CHECK(total == kN);
 
   SUBCASE("hash tag namespace_rank keeps a namespace and rank on one shard") {
-    auto t = make_backend({{"url", cluster.node(1).url()}, {"mode", "cluster"},
-                           {"key_prefix", "tag:"}, {"hash_tag", "namespace_rank"}});
+    auto t = make_backend({{"url", cluster.node(1).url()},
+                           {"mode", "cluster"},
+                           {"key_prefix", "tag:"},
+                           {"hash_tag", "namespace_rank"}});
     for (std::size_t i = 0; i < 40; ++i) {
       auto k = key_of(i, 11, 2);
       auto img = make_image(k, 512);
@@ -313,9 +323,9 @@ TEST_CASE("redis cluster: spread, hash tags, and a slot migration during reads")
     std::atomic<bool> moved{false};
     std::string from = cluster.node_id(0), to = cluster.node_id(1);
     std::thread reshard([&] {
-      test::shell("redis-cli --cluster reshard 127.0.0.1:" + std::to_string(cluster.node(0).port()) +
-                  " --cluster-from " + from + " --cluster-to " + to +
-                  " --cluster-slots 1500 --cluster-yes >/dev/null 2>&1");
+      test::shell("redis-cli --cluster reshard 127.0.0.1:" +
+                  std::to_string(cluster.node(0).port()) + " --cluster-from " + from +
+                  " --cluster-to " + to + " --cluster-slots 1500 --cluster-yes >/dev/null 2>&1");
       moved = true;
     });
     std::size_t passes = 0, reads = 0, failures = 0;

@@ -88,8 +88,10 @@ TEST_CASE("urls") {
 
 TEST_CASE("options resolve; bad ones name their path") {
   ConfigErrors errors;
-  Json o = resolved({{"url", "redis://127.0.0.1:7000"}, {"mode", "cluster"},
-                     {"hash_tag", "namespace_rank"}, {"timeout", "250ms"}},
+  Json o = resolved({{"url", "redis://127.0.0.1:7000"},
+                     {"mode", "cluster"},
+                     {"hash_tag", "namespace_rank"},
+                     {"timeout", "250ms"}},
                     errors);
   REQUIRE(errors.empty());
   auto cfg = make_redis_config(o);

@@ -15,7 +15,9 @@
 #include "support/redis_server.hpp"
 #include "support/test_util.hpp"
 #include "tier/options.hpp"
+#include "tier/profile.hpp"
 #include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
 
 using namespace tier;
 using namespace std::chrono_literals;
@@ -268,6 +270,82 @@ TEST_CASE("ttl: stored objects expire on the server; keys follow the documented 
   std::this_thread::sleep_for(400ms);
   CHECK(test::run(*b, Op::kContains, k).status.code() == Code::kNotFound);
   CHECK(b->usage().objects == 1);  // what this client stored; expiry is the server's business
+}
+
+namespace {
+std::unique_ptr<TierStack> open_stack(const Json& profile) {
+  ConfigErrors errors;
+  auto p = parse_profile(profile, Registry::global(), "<test>", &errors);
+  REQUIRE_MESSAGE(p.is_ok(), errors.joined());
+  auto s = TierStack::open(*p);
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  return std::move(s).value();
+}
+}  // namespace
+
+TEST_CASE("in a stack: write-through saves are dropped and counted while the server is down") {
+  RedisServer srv;
+  REQUIRE(srv.start());
+  Json remote = {
+      {"name", "remote"},
+      {"capacity", "1GiB"},
+      {"backend",
+       {{"type", "redis"}, {"url", srv.url()}, {"timeout", "300ms"}, {"reconnect_max", "100ms"}}}};
+  auto stack = open_stack(
+      {{"tiers",
+        Json::array(
+            {{{"name", "cpu"}, {"capacity", "8MiB"}, {"backend", {{"type", "cpu"}}}}, remote})}});
+  auto only_remote = open_stack({{"tiers", Json::array({remote})}});
+  auto codec = std::move(Registry::global().create_codec("identity", Json::object())).value();
+  std::vector<std::byte> data(1000, std::byte{7});
+  Region src{data.data(), data.size(), MemoryKind::kHost, -1};
+  auto save = [&](TierStack& s, std::uint64_t n) {
+    Status out;
+    REQUIRE(s.save(std::span<const SaveItem>({SaveItem{key_of(n, 13), RegionList(&src, 1)}}),
+                   *codec, std::span(&out, 1))
+                .is_ok());
+    return out;
+  };
+  auto load = [&](TierStack& s, std::uint64_t n) {
+    std::vector<std::byte> got(data.size());
+    Region dst{got.data(), got.size(), MemoryKind::kHost, -1};
+    LoadResult out;
+    REQUIRE(s.load(std::span<const LoadItem>({LoadItem{key_of(n, 13), RegionList(&dst, 1)}}),
+                   *codec, std::span(&out, 1))
+                .is_ok());
+    if (out.status.is_ok()) CHECK(got == data);
+    return out;
+  };
+  for (std::uint64_t i = 0; i < 20; ++i) CHECK(save(*stack, i).is_ok());
+  CHECK(stack->flush(2000ms).is_ok());
+  Backend& tier = stack->tier(1);
+  CHECK(tier.metrics().of(Op::kPut).ok.get() == 20);
+  CHECK(load(*only_remote, 3).tier == 0);  // another node finds it in the shared tier
+
+  srv.kill();
+  auto t0 = Clock::now();
+  for (std::uint64_t i = 100; i < 120; ++i) CHECK(save(*stack, i).is_ok());  // the cpu tier
+  CHECK(stack->flush(2000ms).is_ok());
+  CHECK(Clock::now() - t0 < 2 * (kTimeout + kSlack));
+  CHECK(tier.metrics().dropped_saves.get() == 20);
+  CHECK(load(*stack, 105).tier == 0);  // served by the cpu tier
+  t0 = Clock::now();
+  LoadResult miss = load(*only_remote, 3);
+  CHECK_FALSE(miss.status.is_ok());  // a miss: the stack reports the tier's IoError
+  CHECK(miss.tier == -1);
+  CHECK(Clock::now() - t0 < kTimeout + kSlack);
+
+  REQUIRE(srv.start());
+  auto end = Clock::now() + 3s;
+  std::uint64_t n = 200;
+  while (Clock::now() < end) {
+    CHECK(save(*stack, n).is_ok());
+    CHECK(stack->flush(2000ms).is_ok());
+    if (load(*only_remote, n).status.is_ok()) break;
+    ++n;
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(load(*only_remote, n).tier == 0);  // write-through reaches the restarted server again
 }
 
 namespace {

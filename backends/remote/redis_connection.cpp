@@ -77,10 +77,9 @@ void Connection::connect() {
 void Connection::on_connected() {
   error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  // Room for a whole large value in the kernel, so a SET is handed over in one write and a GET
-  // reply is not throttled by a small receive window while this thread is busy.
+  // Room for a whole large value in the kernel, so a SET is handed over in one write. The
+  // receive side keeps the kernel's autotuning.
   socket_.set_option(asio::socket_base::send_buffer_size(kSocketBuffer), ec);
-  socket_.set_option(asio::socket_base::receive_buffer_size(kSocketBuffer), ec);
   state_ = State::kReady;
   stats_.connects.add();
   push_handshake();

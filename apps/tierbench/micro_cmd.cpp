@@ -109,14 +109,16 @@ int run_micro(cli::Args& args) {
   auto tier_name = args.get("tier");
   std::uint64_t object_size = args.size("object-size").value_or(1 << 20);
   std::uint64_t objects = args.uint("objects").value_or(256);
-  std::uint64_t depth = args.uint("depth").value_or(1);
+  // --concurrency is the same knob under the name redis-benchmark comparisons use (-c clients).
+  std::uint64_t depth = args.uint("concurrency").value_or(args.uint("depth").value_or(1));
   std::uint64_t rounds = args.uint("rounds").value_or(2);
   std::uint64_t processes = args.uint("processes").value_or(1);
   bool json = args.flag("json");
   args.finish();
   if (!profile_path || !tier_name)
     return cli::fail("usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
-                     "[--objects N] [--depth D] [--rounds R] [--processes N] [--json]", 2);
+                     "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N] "
+                     "[--json]", 2);
   if (objects == 0 || depth == 0 || rounds == 0 || object_size == 0)
     return cli::fail("--objects, --depth, --rounds and --object-size must be > 0", 2);
   if (processes == 0 || processes > 64) return cli::fail("--processes must be in [1, 64]", 2);
@@ -284,8 +286,8 @@ int run_micro_process(const std::string& profile_path, const std::string& tier_n
 }  // namespace tier::bench
 
 TIER_CLI_COMMAND(micro,
-                 "micro --profile P --tier NAME [--object-size SIZE] [--objects N] [--depth D] "
-                 "[--rounds R] [--processes N] [--json]",
+                 "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
+                 "[--depth|--concurrency D] [--rounds R] [--processes N] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
                  "warm the tier and are removed); --processes N runs N processes at once (keys of "

@@ -358,7 +358,7 @@ void DiskBackend::accept_remove(const IoRequest& r) {
 }
 
 // Gives every accepted put a place in the open region, opening (and if need be evicting) regions.
-// A put waits here only while the region to be evicted still has I/O in flight.
+// A put waits here only while every region that could be evicted still has I/O in flight.
 void DiskBackend::place_puts() {
   while (!unplaced_.empty()) {
     const PutWait& p = unplaced_.front();
@@ -388,26 +388,48 @@ void DiskBackend::place_puts() {
       sealed_.push_back(r);  // full
       open_ = -1;
     }
-    if (!free_.empty()) {
-      open_ = free_.front();
-      free_.pop_front();
-      begin_reset(static_cast<std::uint32_t>(open_));
+    if (spare_ >= 0) {
+      open_ = spare_;
+      spare_ = -1;
       continue;
     }
-    // The least recently used sealed region without I/O in flight; if every one has some, wait
-    // (release_io retries when a region's I/O drains).
-    auto victim_it = sealed_.end();
-    for (auto it = sealed_.begin(); it != sealed_.end(); ++it)
-      if (regions_[*it].pending == 0 &&
-          (victim_it == sealed_.end() || regions_[*it].touched < regions_[*victim_it].touched))
-        victim_it = it;
-    if (victim_it == sealed_.end()) return;
-    const std::uint32_t victim = *victim_it;
-    sealed_.erase(victim_it);
-    evict_region(victim);
-    open_ = victim;
-    begin_reset(victim);
+    auto next = take_region();
+    if (!next) break;
+    open_ = *next;
   }
+  prepare_spare();
+}
+
+// A region for a new generation, its header write started: a free one, else the least recently
+// used sealed region without I/O in flight, evicted. None when every candidate has I/O in flight
+// (release_io retries when a region's I/O drains).
+std::optional<std::uint32_t> DiskBackend::take_region() {
+  if (!free_.empty()) {
+    const std::uint32_t r = free_.front();
+    free_.pop_front();
+    begin_reset(r);
+    return r;
+  }
+  auto victim_it = sealed_.end();
+  for (auto it = sealed_.begin(); it != sealed_.end(); ++it)
+    if (regions_[*it].pending == 0 &&
+        (victim_it == sealed_.end() || regions_[*it].touched < regions_[*victim_it].touched))
+      victim_it = it;
+  if (victim_it == sealed_.end()) return std::nullopt;
+  const std::uint32_t victim = *victim_it;
+  sealed_.erase(victim_it);
+  evict_region(victim);
+  begin_reset(victim);
+  return victim;
+}
+
+// Once the open region is half full, the next one is readied (evicted if need be, its header
+// written), so that appends never wait for a header write. It costs at most one region of
+// capacity, so only stores of kSpareMinRegions regions or more do it.
+void DiskBackend::prepare_spare() {
+  if (spare_ >= 0 || open_ < 0 || geo_.region_count < kSpareMinRegions) return;
+  if (regions_[static_cast<std::size_t>(open_)].write_blocks < geo_.region_blocks() / 2) return;
+  if (auto r = take_region()) spare_ = *r;
 }
 
 void DiskBackend::evict_region(std::uint32_t r) {
@@ -534,6 +556,7 @@ void DiskBackend::finish_dir(std::uint32_t region, std::uint32_t block, int err)
         R.state = RegionState::kFree;
         R.slots.clear();
         if (open_ == static_cast<std::int64_t>(region)) open_ = -1;
+        if (spare_ == static_cast<std::int64_t>(region)) spare_ = -1;
         sealed_.erase(std::remove(sealed_.begin(), sealed_.end(), region), sealed_.end());
         free_.push_back(region);
         // Last: releasing may place waiting puts, which must find the region's new state.

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -156,6 +157,8 @@ class DiskBackend final : public Backend {
   void accept_get(const IoRequest& r);
   void accept_remove(const IoRequest& r);
   void place_puts();
+  std::optional<std::uint32_t> take_region();
+  void prepare_spare();
   void evict_region(std::uint32_t r);
   void begin_reset(std::uint32_t r);
 
@@ -193,6 +196,8 @@ class DiskBackend final : public Backend {
   std::uint64_t clock_ = 0;            // recency clock of Region::touched
   std::deque<std::uint32_t> free_;     // regions without a generation
   std::int64_t open_ = -1;             // region receiving appends
+  std::int64_t spare_ = -1;            // region readied to be opened next
+  static constexpr std::uint32_t kSpareMinRegions = 16;
   std::uint64_t next_seq_ = 1;
   std::uint64_t used_bytes_ = 0;  // blocks of live objects, in bytes
 

@@ -7,9 +7,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <vector>
 
-#include "dsv4_plans.hpp"
+#include "dsv4/geometry.hpp"
+#include "dsv4/page_codec.hpp"
+#include "dsv4/slot_codec.hpp"
 #include "gpu.hpp"
 #include "gpu_backend.hpp"
 #include "slot_staging.hpp"
@@ -45,35 +48,120 @@ std::vector<std::byte> download(const DeviceBuffer& src, const Stream& s) {
   return v;
 }
 
-// One device allocation per region, `count` units each, with a host mirror of its bytes.
-struct Engine {
+// Engine allocations on GPU 0, each with a host mirror of its bytes (a pattern, or zeros).
+struct Backings {
   std::vector<DeviceBuffer> bufs;
   std::vector<std::vector<std::byte>> host;
-  std::vector<EngineRegion> regions;
-
-  Engine(const std::vector<std::uint64_t>& units, std::uint64_t count, bool reverse,
-         std::uint64_t seed, const Stream& s) {
-    for (std::size_t i = 0; i < units.size(); ++i) {
-      auto b = DeviceBuffer::allocate(0, units[i] * count);
+  Backings(const std::vector<std::uint64_t>& sizes, std::uint64_t seed, const Stream& s) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      auto b = DeviceBuffer::allocate(0, sizes[i]);
       REQUIRE(b);
-      host.push_back(seed == 0 ? std::vector<std::byte>(units[i] * count)
-                               : pattern(units[i] * count, seed + i));
+      host.push_back(seed == 0 ? std::vector<std::byte>(sizes[i]) : pattern(sizes[i], seed + i));
       upload(*b, host.back(), s);
-      regions.push_back(EngineRegion{b->data(), units[i], units[i] * count, reverse});
       bufs.push_back(std::move(b).value());
     }
   }
-  // The image the host mirror predicts for `plan` (same span order, offsets into host copies).
-  std::vector<std::byte> expect(const OwnedPlan& plan) const {
-    std::vector<std::byte> img(plan.image_bytes);
-    for (const CopySpan& sp : plan.spans)
-      for (std::size_t r = 0; r < bufs.size(); ++r)
-        if (sp.engine >= bufs[r].data() && sp.engine < bufs[r].data() + bufs[r].size())
-          std::memcpy(img.data() + sp.image_offset,
-                      host[r].data() + (sp.engine - bufs[r].data()), sp.bytes);
-    return img;
+  std::vector<Region> regions() const {
+    std::vector<Region> r;
+    for (const DeviceBuffer& b : bufs) r.push_back(b.region());
+    return r;
+  }
+  // (backing index, offset) of a device address.
+  std::pair<std::size_t, std::size_t> locate(const std::byte* p) const {
+    for (std::size_t i = 0; i < bufs.size(); ++i)
+      if (p >= bufs[i].data() && p < bufs[i].data() + bufs[i].size())
+        return {i, static_cast<std::size_t>(p - bufs[i].data())};
+    FAIL("address outside every backing");
+    return {0, 0};
   }
 };
+
+// A layout: the codec's PAGE or SLOT regions bound to a set of backings.
+struct Layout {
+  std::vector<std::uint64_t> backing_sizes;
+  std::function<std::vector<dsv4::BoundRegion>(const Backings&)> bind;
+  std::uint64_t count = 0;  // blocks (PAGE) or slot groups (SLOT)
+  bool slot = false;
+};
+
+// A DSV4 preset's PAGE or SLOT regions; PAGE and SLOT share the planes, as in the engine.
+Layout preset_layout(const char* name, std::uint64_t blocks, std::uint64_t slots, bool slot) {
+  auto config = dsv4::preset(name);
+  REQUIRE(config);
+  config->num_blocks = blocks;
+  config->num_slots = slots;
+  auto geo = dsv4::Geometry::compute(*config);
+  REQUIRE(geo);
+  Layout l;
+  for (const dsv4::Backing& b : geo->backings) l.backing_sizes.push_back(b.bytes);
+  l.count = slot ? slots : blocks;
+  l.slot = slot;
+  l.bind = [g = *geo, slot](const Backings& b) {
+    auto bound = dsv4::bind_layout(g, b.regions());
+    REQUIRE_MESSAGE(bound, bound.status().to_string());
+    return slot ? bound->slot : bound->page;
+  };
+  return l;
+}
+
+// One backing per region of `units` bytes per unit (odd sizes welcome).
+Layout plain_layout(std::vector<std::uint64_t> units, std::uint64_t count, bool slot) {
+  Layout l;
+  for (std::uint64_t u : units) l.backing_sizes.push_back(u * count);
+  l.count = count;
+  l.slot = slot;
+  l.bind = [units, count, slot](const Backings& b) {
+    std::vector<dsv4::BoundRegion> r;
+    for (std::size_t i = 0; i < units.size(); ++i)
+      r.push_back(dsv4::BoundRegion{"r" + std::to_string(i), b.bufs[i].data(), units[i] * count,
+                                    units[i], slot, MemoryKind::kDevice, 0});
+    return r;
+  };
+  return l;
+}
+
+struct Plan {
+  std::vector<CopySpan> spans;
+  std::uint64_t image_bytes = 0;
+  CopyPlan plan() const { return CopyPlan{spans, MemoryKind::kDevice, 0, image_bytes}; }
+};
+
+// The codec's validated plan for `ids` (PAGE blocks, or the SLOT group ids[0]).
+Plan codec_plan(const Layout& l, const Backings& b, const std::vector<std::uint32_t>& ids) {
+  Plan out;
+  CopyPlan cp;
+  if (l.slot) {
+    auto codec = dsv4::SlotCodec::create(l.bind(b), l.count, dsv4::SlotIdentity{});
+    REQUIRE_MESSAGE(codec, codec.status().to_string());
+    auto regions = (*codec)->describe(ids.at(0));
+    REQUIRE(regions);
+    auto p = (*codec)->plan(*regions);
+    REQUIRE_MESSAGE(p, p.status().to_string());
+    cp = p->plan();
+    out.spans.assign(cp.spans.begin(), cp.spans.end());
+  } else {
+    auto codec = dsv4::PageCodec::create(l.bind(b), l.count);
+    REQUIRE_MESSAGE(codec, codec.status().to_string());
+    auto regions = (*codec)->describe(ids);
+    REQUIRE(regions);
+    auto p = (*codec)->plan(*regions);
+    REQUIRE_MESSAGE(p, p.status().to_string());
+    cp = p->plan();
+    out.spans.assign(cp.spans.begin(), cp.spans.end());
+  }
+  CHECK(cp.engine_kind == MemoryKind::kDevice);
+  out.image_bytes = cp.image_bytes;
+  return out;
+}
+
+std::vector<std::byte> expected_image(const Plan& p, const Backings& b) {
+  std::vector<std::byte> img(p.image_bytes);
+  for (const CopySpan& sp : p.spans) {
+    auto [i, off] = b.locate(sp.engine);
+    std::memcpy(img.data() + sp.image_offset, b.host[i].data() + off, sp.bytes);
+  }
+  return img;
+}
 
 struct Executors {
   Stream stream = std::move(Stream::create(0)).value();
@@ -89,22 +177,20 @@ struct Executors {
   }
 };
 
-// Gathers `plan` from `src` through every executor and image kind, checks the image, scatters
-// it into a zeroed copy of the layout and checks every destination byte.
-void round_trip(const std::vector<std::uint64_t>& units, std::uint64_t count, bool slot,
-                const std::vector<std::uint32_t>& ids) {
+// Gathers the codec's plan for `ids` through every executor and image kind and checks the
+// image; scatters it into zeroed backings and checks every destination byte; finally encodes
+// and decodes through the codec itself with the GPU executor (the synchronous path).
+void round_trip(const Layout& l, const std::vector<std::uint32_t>& ids) {
   Executors ex;
-  Engine src(units, count, slot, 7, ex.stream);
-  auto plan = slot ? slot_plan(src.regions, count, ids.at(0), 0)
-                   : page_plan(src.regions, count, ids, 0);
-  REQUIRE_MESSAGE(plan, plan.status().to_string());
-  const std::vector<std::byte> want = src.expect(*plan);
+  Backings src(l.backing_sizes, 7, ex.stream);
+  const Plan plan = codec_plan(l, src, ids);
+  const std::vector<std::byte> want = expected_image(plan, src);
 
-  auto pinned = PinnedBuffer::allocate(plan->image_bytes);
+  auto pinned = PinnedBuffer::allocate(plan.image_bytes);
   REQUIRE(pinned);
-  auto dev_image = DeviceBuffer::allocate(0, plan->image_bytes);
+  auto dev_image = DeviceBuffer::allocate(0, plan.image_bytes);
   REQUIRE(dev_image);
-  std::vector<std::byte> pageable(plan->image_bytes);
+  std::vector<std::byte> pageable(plan.image_bytes);
 
   struct Case {
     const char* name;
@@ -118,69 +204,91 @@ void round_trip(const std::vector<std::uint64_t>& units, std::uint64_t count, bo
       {"pageable", ex.zero_copy.get(), host_region(pageable)},
       {"device image", ex.staged.get(), dev_image->region()},
   };
+  auto check_dst = [&](const Backings& dst, const Plan& back) {
+    for (std::size_t r = 0; r < dst.bufs.size(); ++r) {
+      std::vector<std::byte> expect(dst.host[r].size());
+      for (const CopySpan& sp : back.spans) {
+        auto [i, off] = dst.locate(sp.engine);
+        if (i == r) std::memcpy(expect.data() + off, src.host[r].data() + off, sp.bytes);
+      }
+      CHECK(download(dst.bufs[r], ex.stream) == expect);
+    }
+  };
   for (const Case& c : cases) {
     CAPTURE(c.name);
     std::memset(pinned->data(), 0xA5, pinned->size());
     std::fill(pageable.begin(), pageable.end(), std::byte{0x5A});
-    REQUIRE(c.exec->gather_async(plan->plan(), c.image, ex.stream));
+    REQUIRE(c.exec->gather_async(plan.plan(), c.image, ex.stream));
     REQUIRE(ex.stream.synchronize());
-    std::vector<std::byte> got(plan->image_bytes);
+    std::vector<std::byte> got(plan.image_bytes);
     if (c.image.kind == MemoryKind::kDevice)
       got = download(*dev_image, ex.stream);
     else
       std::memcpy(got.data(), c.image.data, got.size());
     CHECK(got == want);
 
-    Engine dst(units, count, slot, 0, ex.stream);
-    auto back = slot ? slot_plan(dst.regions, count, ids.at(0), 0)
-                     : page_plan(dst.regions, count, ids, 0);
-    REQUIRE(back);
-    REQUIRE(c.exec->scatter_async(back->plan(), c.image, ex.stream));
+    Backings dst(l.backing_sizes, 0, ex.stream);
+    const Plan back = codec_plan(l, dst, ids);
+    REQUIRE(c.exec->scatter_async(back.plan(), c.image, ex.stream));
     REQUIRE(ex.stream.synchronize());
-    // Expected destination: zero everywhere except the moved units, which equal the source.
-    for (std::size_t r = 0; r < units.size(); ++r) {
-      std::vector<std::byte> expect(dst.host[r].size());
-      for (const CopySpan& sp : back->spans) {
-        if (sp.engine < dst.bufs[r].data() || sp.engine >= dst.bufs[r].data() + dst.bufs[r].size())
-          continue;
-        std::size_t off = static_cast<std::size_t>(sp.engine - dst.bufs[r].data());
-        std::memcpy(expect.data() + off, src.host[r].data() + off, sp.bytes);
-      }
-      CHECK(download(dst.bufs[r], ex.stream) == expect);
-    }
+    check_dst(dst, back);
   }
+
+  // The codec's own encode/decode, executed by the GPU executor.
+  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
+  REQUIRE(exec);
+  Backings dst(l.backing_sizes, 0, ex.stream);
+  std::vector<std::byte> payload(plan.image_bytes);
+  if (l.slot) {
+    auto enc = dsv4::SlotCodec::create(l.bind(src), l.count, dsv4::SlotIdentity{}, exec->get());
+    auto dec = dsv4::SlotCodec::create(l.bind(dst), l.count, dsv4::SlotIdentity{}, exec->get());
+    REQUIRE(enc);
+    REQUIRE(dec);
+    auto sp = (*enc)->plan(*(*enc)->describe(ids.at(0)));
+    REQUIRE(sp);
+    REQUIRE((*enc)->executor().gather(sp->plan(), payload));
+    CHECK(payload == want);
+    auto dp = (*dec)->plan(*(*dec)->describe(ids.at(0)));
+    REQUIRE(dp);
+    REQUIRE((*dec)->executor().scatter(dp->plan(), payload));
+  } else {
+    auto enc = dsv4::PageCodec::create(l.bind(src), l.count, exec->get());
+    auto dec = dsv4::PageCodec::create(l.bind(dst), l.count, exec->get());
+    REQUIRE(enc);
+    REQUIRE(dec);
+    auto n = (*enc)->encode(*(*enc)->describe(ids), payload);
+    REQUIRE_MESSAGE(n, n.status().to_string());
+    CHECK(payload == want);
+    Status d = (*dec)->decode(payload, *(*dec)->describe(ids));
+    REQUIRE_MESSAGE(d, d.to_string());
+  }
+  check_dst(dst, codec_plan(l, dst, ids));
 }
 
 }  // namespace
 
 TEST_CASE("PAGE round trip, V4-Pro fp8, 16 blocks in caller order") {
-  const Dsv4Units* p = find_dsv4_preset("v4-pro-fp8");
-  REQUIRE(p != nullptr);
-  round_trip(p->page_units, 20, false,
+  round_trip(preset_layout("v4-pro-fp8", 20, 2, false),
              {17, 3, 0, 19, 8, 4, 11, 2, 13, 6, 1, 15, 9, 12, 5, 18});
 }
 
 TEST_CASE("PAGE round trip, V4-Pro bf16") {
-  const Dsv4Units* p = find_dsv4_preset("v4-pro-bf16");
-  REQUIRE(p != nullptr);
-  round_trip(p->page_units, 6, false, {4, 0, 5});
+  round_trip(preset_layout("v4-pro-bf16", 6, 2, false), {4, 0, 5});
 }
 
-TEST_CASE("SLOT round trip, V4-Pro fp8 and bf16 presets (reverse-indexed groups)") {
-  for (const char* name : {"v4-pro-fp8", "v4-pro-bf16"}) {
-    CAPTURE(name);
-    round_trip(find_dsv4_preset(name)->slot_units, 3, true, {1});
-  }
+TEST_CASE("SLOT round trip, V4-Pro fp8 and bf16 (reverse-indexed groups, shared planes)") {
+  round_trip(preset_layout("v4-pro-fp8", 4, 3, true), {1});
+  round_trip(preset_layout("v4-pro-bf16", 4, 3, true), {2});
 }
 
 TEST_CASE("odd region sizes 193 and 127 bytes: byte paths and misaligned image offsets") {
-  round_trip({193, 127}, 64, false, {63, 0, 31, 32, 5, 6, 7});
-  round_trip({127}, 9, false, {8, 1});
-  round_trip({193, 127, 4096}, 4, true, {2});
+  round_trip(plain_layout({193, 127}, 64, false), {63, 0, 31, 32, 5, 6, 7});
+  round_trip(plain_layout({127}, 9, false), {8, 1});
+  round_trip(plain_layout({193, 127, 4096}, 4, true), {2});
 }
 
 TEST_CASE("4 KiB regions, 64 per block") {
-  round_trip(std::vector<std::uint64_t>(64, 4096), 32, false,
+  round_trip(plain_layout(std::vector<std::uint64_t>(64, 4096), 32, false),
              {31, 30, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14});
 }
 
@@ -202,59 +310,50 @@ TEST_CASE("the executor refuses plans it cannot run") {
   CHECK(ex.zero_copy->gather(small, host));  // the synchronous CopyExecutor form works
 }
 
-TEST_CASE("page_plan validation") {
-  auto dev = DeviceBuffer::allocate(0, 4096);
-  REQUIRE(dev);
-  EngineRegion r{dev->data(), 1024, 4096, false};
-  const std::uint32_t dup[] = {1, 1};
-  CHECK(page_plan(std::span(&r, 1), 4, dup, 0).status().code() == Code::kInvalidArgument);
-  const std::uint32_t out_of_range[] = {4};
-  CHECK(page_plan(std::span(&r, 1), 4, out_of_range, 0).status().code() ==
-        Code::kInvalidArgument);
-  CHECK(page_plan(std::span(&r, 1), 5, dup, 0).status().code() == Code::kInvalidArgument);
-  CHECK(slot_plan(std::span(&r, 1), 4, 0, 0).status().code() == Code::kInvalidArgument);
-}
-
-TEST_CASE("SlotStager: snapshot and restore through bounded rows, bit-exact") {
+TEST_CASE("SlotStager: snapshot and restore through bounded rows, bit-exact (V4-Pro fp8)") {
   Executors ex;
-  const Dsv4Units* p = find_dsv4_preset("v4-pro-fp8");
-  Engine engine(p->slot_units, 3, true, 11, ex.stream);
-  auto stager = SlotStager::create(*ex.zero_copy, 2, 26782720);
+  const Layout l = preset_layout("v4-pro-fp8", 2, 3, true);
+  Backings engine(l.backing_sizes, 11, ex.stream);
+  const Plan snap = codec_plan(l, engine, {2});
+  CHECK(snap.image_bytes == 26782720);  // the full SLOT payload (reference §2.1)
+  auto stager = SlotStager::create(*ex.zero_copy, 2, snap.image_bytes);
   REQUIRE(stager);
-  auto snap_plan = slot_plan(engine.regions, 3, 2, 0);
-  REQUIRE(snap_plan);
-  auto host = PinnedBuffer::allocate(26782720);
+  auto host = PinnedBuffer::allocate(snap.image_bytes);
   REQUIRE(host);
 
-  auto t = (*stager)->snapshot(snap_plan->plan(), host->region(), ex.stream);
+  auto t = (*stager)->snapshot(snap.plan(), host->region(), ex.stream);
   REQUIRE(t);
   CHECK((*stager)->rows().free_rows() == 1);
-  auto t2 = (*stager)->snapshot(snap_plan->plan(), host->region(), ex.stream);
+  auto t2 = (*stager)->snapshot(snap.plan(), host->region(), ex.stream);
   REQUIRE(t2);
-  auto t3 = (*stager)->snapshot(snap_plan->plan(), host->region(), ex.stream);
+  auto t3 = (*stager)->snapshot(snap.plan(), host->region(), ex.stream);
   CHECK(t3.status().code() == Code::kRejected);  // no row left: the caller recomputes
   CHECK((*stager)->wait(*t));
   CHECK((*stager)->wait(*t2));
   CHECK((*stager)->poll(*t).code() == Code::kBadState);
   CHECK((*stager)->rows().free_rows() == 2);
-  CHECK(std::memcmp(host->data(), engine.expect(*snap_plan).data(), host->size()) == 0);
+  CHECK((*stager)->rows().quarantined() == 0);
+  CHECK(std::memcmp(host->data(), expected_image(snap, engine).data(), host->size()) == 0);
 
-  // Restore into the newly allocated group 0 and compare with the snapshot of group 2.
-  auto restore_plan = slot_plan(engine.regions, 3, 0, 0);
-  REQUIRE(restore_plan);
-  auto r = (*stager)->restore(restore_plan->plan(), host->region(), ex.stream);
+  // Restore into the newly allocated group 0: it becomes group 2's bytes, nothing else moves.
+  const Plan restore = codec_plan(l, engine, {0});
+  auto r = (*stager)->restore(restore.plan(), host->region(), ex.stream);
   REQUIRE(r);
   Status st;
   while ((st = (*stager)->poll(*r)).code() == Code::kRetry) {
   }
   CHECK(st);
-  for (std::size_t i = 0; i < engine.bufs.size(); ++i) {
-    auto now = download(engine.bufs[i], ex.stream);
-    const std::size_t unit = p->slot_units[i];
-    // reverse indexed: group g lives at total - (g + 1) * unit
-    CHECK(std::memcmp(now.data() + 2 * unit, engine.host[i].data(), unit) == 0);  // group 0
-    CHECK(std::memcmp(now.data(), engine.host[i].data(), 2 * unit) == 0);          // 2, 1 kept
+  std::vector<std::vector<std::byte>> expect = engine.host;
+  for (std::size_t i = 0; i < restore.spans.size(); ++i) {
+    auto [bi, to] = engine.locate(restore.spans[i].engine);
+    auto [bj, from] = engine.locate(snap.spans[i].engine);
+    std::memcpy(expect[bi].data() + to, engine.host[bj].data() + from, restore.spans[i].bytes);
   }
+  for (std::size_t i = 0; i < engine.bufs.size(); ++i)
+    CHECK(download(engine.bufs[i], ex.stream) == expect[i]);
+  CHECK((*stager)->restore(restore.plan(), host->region().slice(0, 100), ex.stream)
+            .status()
+            .code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("gpu tier: put/get with pageable, pinned and device buffers; LRU eviction") {

@@ -203,17 +203,14 @@ Status DeviceCopyExecutor::run(const CopyPlan& plan, Region image, const Stream&
   Impl& im = *impl_;
 
   // A host image declared pageable may still be registered memory: detect it.
+  std::byte* window = image.data;  // the image as the kernel addresses it
   MemoryKind kind = image.kind;
-  if (kind != MemoryKind::kDevice) kind = is_mapped_pinned(image.data) ? MemoryKind::kPinnedHost
-                                                                       : MemoryKind::kHost;
+  if (kind != MemoryKind::kDevice) {
+    window = static_cast<std::byte*>(rt::mapped_device_pointer(image.data));
+    kind = window != nullptr ? MemoryKind::kPinnedHost : MemoryKind::kHost;
+  }
   ImagePath path = path_for(kind, plan.image_bytes, gather);
   if (path == ImagePath::kZeroCopy) {
-    std::byte* window = image.data;
-    if (kind != MemoryKind::kDevice) {
-      void* dev = nullptr;
-      TIER_GPU_TRY(rt::host_device_pointer(&dev, image.data));
-      window = static_cast<std::byte*>(dev);
-    }
     build_tiles(plan, 0, plan.image_bytes, window, gather, im.tiles);
     return im.launch(s);
   }

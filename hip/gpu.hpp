@@ -163,9 +163,11 @@ std::string_view image_path_name(ImagePath p) noexcept;
 struct ExecutorOptions {
   int device = 0;
   ImagePath path = ImagePath::kAuto;
-  // Under kAuto: largest image moved zero-copy, per direction (measured on the H200, docs/gpu.md).
-  std::size_t zero_copy_max_gather = SIZE_MAX;
-  std::size_t zero_copy_max_scatter = SIZE_MAX;
+  // Under kAuto: largest image moved zero-copy, per direction. Defaults from the H200 (PCIe
+  // Gen5 x16, docs/gpu.md): zero-copy writes win up to about 8 MiB, zero-copy reads up to about
+  // 4 MiB; above that, a gather or scatter in HBM plus one DMA copy is faster.
+  std::size_t zero_copy_max_gather = 8u << 20;
+  std::size_t zero_copy_max_scatter = 4u << 20;
   // Device staging buffer for staged transfers; larger images move in chunks of this size.
   std::size_t staging_bytes = 64u << 20;
 };

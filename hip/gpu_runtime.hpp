@@ -48,8 +48,13 @@ inline Error host_register_mapped(void* p, size_t n) {
   return hipHostRegister(p, n, hipHostRegisterMapped | hipHostRegisterPortable);
 }
 inline Error host_unregister(void* p) { return hipHostUnregister(p); }
-inline Error host_device_pointer(void** dev, void* host) {
-  return hipHostGetDevicePointer(dev, host, 0);
+// The device address of mapped pinned host memory, or nullptr for pageable memory. HIP 5.2
+// answers pageable memory with an error, which is cleared here.
+inline void* mapped_device_pointer(const void* host) {
+  void* dev = nullptr;
+  if (hipHostGetDevicePointer(&dev, const_cast<void*>(host), 0) == hipSuccess) return dev;
+  (void)hipGetLastError();
+  return nullptr;
 }
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return hipMemcpyAsync(dst, src, n, hipMemcpyDefault, s);
@@ -103,8 +108,15 @@ inline Error host_register_mapped(void* p, size_t n) {
   return cudaHostRegister(p, n, cudaHostRegisterMapped | cudaHostRegisterPortable);
 }
 inline Error host_unregister(void* p) { return cudaHostUnregister(p); }
-inline Error host_device_pointer(void** dev, void* host) {
-  return cudaHostGetDevicePointer(dev, host, 0);
+// The device address of mapped pinned host memory, or nullptr for pageable memory (which CUDA
+// reports as cudaMemoryTypeUnregistered, without an error).
+inline void* mapped_device_pointer(const void* host) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, host) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return attr.type == cudaMemoryTypeHost ? attr.devicePointer : nullptr;
 }
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);

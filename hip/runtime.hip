@@ -213,12 +213,7 @@ Status copy_async(Region dst, Region src, const Stream& s) noexcept {
   return Status::ok();
 }
 
-bool is_mapped_pinned(const void* p) noexcept {
-  void* dev = nullptr;
-  if (rt::host_device_pointer(&dev, const_cast<void*>(p)) == rt::kSuccess) return true;
-  (void)rt::clear_last_error();
-  return false;
-}
+bool is_mapped_pinned(const void* p) noexcept { return rt::mapped_device_pointer(p) != nullptr; }
 
 std::string_view image_path_name(ImagePath p) noexcept {
   switch (p) {

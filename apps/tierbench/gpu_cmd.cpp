@@ -194,7 +194,13 @@ int run_gpu(cli::Args& args) {
   }
   auto layout = dsv4::bind_layout(*geo, backing_regions);
   if (!layout) return cli::fail(layout.status().to_string());
-  auto codec = dsv4::PageCodec::create(layout->page, config->num_blocks);
+  ExecutorOptions opts;
+  opts.device = device;
+  opts.path = ImagePath::kZeroCopy;
+  auto zero_copy = DeviceCopyExecutor::create(opts);
+  auto automatic = DeviceCopyExecutor::create(ExecutorOptions{device});
+  if (!zero_copy || !automatic) return cli::fail("cannot create the executors");
+  auto codec = dsv4::PageCodec::create(layout->page, config->num_blocks, zero_copy->get());
   if (!codec) return cli::fail(codec.status().to_string());
 
   const std::uint64_t small_block = region_bytes * regions_per_block;
@@ -210,15 +216,10 @@ int run_gpu(cli::Args& args) {
     if (!s) return cli::fail(s.to_string());
   }
 
-  ExecutorOptions opts;
-  opts.device = device;
-  opts.path = ImagePath::kZeroCopy;
-  auto zero_copy = DeviceCopyExecutor::create(opts);
   opts.path = ImagePath::kStaged;
   opts.staging_bytes = std::max<std::size_t>(image_max, 64u << 20);
   auto staged = DeviceCopyExecutor::create(opts);
-  auto automatic = DeviceCopyExecutor::create(ExecutorOptions{device});
-  if (!zero_copy || !staged || !automatic) return cli::fail("cannot create the executors");
+  if (!staged) return cli::fail(staged.status().to_string());
   Bench b{device, iters, *stream, **zero_copy, **staged, **automatic, *image, *contiguous};
 
   fmt::print("PAGE preset {}: {} bytes per block, {} regions per block; {} iterations each\n",
@@ -245,7 +246,7 @@ int run_gpu(cli::Args& args) {
                                               false, MemoryKind::kDevice, device});
     small.push_back(std::move(buf).value());
   }
-  auto small_codec = dsv4::PageCodec::create(small_regions, small_blocks_total);
+  auto small_codec = dsv4::PageCodec::create(small_regions, small_blocks_total, zero_copy->get());
   if (!small_codec) return cli::fail(small_codec.status().to_string());
   fmt::print("\nsmall regions: {} regions of {} bytes per block\n", regions_per_block,
              region_bytes);

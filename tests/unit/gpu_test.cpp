@@ -112,9 +112,12 @@ Layout plain_layout(std::vector<std::uint64_t> units, std::uint64_t count, bool 
   l.slot = slot;
   l.bind = [units, count, slot](const Backings& b) {
     std::vector<dsv4::BoundRegion> r;
-    for (std::size_t i = 0; i < units.size(); ++i)
-      r.push_back(dsv4::BoundRegion{"r" + std::to_string(i), b.bufs[i].data(), units[i] * count,
-                                    units[i], slot, MemoryKind::kDevice, 0});
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      std::string role = "r";
+      role += std::to_string(i);
+      r.push_back(dsv4::BoundRegion{role, b.bufs[i].data(), units[i] * count, units[i], slot,
+                                    MemoryKind::kDevice, 0});
+    }
     return r;
   };
   return l;
@@ -127,11 +130,12 @@ struct Plan {
 };
 
 // The codec's validated plan for `ids` (PAGE blocks, or the SLOT group ids[0]).
-Plan codec_plan(const Layout& l, const Backings& b, const std::vector<std::uint32_t>& ids) {
+Plan codec_plan(const Layout& l, const Backings& b, const std::vector<std::uint32_t>& ids,
+                CopyExecutor* exec) {
   Plan out;
   CopyPlan cp;
   if (l.slot) {
-    auto codec = dsv4::SlotCodec::create(l.bind(b), l.count, dsv4::SlotIdentity{});
+    auto codec = dsv4::SlotCodec::create(l.bind(b), l.count, dsv4::SlotIdentity{}, exec);
     REQUIRE_MESSAGE(codec, codec.status().to_string());
     auto regions = (*codec)->describe(ids.at(0));
     REQUIRE(regions);
@@ -140,7 +144,7 @@ Plan codec_plan(const Layout& l, const Backings& b, const std::vector<std::uint3
     cp = p->plan();
     out.spans.assign(cp.spans.begin(), cp.spans.end());
   } else {
-    auto codec = dsv4::PageCodec::create(l.bind(b), l.count);
+    auto codec = dsv4::PageCodec::create(l.bind(b), l.count, exec);
     REQUIRE_MESSAGE(codec, codec.status().to_string());
     auto regions = (*codec)->describe(ids);
     REQUIRE(regions);
@@ -183,7 +187,7 @@ struct Executors {
 void round_trip(const Layout& l, const std::vector<std::uint32_t>& ids) {
   Executors ex;
   Backings src(l.backing_sizes, 7, ex.stream);
-  const Plan plan = codec_plan(l, src, ids);
+  const Plan plan = codec_plan(l, src, ids, ex.zero_copy.get());
   const std::vector<std::byte> want = expected_image(plan, src);
 
   auto pinned = PinnedBuffer::allocate(plan.image_bytes);
@@ -228,7 +232,7 @@ void round_trip(const Layout& l, const std::vector<std::uint32_t>& ids) {
     CHECK(got == want);
 
     Backings dst(l.backing_sizes, 0, ex.stream);
-    const Plan back = codec_plan(l, dst, ids);
+    const Plan back = codec_plan(l, dst, ids, ex.zero_copy.get());
     REQUIRE(c.exec->scatter_async(back.plan(), c.image, ex.stream));
     REQUIRE(ex.stream.synchronize());
     check_dst(dst, back);
@@ -262,7 +266,7 @@ void round_trip(const Layout& l, const std::vector<std::uint32_t>& ids) {
     Status d = (*dec)->decode(payload, *(*dec)->describe(ids));
     REQUIRE_MESSAGE(d, d.to_string());
   }
-  check_dst(dst, codec_plan(l, dst, ids));
+  check_dst(dst, codec_plan(l, dst, ids, exec->get()));
 }
 
 }  // namespace
@@ -314,7 +318,7 @@ TEST_CASE("SlotStager: snapshot and restore through bounded rows, bit-exact (V4-
   Executors ex;
   const Layout l = preset_layout("v4-pro-fp8", 2, 3, true);
   Backings engine(l.backing_sizes, 11, ex.stream);
-  const Plan snap = codec_plan(l, engine, {2});
+  const Plan snap = codec_plan(l, engine, {2}, ex.zero_copy.get());
   CHECK(snap.image_bytes == 26782720);  // the full SLOT payload (reference §2.1)
   auto stager = SlotStager::create(*ex.zero_copy, 2, snap.image_bytes);
   REQUIRE(stager);
@@ -336,7 +340,7 @@ TEST_CASE("SlotStager: snapshot and restore through bounded rows, bit-exact (V4-
   CHECK(std::memcmp(host->data(), expected_image(snap, engine).data(), host->size()) == 0);
 
   // Restore into the newly allocated group 0: it becomes group 2's bytes, nothing else moves.
-  const Plan restore = codec_plan(l, engine, {0});
+  const Plan restore = codec_plan(l, engine, {0}, ex.zero_copy.get());
   auto r = (*stager)->restore(restore.plan(), host->region(), ex.stream);
   REQUIRE(r);
   Status st;

@@ -57,9 +57,11 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   const Capabilities caps = capabilities();
   verified_reads_ = caps.verifies_reads;
   scratch_.clear();
-  std::vector<std::size_t> origin;  // scratch index -> index in reqs
+  std::vector<std::size_t>& origin = origin_;  // scratch index -> index in reqs
+  std::vector<std::size_t>& early_origin = early_origin_;
+  origin.clear();
+  early_origin.clear();
   std::size_t early_before = early_.size();
-  std::vector<std::size_t> early_origin;
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     Status s = check_request(reqs[i], caps);
     if (!s) {

@@ -149,7 +149,8 @@ class Backend {
   std::size_t slots_in_use_ = 0;
   bool verified_reads_ = false;
   std::vector<Completion> early_;  // requests rejected by submit() before reaching the backend
-  std::vector<IoRequest> scratch_;
+  std::vector<IoRequest> scratch_;         // submit()'s rewritten batch, reused
+  std::vector<std::size_t> origin_, early_origin_;
 };
 
 

@@ -15,7 +15,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "tier/copy_plan.hpp"
 #include "tier/region.hpp"
@@ -75,7 +74,7 @@ class Stream {
 // runtime cannot tell (then completion is unproven and the caller must not reuse the memory).
 class Event {
  public:
-  static Result<Event> create(int device, bool timing = false) noexcept;
+  static Result<Event> create(int device) noexcept;
   Event() = default;  // empty until assigned from create()
   Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_) { o.handle_ = nullptr; }
   Event& operator=(Event&& o) noexcept;
@@ -83,8 +82,6 @@ class Event {
   Status record(const Stream& s) noexcept;
   Result<bool> done() const noexcept;
   Status synchronize() const noexcept;
-  // Milliseconds between `start` and this event (both created with timing and completed).
-  Result<float> elapsed_since(const Event& start) const noexcept;
 
  private:
   Event(void* h, int device) : handle_(h), device_(device) {}
@@ -198,11 +195,9 @@ class DeviceCopyExecutor final : public CopyExecutor {
   // The path a transfer of `bytes` to or from an image of `kind` takes.
   ImagePath path_for(MemoryKind kind, std::size_t bytes, bool gather) const noexcept;
   const ExecutorOptions& options() const noexcept { return opts_; }
-  const Stream& stream() const noexcept { return stream_; }
-
-  struct Impl;
 
  private:
+  struct Impl;
   DeviceCopyExecutor(ExecutorOptions opts, Stream stream, std::unique_ptr<Impl> impl);
   Status run(const CopyPlan& plan, Region image, const Stream& s, bool gather) noexcept;
 

@@ -62,16 +62,13 @@ inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) 
 inline Error stream_create(StreamHandle* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
 inline Error stream_destroy(StreamHandle s) { return hipStreamDestroy(s); }
 inline Error stream_synchronize(StreamHandle s) { return hipStreamSynchronize(s); }
-inline Error event_create(EventHandle* e, bool timing) {
-  return hipEventCreateWithFlags(e, timing ? hipEventDefault : hipEventDisableTiming);
+inline Error event_create(EventHandle* e) {
+  return hipEventCreateWithFlags(e, hipEventDisableTiming);
 }
 inline Error event_destroy(EventHandle e) { return hipEventDestroy(e); }
 inline Error event_record(EventHandle e, StreamHandle s) { return hipEventRecord(e, s); }
 inline Error event_query(EventHandle e) { return hipEventQuery(e); }
 inline Error event_synchronize(EventHandle e) { return hipEventSynchronize(e); }
-inline Error event_elapsed_ms(float* ms, EventHandle a, EventHandle b) {
-  return hipEventElapsedTime(ms, a, b);
-}
 #else
 using Error = cudaError_t;
 using StreamHandle = cudaStream_t;
@@ -124,16 +121,13 @@ inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) 
 inline Error stream_create(StreamHandle* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
 inline Error stream_destroy(StreamHandle s) { return cudaStreamDestroy(s); }
 inline Error stream_synchronize(StreamHandle s) { return cudaStreamSynchronize(s); }
-inline Error event_create(EventHandle* e, bool timing) {
-  return cudaEventCreateWithFlags(e, timing ? cudaEventDefault : cudaEventDisableTiming);
+inline Error event_create(EventHandle* e) {
+  return cudaEventCreateWithFlags(e, cudaEventDisableTiming);
 }
 inline Error event_destroy(EventHandle e) { return cudaEventDestroy(e); }
 inline Error event_record(EventHandle e, StreamHandle s) { return cudaEventRecord(e, s); }
 inline Error event_query(EventHandle e) { return cudaEventQuery(e); }
 inline Error event_synchronize(EventHandle e) { return cudaEventSynchronize(e); }
-inline Error event_elapsed_ms(float* ms, EventHandle a, EventHandle b) {
-  return cudaEventElapsedTime(ms, a, b);
-}
 #endif
 
 // kDeviceError "<call>: <runtime message> at <file>:<line>", or OK.

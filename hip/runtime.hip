@@ -79,11 +79,11 @@ Status Stream::synchronize() const noexcept {
   return Status::ok();
 }
 
-Result<Event> Event::create(int device, bool timing) noexcept {
+Result<Event> Event::create(int device) noexcept {
   DeviceGuard guard(device);
   TIER_RETURN_IF_ERROR(guard.status());
   rt::EventHandle e = nullptr;
-  TIER_GPU_TRY(rt::event_create(&e, timing));
+  TIER_GPU_TRY(rt::event_create(&e));
   return Event(e, device);
 }
 
@@ -115,13 +115,6 @@ Result<bool> Event::done() const noexcept {
 Status Event::synchronize() const noexcept {
   TIER_GPU_TRY(rt::event_synchronize(static_cast<rt::EventHandle>(handle_)));
   return Status::ok();
-}
-
-Result<float> Event::elapsed_since(const Event& start) const noexcept {
-  float ms = 0;
-  TIER_GPU_TRY(rt::event_elapsed_ms(&ms, static_cast<rt::EventHandle>(start.handle_),
-                                    static_cast<rt::EventHandle>(handle_)));
-  return ms;
 }
 
 Result<DeviceBuffer> DeviceBuffer::allocate(int device, std::size_t bytes) noexcept {

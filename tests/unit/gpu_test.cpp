@@ -15,6 +15,7 @@
 #include "dsv4/slot_codec.hpp"
 #include "gpu.hpp"
 #include "gpu_backend.hpp"
+#include "pinned_pool.hpp"
 #include "slot_staging.hpp"
 #include "support/test_util.hpp"
 #include "tier/profile.hpp"
@@ -314,6 +315,42 @@ TEST_CASE("the executor refuses plans it cannot run") {
   CHECK(ex.zero_copy->gather(small, std::span(host).first(32)).code() ==
         Code::kInvalidArgument);
   CHECK(ex.zero_copy->gather(small, host));  // the synchronous CopyExecutor form works
+}
+
+TEST_CASE("registered host memory is reached zero-copy; the pinned pool leases and returns") {
+  Executors ex;
+  const Layout l = plain_layout({4096, 193}, 8, false);
+  Backings src(l.backing_sizes, 5, ex.stream);
+  const Plan plan = codec_plan(l, src, {6, 2, 7}, ex.zero_copy.get());
+  std::vector<std::byte> host(plan.image_bytes + 4096);
+  CHECK_FALSE(is_mapped_pinned(host.data()));
+  {
+    auto reg = PinnedRegistration::register_host(host);
+    REQUIRE_MESSAGE(reg, reg.status().to_string());
+    CHECK(is_mapped_pinned(host.data() + 100));
+    // Declared pageable, found pinned: the auto executor moves it zero-copy.
+    auto automatic = DeviceCopyExecutor::create(ExecutorOptions{});
+    REQUIRE(automatic);
+    CHECK((*automatic)->path_for(MemoryKind::kPinnedHost, plan.image_bytes, true) ==
+          ImagePath::kZeroCopy);
+    REQUIRE((*automatic)->gather(plan.plan(), host));
+    CHECK(std::memcmp(host.data(), expected_image(plan, src).data(), plan.image_bytes) == 0);
+  }
+  CHECK_FALSE(is_mapped_pinned(host.data()));  // unregistered on destruction
+
+  auto pool = PinnedPool::create(1u << 16, 2);
+  REQUIRE(pool);
+  auto a = (*pool)->try_acquire();
+  auto b = (*pool)->try_acquire();
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->region().kind == MemoryKind::kPinnedHost);
+  CHECK(is_mapped_pinned(a->bytes().data()));
+  CHECK_FALSE((*pool)->try_acquire().has_value());
+  b.reset();
+  CHECK((*pool)->available() == 1);
+  a.reset();
+  CHECK((*pool)->available() == (*pool)->count());
 }
 
 TEST_CASE("SlotStager: snapshot and restore through bounded rows, bit-exact (V4-Pro fp8)") {

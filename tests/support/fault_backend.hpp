@@ -1,6 +1,6 @@
 #pragma once
 // FaultInjectingBackend: a "faulty" backend for tests that wraps a real cpu tier and, under the
-// test's control, fails removes or rewrites images on their way in (to plant corrupt objects).
+// test's control, fails removes or puts, or rewrites images on their way in (to plant corrupt objects).
 // Every request is counted per op. Register once with register_faulty_backend(); all instances
 // share fault_control().
 
@@ -17,6 +17,8 @@ namespace tier::test {
 
 struct FaultControl {
   bool fail_remove = false;  // removes complete with IoError and leave the object in place
+  // Puts of keys it returns true for complete with IoError and store nothing.
+  std::function<bool(const ObjectKey&)> fail_put;
   // Called with each put's image (a private copy) before the inner tier stores it.
   std::function<void(const ObjectKey&, std::vector<std::byte>&)> mutate_put;
   std::array<std::uint64_t, kOpCount> ops{};  // requests seen, per op
@@ -49,9 +51,10 @@ class FaultInjectingBackend final : public Backend {
     std::size_t n = 0;
     for (const IoRequest& r : reqs) {
       IoRequest fwd = r;
-      if (r.op == Op::kRemove && fc.fail_remove) {
+      if ((r.op == Op::kRemove && fc.fail_remove) ||
+          (r.op == Op::kPut && fc.fail_put && fc.fail_put(r.key))) {
         ++fc.ops[static_cast<std::size_t>(r.op)];
-        ready_.push_back({r.user_data, Status::io_error("injected remove failure"), 0});
+        ready_.push_back({r.user_data, Status::io_error("injected failure"), 0});
         ++n;
         continue;
       }

@@ -3,6 +3,9 @@
 
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "dsv4/blake2b.hpp"
 #include "dsv4/geometry.hpp"
 #include "dsv4/slot_codec.hpp"
 
@@ -159,4 +162,40 @@ TEST_CASE("the reference's chained block hash chains xxh64 over i64 tokens") {
   CHECK(h8 != h4);
   CHECK(chained_block_hash(tokens, 4) == h8);  // the partial block does not count
   CHECK(chained_block_hash(std::span(tokens).first(3), 4) == 0);
+}
+
+TEST_CASE("the reference's sidecar key test vector (§3.2)") {
+  SlotIdentity id;
+  for (std::size_t i = 0; i < 16; ++i) id.fingerprint[i] = static_cast<std::byte>(i * 0x11);
+  id.tp_size = 4;
+  id.tp_rank = 1;
+  std::string canonical = sidecar_canonical(0x123, id);
+  CHECK(canonical == "atom-slot-v1:4:1:0000000000000123:00112233445566778899aabbccddeeff");
+  CHECK(atom_storage_hash(canonical) == 10062454250606645ull);
+  // The libtier key follows the same identity: rank-local, boundary- and fingerprint-bound.
+  tier::ObjectKey k = slot_key(tier::Key128{1, 2}, Boundary{64, 0x123}, id);
+  CHECK(k.rank == 1);
+  CHECK(k == slot_key(tier::Key128{1, 2}, Boundary{128, 0x123}, id));  // tokens are not keyed
+  CHECK_FALSE(k == slot_key(tier::Key128{1, 2}, Boundary{64, 0x124}, id));
+  id.tp_rank = 2;
+  CHECK_FALSE(k == slot_key(tier::Key128{1, 2}, Boundary{64, 0x123}, id));
+}
+
+TEST_CASE("BLAKE2b matches RFC 7693 and long inputs") {
+  auto hex = [](const std::vector<std::uint8_t>& d) {
+    std::string s;
+    for (auto b : d) s += fmt::format("{:02x}", b);
+    return s;
+  };
+  const char abc[] = "abc";
+  CHECK(hex(blake2b(std::as_bytes(std::span(abc, 3)), 64)) ==
+        "ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d1"
+        "7d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923");
+  CHECK(hex(blake2b({}, 8)) == "e4a6a0577479b2b4");
+  std::vector<std::byte> big(300);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i);
+  CHECK(hex(blake2b(big, 16)) == "15f53a13900056879b859fc1bcea544d");
+  CHECK(hex(blake2b(std::span(big).first(128), 16)) == "a74787004ef589e31149183900d0294a");
+  CHECK(hex(blake2b(std::span(big).first(256), 16)) == "c2472c0ac37a8dbdb25f05ada0d82643");
+  CHECK(blake2b(big, 0).empty());
 }

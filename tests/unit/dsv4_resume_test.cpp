@@ -299,6 +299,27 @@ TEST_CASE("corruption fence: a key whose removal fails refuses puts until remova
   CHECK(rig.slot_bytes(0) == rig.slot_bytes(rig.saved().slot_group));
 }
 
+TEST_CASE("a failed PAGE put withholds the sidecar, so the boundary never resumes") {
+  Rig rig(one_tier("faulty"));
+  fault_control().fail_put = [](const ObjectKey& k) { return k == test::key_of(2); };
+  Status s = rig.store->save(rig.saved());
+  CHECK(s.code() == Code::kIoError);
+  CHECK(*rig.stack->locate(rig.store->sidecar_key(rig.saved().boundary)) == -1);
+  CHECK(*rig.stack->locate(test::key_of(1)) == 0);  // a harmless uncommitted PAGE chunk
+  CHECK(rig.store->load(rig.target()).miss == ResumeMiss::kPageUnavailable);
+  fault_control().fail_put = nullptr;
+  REQUIRE(rig.store->save(rig.saved()).is_ok());
+  CHECK(rig.store->load(rig.target()).status.is_ok());
+}
+
+TEST_CASE("invalidating a key no tier holds (evicted meanwhile) succeeds and lifts the fence") {
+  Rig rig(one_tier("faulty"));
+  ObjectKey k = test::key_of(77);
+  CHECK(rig.store->invalidate(k).is_ok());
+  CHECK_FALSE(rig.store->fenced(k));
+  CHECK(rig.store->fenced_count() == 0);
+}
+
 TEST_CASE("a corrupt copy in a fast tier falls back to a valid copy below and is replaced") {
   Json profile = {{"tiers",
                    {{{"name", "fast"}, {"capacity", "64MiB"}, {"backend", {{"type", "faulty"}}}},

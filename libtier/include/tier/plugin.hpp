@@ -53,8 +53,7 @@ void* create_thunk(const void* ctx, char* err, std::size_t n) noexcept {
   try {
     auto r = T::create(*static_cast<const Ctx*>(ctx));
     if (!r) {
-      // "<code name>: <message>": the registry recovers the code (NotSupported, NoSpace, ...).
-      copy_error(r.status().to_string(), err, n);
+      copy_error(r.status().to_string(), err, n);  // "<code name>: <message>"
       return nullptr;
     }
     return static_cast<Base*>(std::move(r).value().release());

@@ -1,0 +1,272 @@
+// tierbench gpu [--preset NAME] [--blocks 16,32,64] [--iters N] [--region-bytes 4096]
+//               [--regions-per-block 64] [--device N]
+//
+// GPU PAGE save (gather, device to pinned host) and load (scatter, pinned host to device)
+// bandwidth through the device copy executor, for the DSV4 codec's plans of a scattered list of
+// blocks, beside two baselines of the same bytes in the same run:
+//   bulk        one runtime copy of the whole image between a contiguous device buffer and the
+//               same pinned host image (the PCIe ceiling for this transfer size);
+//   per-region  one runtime copy call per region span (what naive connectors do).
+// Save and load run through each image path (zero-copy, staged, and the executor's auto
+// choice). The second part repeats this for a synthetic layout of small regions
+// (--regions-per-block regions of --region-bytes each), where per-call overhead dominates.
+// Each figure is wall time over --iters transfers after one warm-up, stream synchronized.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "dsv4/geometry.hpp"
+#include "dsv4/page_codec.hpp"
+#include "gpu.hpp"
+
+namespace {
+
+using namespace tier;
+using namespace tier::gpu;
+using Clock = std::chrono::steady_clock;
+
+struct Bench {
+  int device;
+  int iters;
+  Stream& stream;
+  DeviceCopyExecutor& zero_copy;
+  DeviceCopyExecutor& staged;
+  DeviceCopyExecutor& automatic;
+  PinnedBuffer& image;
+  DeviceBuffer& contiguous;
+};
+
+// Seconds per call of `op` (a Status-returning enqueue), or a negative value on error.
+template <class F>
+double per_call(Bench& b, F&& op) {
+  Status s = op();  // warm-up: allocations, descriptor slots, page mappings
+  if (s) s = b.stream.synchronize();
+  if (!s) {
+    fmt::print(stderr, "tierbench gpu: {}\n", s.to_string());
+    return -1;
+  }
+  auto t0 = Clock::now();
+  for (int i = 0; i < b.iters && s; ++i) s = op();
+  if (s) s = b.stream.synchronize();
+  if (!s) {
+    fmt::print(stderr, "tierbench gpu: {}\n", s.to_string());
+    return -1;
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count() / b.iters;
+}
+
+double gbps(std::uint64_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; }
+
+// Runs every variant for one plan and prints its rows; returns false on an error.
+bool measure(Bench& b, const std::string& label, const CopyPlan& plan, std::size_t spans) {
+  const std::uint64_t n = plan.image_bytes;
+  Region img = b.image.region().slice(0, n);
+  Region dev = b.contiguous.region().slice(0, n);
+  struct Row {
+    const char* name;
+    double seconds;
+  };
+  std::vector<Row> rows;
+  auto add = [&](const char* name, double s) {
+    rows.push_back({name, s});
+    return s >= 0;
+  };
+  bool ok = true;
+  // Save: device -> pinned host.
+  ok &= add("bulk D2H (1 copy)", per_call(b, [&] { return copy_async(img, dev, b.stream); }));
+  ok &= add("per-region D2H", per_call(b, [&] {
+              for (const CopySpan& s : plan.spans) {
+                Status st = copy_async(img.slice(s.image_offset, s.bytes),
+                                       Region{s.engine, s.bytes, MemoryKind::kDevice, b.device},
+                                       b.stream);
+                if (!st) return st;
+              }
+              return Status::ok();
+            }));
+  ok &= add("PAGE save zero-copy",
+            per_call(b, [&] { return b.zero_copy.gather_async(plan, img, b.stream); }));
+  ok &= add("PAGE save staged",
+            per_call(b, [&] { return b.staged.gather_async(plan, img, b.stream); }));
+  ok &= add("PAGE save auto",
+            per_call(b, [&] { return b.automatic.gather_async(plan, img, b.stream); }));
+  // Load: pinned host -> device.
+  ok &= add("bulk H2D (1 copy)", per_call(b, [&] { return copy_async(dev, img, b.stream); }));
+  ok &= add("per-region H2D", per_call(b, [&] {
+              for (const CopySpan& s : plan.spans) {
+                Status st = copy_async(Region{s.engine, s.bytes, MemoryKind::kDevice, b.device},
+                                       img.slice(s.image_offset, s.bytes), b.stream);
+                if (!st) return st;
+              }
+              return Status::ok();
+            }));
+  ok &= add("PAGE load zero-copy",
+            per_call(b, [&] { return b.zero_copy.scatter_async(plan, img, b.stream); }));
+  ok &= add("PAGE load staged",
+            per_call(b, [&] { return b.staged.scatter_async(plan, img, b.stream); }));
+  ok &= add("PAGE load auto",
+            per_call(b, [&] { return b.automatic.scatter_async(plan, img, b.stream); }));
+  if (!ok) return false;
+
+  fmt::print("\n{}: {} spans, image {} bytes ({:.2f} MiB)\n", label, spans, n, n / 1048576.0);
+  fmt::print("  {:<22} {:>10} {:>9} {:>8} {:>11}\n", "transfer", "us", "GB/s", "x bulk",
+             "x per-reg");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const bool save = i < 5;
+    const double bulk = rows[save ? 0 : 5].seconds;
+    const double naive = rows[save ? 1 : 6].seconds;
+    fmt::print("  {:<22} {:>10.1f} {:>9.2f} {:>8.2f} {:>11.1f}\n", rows[i].name,
+               rows[i].seconds * 1e6, gbps(n, rows[i].seconds), bulk / rows[i].seconds,
+               naive / rows[i].seconds);
+  }
+  const double save_best = std::min({rows[2].seconds, rows[3].seconds});
+  const double load_best = std::min({rows[7].seconds, rows[8].seconds});
+  fmt::print("  auto: save {} / load {}; best save {:.2f}x bulk, {:.1f}x per-region; best load "
+             "{:.2f}x bulk, {:.1f}x per-region\n",
+             image_path_name(b.automatic.path_for(MemoryKind::kPinnedHost, n, true)),
+             image_path_name(b.automatic.path_for(MemoryKind::kPinnedHost, n, false)),
+             rows[0].seconds / save_best, rows[1].seconds / save_best,
+             rows[5].seconds / load_best, rows[6].seconds / load_best);
+  return true;
+}
+
+std::vector<std::uint64_t> parse_list(const std::string& s) {
+  std::vector<std::uint64_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoull(item));
+  return out;
+}
+
+// `count` distinct block ids out of [0, num_blocks), in a scattered caller order.
+std::vector<std::uint32_t> scattered_ids(std::uint64_t count, std::uint64_t num_blocks) {
+  std::vector<std::uint32_t> all(num_blocks);
+  std::iota(all.begin(), all.end(), 0u);
+  std::mt19937 rng(1234);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(count);
+  return all;
+}
+
+int run_gpu(cli::Args& args) {
+  const std::string preset = args.get_or("preset", "v4-pro-fp8");
+  const auto block_counts = parse_list(args.get_or("blocks", "16,32,64"));
+  const int iters = static_cast<int>(args.uint("iters").value_or(20));
+  const std::uint64_t region_bytes = args.size("region-bytes").value_or(4096);
+  const std::uint64_t regions_per_block = args.uint("regions-per-block").value_or(64);
+  const int device = static_cast<int>(args.uint("device").value_or(0));
+  args.finish();
+  if (block_counts.empty() || iters < 1 || region_bytes == 0 || regions_per_block == 0)
+    return cli::fail("--blocks, --iters, --region-bytes and --regions-per-block must be > 0", 2);
+  if (device_count() == 0) {
+    fmt::print("tierbench gpu: no {} GPU on this machine\n", api_name());
+    return 77;
+  }
+  auto info = device_info(device);
+  if (!info) return cli::fail(info.status().to_string());
+  fmt::print("GPU {}: {} ({}), {} multiprocessors, {} MiB\n", device, info->name, api_name(),
+             info->multiprocessors, info->total_bytes >> 20);
+
+  const std::uint64_t max_blocks = *std::max_element(block_counts.begin(), block_counts.end());
+  auto config = dsv4::preset(preset);
+  if (!config) return cli::fail(config.status().to_string(), 2);
+  config->num_blocks = max_blocks * 2;
+  config->num_slots = 1;
+  auto geo = dsv4::Geometry::compute(*config);
+  if (!geo) return cli::fail(geo.status().to_string());
+
+  // Engine memory: the geometry's backings on the device, filled once.
+  std::vector<DeviceBuffer> backings;
+  std::vector<Region> backing_regions;
+  auto stream = Stream::create(device);
+  if (!stream) return cli::fail(stream.status().to_string());
+  for (const dsv4::Backing& bk : geo->backings) {
+    auto buf = DeviceBuffer::allocate(device, bk.bytes);
+    if (!buf) return cli::fail(buf.status().to_string());
+    backing_regions.push_back(buf->region());
+    backings.push_back(std::move(buf).value());
+  }
+  auto layout = dsv4::bind_layout(*geo, backing_regions);
+  if (!layout) return cli::fail(layout.status().to_string());
+  ExecutorOptions opts;
+  opts.device = device;
+  opts.path = ImagePath::kZeroCopy;
+  auto zero_copy = DeviceCopyExecutor::create(opts);
+  auto automatic = DeviceCopyExecutor::create(ExecutorOptions{device});
+  if (!zero_copy || !automatic) return cli::fail("cannot create the executors");
+  auto codec = dsv4::PageCodec::create(layout->page, config->num_blocks, zero_copy->get());
+  if (!codec) return cli::fail(codec.status().to_string());
+
+  const std::uint64_t small_block = region_bytes * regions_per_block;
+  const std::uint64_t image_max =
+      std::max(max_blocks * (*codec)->bytes_per_block(), max_blocks * small_block);
+  auto image = PinnedBuffer::allocate(image_max);
+  auto contiguous = DeviceBuffer::allocate(device, image_max);
+  if (!image || !contiguous) return cli::fail("cannot allocate the image buffers");
+  std::memset(image->data(), 0x3C, image->size());
+  for (const DeviceBuffer& bk : backings) {
+    Status s = copy_async(bk.region(), image->region().slice(0, std::min(bk.size(), image_max)),
+                          *stream);
+    if (!s) return cli::fail(s.to_string());
+  }
+
+  opts.path = ImagePath::kStaged;
+  opts.staging_bytes = std::max<std::size_t>(image_max, 64u << 20);
+  auto staged = DeviceCopyExecutor::create(opts);
+  if (!staged) return cli::fail(staged.status().to_string());
+  Bench b{device, iters, *stream, **zero_copy, **staged, **automatic, *image, *contiguous};
+
+  fmt::print("PAGE preset {}: {} bytes per block, {} regions per block; {} iterations each\n",
+             preset, (*codec)->bytes_per_block(), layout->page.size(), iters);
+  for (std::uint64_t blocks : block_counts) {
+    auto regions = (*codec)->describe(scattered_ids(blocks, config->num_blocks));
+    if (!regions) return cli::fail(regions.status().to_string());
+    auto plan = (*codec)->plan(*regions);
+    if (!plan) return cli::fail(plan.status().to_string());
+    if (!measure(b, fmt::format("{} x {} blocks", preset, blocks), plan->plan(),
+                 plan->plan().spans.size()))
+      return 1;
+  }
+
+  // Small regions: `regions_per_block` regions of `region_bytes`, one backing each.
+  const std::uint64_t small_blocks_total = max_blocks * 2;
+  std::vector<DeviceBuffer> small;
+  std::vector<dsv4::BoundRegion> small_regions;
+  for (std::uint64_t r = 0; r < regions_per_block; ++r) {
+    auto buf = DeviceBuffer::allocate(device, region_bytes * small_blocks_total);
+    if (!buf) return cli::fail(buf.status().to_string());
+    small_regions.push_back(dsv4::BoundRegion{fmt::format("r{}", r), buf->data(),
+                                              region_bytes * small_blocks_total, region_bytes,
+                                              false, MemoryKind::kDevice, device});
+    small.push_back(std::move(buf).value());
+  }
+  auto small_codec = dsv4::PageCodec::create(small_regions, small_blocks_total, zero_copy->get());
+  if (!small_codec) return cli::fail(small_codec.status().to_string());
+  fmt::print("\nsmall regions: {} regions of {} bytes per block\n", regions_per_block,
+             region_bytes);
+  for (std::uint64_t blocks : block_counts) {
+    auto regions = (*small_codec)->describe(scattered_ids(blocks, small_blocks_total));
+    if (!regions) return cli::fail(regions.status().to_string());
+    auto plan = (*small_codec)->plan(*regions);
+    if (!plan) return cli::fail(plan.status().to_string());
+    if (!measure(b, fmt::format("{} x {} B regions, {} blocks", regions_per_block, region_bytes,
+                                blocks),
+                 plan->plan(), plan->plan().spans.size()))
+      return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TIER_CLI_COMMAND(gpu,
+                 "gpu [--preset NAME] [--blocks 16,32,64] [--iters N] [--region-bytes 4096] "
+                 "[--regions-per-block 64] [--device N]",
+                 "GPU PAGE save/load bandwidth vs bulk pinned copy and one copy per region",
+                 run_gpu);

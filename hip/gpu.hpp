@@ -1,0 +1,212 @@
+#pragma once
+// libtier's GPU layer, without GPU runtime types: streams, events, device and pinned host
+// buffers (RAII owners), and the device copy-plan executor whose kernels live in
+// copy_kernels.hip. Built from the same source by nvcc (CUDA) or hipcc (HIP); this header
+// compiles with the host C++ compiler alone, so backends, tests and apps include it and never
+// see <cuda_runtime.h> or <hip/hip_runtime.h>.
+//
+// Errors: every runtime failure comes back as Status kDeviceError with the runtime's message;
+// nothing here throws or exits. A machine without a GPU (or driver) has device_count() == 0.
+// Threads: objects are thread-compatible; one caller at a time per object.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tier/copy_plan.hpp"
+#include "tier/region.hpp"
+#include "tier/status.hpp"
+
+namespace tier::gpu {
+
+// "cuda" or "hip": the runtime this build uses.
+std::string_view api_name() noexcept;
+// Usable GPUs; 0 when the runtime reports no device or no driver.
+int device_count() noexcept;
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int multiprocessors = 0;
+  std::size_t total_bytes = 0;
+  std::size_t free_bytes = 0;
+};
+// Errors: InvalidArgument (no such device), DeviceError.
+Result<DeviceInfo> device_info(int device) noexcept;
+
+// Makes `device` current for its lifetime and restores the previous device on destruction.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) noexcept;
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  // Whether the switch succeeded; callers check before touching the device.
+  const Status& status() const noexcept { return status_; }
+
+ private:
+  int previous_ = -1;
+  Status status_;
+};
+
+// An owned, non-blocking stream on one device.
+class Stream {
+ public:
+  static Result<Stream> create(int device) noexcept;
+  Stream(Stream&& o) noexcept : handle_(o.handle_), device_(o.device_) { o.handle_ = nullptr; }
+  Stream& operator=(Stream&& o) noexcept;
+  ~Stream();
+  void* handle() const noexcept { return handle_; }  // cudaStream_t / hipStream_t
+  int device() const noexcept { return device_; }
+  Status synchronize() const noexcept;
+
+ private:
+  Stream(void* h, int device) : handle_(h), device_(device) {}
+  void* handle_ = nullptr;
+  int device_ = 0;
+};
+
+// An owned event. done() is the non-blocking completion proof used by pollers: true once every
+// operation enqueued before record() has finished, false while pending, DeviceError when the
+// runtime cannot tell (then completion is unproven and the caller must not reuse the memory).
+class Event {
+ public:
+  static Result<Event> create(int device) noexcept;
+  Event() = default;  // empty until assigned from create()
+  Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_) { o.handle_ = nullptr; }
+  Event& operator=(Event&& o) noexcept;
+  ~Event();
+  Status record(const Stream& s) noexcept;
+  Result<bool> done() const noexcept;
+  Status synchronize() const noexcept;
+
+ private:
+  Event(void* h, int device) : handle_(h), device_(device) {}
+  void* handle_ = nullptr;
+  int device_ = 0;
+};
+
+// Device memory; freed on destruction.
+class DeviceBuffer {
+ public:
+  static Result<DeviceBuffer> allocate(int device, std::size_t bytes) noexcept;
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  ~DeviceBuffer();
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  Region region() const noexcept { return Region{data_, size_, MemoryKind::kDevice, device_}; }
+
+ private:
+  void swap(DeviceBuffer& o) noexcept;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  int device_ = 0;
+};
+
+// Page-locked host memory mapped into the devices' address space (zero-copy capable), from the
+// runtime's pinned allocator; freed on destruction.
+class PinnedBuffer {
+ public:
+  static Result<PinnedBuffer> allocate(std::size_t bytes) noexcept;
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  ~PinnedBuffer();
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+  Region region() const noexcept { return Region{data_, size_, MemoryKind::kPinnedHost, -1}; }
+
+ private:
+  void swap(PinnedBuffer& o) noexcept;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Page-locks (and maps) existing host memory until destruction. The memory must outlive it.
+class PinnedRegistration {
+ public:
+  static Result<PinnedRegistration> register_host(std::span<std::byte> memory) noexcept;
+  PinnedRegistration() = default;
+  PinnedRegistration(PinnedRegistration&& o) noexcept : data_(o.data_), size_(o.size_) {
+    o.data_ = nullptr;
+  }
+  PinnedRegistration& operator=(PinnedRegistration&& o) noexcept;
+  ~PinnedRegistration();
+  Region region() const noexcept { return Region{data_, size_, MemoryKind::kPinnedHost, -1}; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// One runtime copy of min(dst.size, src.size) bytes between any two kinds, enqueued on `s`.
+// Pageable host memory is allowed (the runtime stages it). Errors: InvalidArgument, DeviceError.
+Status copy_async(Region dst, Region src, const Stream& s) noexcept;
+
+// How a transfer reaches a host image.
+enum class ImagePath : std::uint8_t {
+  kAuto = 0,      // zero-copy up to the per-direction threshold, staged above it
+  kZeroCopy = 1,  // the kernel reads/writes mapped pinned host memory directly
+  kStaged = 2,    // the kernel works on a device staging buffer; one DMA copy moves it
+};
+std::string_view image_path_name(ImagePath p) noexcept;
+
+struct ExecutorOptions {
+  int device = 0;
+  ImagePath path = ImagePath::kAuto;
+  // Under kAuto: largest image moved zero-copy, per direction. Defaults from the H200 (PCIe
+  // Gen5 x16, docs/gpu.md): zero-copy writes win up to about 8 MiB, zero-copy reads up to about
+  // 4 MiB; above that, a gather or scatter in HBM plus one DMA copy is faster.
+  std::size_t zero_copy_max_gather = 8u << 20;
+  std::size_t zero_copy_max_scatter = 4u << 20;
+  // Device staging buffer for staged transfers; larger images move in chunks of this size.
+  std::size_t staging_bytes = 64u << 20;
+};
+
+// Executes copy plans whose engine memory is device memory. The image may be device memory,
+// mapped pinned host memory (zero-copy or staged) or pageable host memory (always staged).
+// Each transfer is one kernel launch over 64 KiB tiles of the plan's spans: 16-byte vector copies
+// where source and destination share their 16-byte alignment, byte copies otherwise.
+//
+// The *_async forms enqueue on the caller's stream and return once enqueued; the plan's memory
+// and the image must stay valid until the stream has passed the transfer (record an Event). The
+// span list itself is consumed before return. The CopyExecutor forms run on the executor's own
+// stream and return when the bytes have moved.
+// Errors: InvalidArgument (host-kind plan, image too small, span out of the image),
+// DeviceError. A failed launch leaves the destination partially written.
+class DeviceCopyExecutor final : public CopyExecutor {
+ public:
+  static Result<std::unique_ptr<DeviceCopyExecutor>> create(const ExecutorOptions& opts) noexcept;
+  ~DeviceCopyExecutor() override;
+
+  std::string_view name() const noexcept override { return "gpu"; }
+  Status gather(const CopyPlan& plan, std::span<std::byte> image) noexcept override;
+  Status scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept override;
+
+  Status gather_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
+  Status scatter_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
+
+  // The path a transfer of `bytes` to or from an image of `kind` takes.
+  ImagePath path_for(MemoryKind kind, std::size_t bytes, bool gather) const noexcept;
+  const ExecutorOptions& options() const noexcept { return opts_; }
+
+ private:
+  struct Impl;
+  DeviceCopyExecutor(ExecutorOptions opts, Stream stream, std::unique_ptr<Impl> impl);
+  Status run(const CopyPlan& plan, Region image, const Stream& s, bool gather) noexcept;
+
+  ExecutorOptions opts_;
+  Stream stream_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Whether `p` is page-locked host memory mapped for the devices (cudaHostAlloc'd or registered).
+bool is_mapped_pinned(const void* p) noexcept;
+
+}  // namespace tier::gpu

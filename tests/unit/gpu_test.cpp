@@ -1,0 +1,534 @@
+// GPU copy plans, DSV4 PAGE/SLOT moves, the slot stager and the gpu tier, on a real device.
+// Bit-exact round trips for the V4-Pro presets and for odd region sizes (193 and 127 bytes),
+// through every image path: zero-copy pinned, staged pinned (one chunk and many), pageable host
+// and device images. Exits 77 (Meson: SKIP) on a machine without a GPU.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "dsv4/geometry.hpp"
+#include "dsv4/page_codec.hpp"
+#include "dsv4/slot_codec.hpp"
+#include "gpu.hpp"
+#include "gpu_backend.hpp"
+#include "pinned_pool.hpp"
+#include "slot_staging.hpp"
+#include "support/test_util.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
+
+using namespace tier;
+using namespace tier::gpu;
+
+namespace {
+
+std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& b : v) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<std::byte>(x);
+  }
+  return v;
+}
+
+void upload(const DeviceBuffer& dst, const std::vector<std::byte>& src, const Stream& s) {
+  REQUIRE(copy_async(dst.region(), host_region(const_cast<std::vector<std::byte>&>(src)), s));
+  REQUIRE(s.synchronize());
+}
+
+std::vector<std::byte> download(const DeviceBuffer& src, const Stream& s) {
+  std::vector<std::byte> v(src.size());
+  REQUIRE(copy_async(host_region(v), src.region(), s));
+  REQUIRE(s.synchronize());
+  return v;
+}
+
+// Engine allocations on GPU 0, each with a host mirror of its bytes (a pattern, or zeros).
+struct Backings {
+  std::vector<DeviceBuffer> bufs;
+  std::vector<std::vector<std::byte>> host;
+  Backings(const std::vector<std::uint64_t>& sizes, std::uint64_t seed, const Stream& s) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      auto b = DeviceBuffer::allocate(0, sizes[i]);
+      REQUIRE(b);
+      host.push_back(seed == 0 ? std::vector<std::byte>(sizes[i]) : pattern(sizes[i], seed + i));
+      upload(*b, host.back(), s);
+      bufs.push_back(std::move(b).value());
+    }
+  }
+  std::vector<Region> regions() const {
+    std::vector<Region> r;
+    for (const DeviceBuffer& b : bufs) r.push_back(b.region());
+    return r;
+  }
+  // (backing index, offset) of a device address.
+  std::pair<std::size_t, std::size_t> locate(const std::byte* p) const {
+    for (std::size_t i = 0; i < bufs.size(); ++i)
+      if (p >= bufs[i].data() && p < bufs[i].data() + bufs[i].size())
+        return {i, static_cast<std::size_t>(p - bufs[i].data())};
+    FAIL("address outside every backing");
+    return {0, 0};
+  }
+};
+
+// A layout: the codec's PAGE or SLOT regions bound to a set of backings.
+struct Layout {
+  std::vector<std::uint64_t> backing_sizes;
+  std::function<std::vector<dsv4::BoundRegion>(const Backings&)> bind;
+  std::uint64_t count = 0;  // blocks (PAGE) or slot groups (SLOT)
+  bool slot = false;
+};
+
+// A DSV4 preset's PAGE or SLOT regions; PAGE and SLOT share the planes, as in the engine.
+Layout preset_layout(const char* name, std::uint64_t blocks, std::uint64_t slots, bool slot) {
+  auto config = dsv4::preset(name);
+  REQUIRE(config);
+  config->num_blocks = blocks;
+  config->num_slots = slots;
+  auto geo = dsv4::Geometry::compute(*config);
+  REQUIRE(geo);
+  Layout l;
+  for (const dsv4::Backing& b : geo->backings) l.backing_sizes.push_back(b.bytes);
+  l.count = slot ? slots : blocks;
+  l.slot = slot;
+  l.bind = [g = *geo, slot](const Backings& b) {
+    auto bound = dsv4::bind_layout(g, b.regions());
+    REQUIRE_MESSAGE(bound, bound.status().to_string());
+    return slot ? bound->slot : bound->page;
+  };
+  return l;
+}
+
+// One backing per region of `units` bytes per unit (odd sizes welcome).
+Layout plain_layout(std::vector<std::uint64_t> units, std::uint64_t count, bool slot) {
+  Layout l;
+  for (std::uint64_t u : units) l.backing_sizes.push_back(u * count);
+  l.count = count;
+  l.slot = slot;
+  l.bind = [units, count, slot](const Backings& b) {
+    std::vector<dsv4::BoundRegion> r;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      std::string role = "r";
+      role += std::to_string(i);
+      r.push_back(dsv4::BoundRegion{role, b.bufs[i].data(), units[i] * count, units[i], slot,
+                                    MemoryKind::kDevice, 0});
+    }
+    return r;
+  };
+  return l;
+}
+
+struct Plan {
+  std::vector<CopySpan> spans;
+  std::uint64_t image_bytes = 0;
+  CopyPlan plan() const { return CopyPlan{spans, MemoryKind::kDevice, 0, image_bytes}; }
+};
+
+// The codec's validated plan for `ids` (PAGE blocks, or the SLOT group ids[0]).
+Plan codec_plan(const Layout& l, const Backings& b, const std::vector<std::uint32_t>& ids,
+                CopyExecutor* exec) {
+  Plan out;
+  CopyPlan cp;
+  if (l.slot) {
+    auto codec = dsv4::SlotCodec::create(l.bind(b), l.count, dsv4::SlotIdentity{}, exec);
+    REQUIRE_MESSAGE(codec, codec.status().to_string());
+    auto regions = (*codec)->describe(ids.at(0));
+    REQUIRE(regions);
+    auto p = (*codec)->plan(*regions);
+    REQUIRE_MESSAGE(p, p.status().to_string());
+    cp = p->plan();
+    out.spans.assign(cp.spans.begin(), cp.spans.end());
+  } else {
+    auto codec = dsv4::PageCodec::create(l.bind(b), l.count, exec);
+    REQUIRE_MESSAGE(codec, codec.status().to_string());
+    auto regions = (*codec)->describe(ids);
+    REQUIRE(regions);
+    auto p = (*codec)->plan(*regions);
+    REQUIRE_MESSAGE(p, p.status().to_string());
+    cp = p->plan();
+    out.spans.assign(cp.spans.begin(), cp.spans.end());
+  }
+  CHECK(cp.engine_kind == MemoryKind::kDevice);
+  out.image_bytes = cp.image_bytes;
+  return out;
+}
+
+std::vector<std::byte> expected_image(const Plan& p, const Backings& b) {
+  std::vector<std::byte> img(p.image_bytes);
+  for (const CopySpan& sp : p.spans) {
+    auto [i, off] = b.locate(sp.engine);
+    std::memcpy(img.data() + sp.image_offset, b.host[i].data() + off, sp.bytes);
+  }
+  return img;
+}
+
+struct Executors {
+  Stream stream = std::move(Stream::create(0)).value();
+  std::unique_ptr<DeviceCopyExecutor> zero_copy, staged, chunked;
+  Executors() {
+    ExecutorOptions o;
+    o.path = ImagePath::kZeroCopy;
+    zero_copy = std::move(DeviceCopyExecutor::create(o)).value();
+    o.path = ImagePath::kStaged;
+    staged = std::move(DeviceCopyExecutor::create(o)).value();
+    o.staging_bytes = 1u << 20;  // forces many chunks for the V4-Pro images
+    chunked = std::move(DeviceCopyExecutor::create(o)).value();
+  }
+};
+
+// Gathers the codec's plan for `ids` through every executor and image kind and checks the
+// image; scatters it into zeroed backings and checks every destination byte; finally encodes
+// and decodes through the codec itself with the GPU executor (the synchronous path).
+void round_trip(const Layout& l, const std::vector<std::uint32_t>& ids) {
+  Executors ex;
+  Backings src(l.backing_sizes, 7, ex.stream);
+  const Plan plan = codec_plan(l, src, ids, ex.zero_copy.get());
+  const std::vector<std::byte> want = expected_image(plan, src);
+
+  auto pinned = PinnedBuffer::allocate(plan.image_bytes);
+  REQUIRE(pinned);
+  auto dev_image = DeviceBuffer::allocate(0, plan.image_bytes);
+  REQUIRE(dev_image);
+  std::vector<std::byte> pageable(plan.image_bytes);
+
+  struct Case {
+    const char* name;
+    DeviceCopyExecutor* exec;
+    Region image;
+  };
+  const Case cases[] = {
+      {"zero-copy pinned", ex.zero_copy.get(), pinned->region()},
+      {"staged pinned", ex.staged.get(), pinned->region()},
+      {"chunked staged pinned", ex.chunked.get(), pinned->region()},
+      {"pageable", ex.zero_copy.get(), host_region(pageable)},
+      {"device image", ex.staged.get(), dev_image->region()},
+  };
+  auto check_dst = [&](const Backings& dst, const Plan& back) {
+    for (std::size_t r = 0; r < dst.bufs.size(); ++r) {
+      std::vector<std::byte> expect(dst.host[r].size());
+      for (const CopySpan& sp : back.spans) {
+        auto [i, off] = dst.locate(sp.engine);
+        if (i == r) std::memcpy(expect.data() + off, src.host[r].data() + off, sp.bytes);
+      }
+      CHECK(download(dst.bufs[r], ex.stream) == expect);
+    }
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    std::memset(pinned->data(), 0xA5, pinned->size());
+    std::fill(pageable.begin(), pageable.end(), std::byte{0x5A});
+    REQUIRE(c.exec->gather_async(plan.plan(), c.image, ex.stream));
+    REQUIRE(ex.stream.synchronize());
+    std::vector<std::byte> got(plan.image_bytes);
+    if (c.image.kind == MemoryKind::kDevice)
+      got = download(*dev_image, ex.stream);
+    else
+      std::memcpy(got.data(), c.image.data, got.size());
+    CHECK(got == want);
+
+    Backings dst(l.backing_sizes, 0, ex.stream);
+    const Plan back = codec_plan(l, dst, ids, ex.zero_copy.get());
+    REQUIRE(c.exec->scatter_async(back.plan(), c.image, ex.stream));
+    REQUIRE(ex.stream.synchronize());
+    check_dst(dst, back);
+  }
+
+  // The codec's own encode/decode, executed by the GPU executor.
+  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
+  REQUIRE(exec);
+  Backings dst(l.backing_sizes, 0, ex.stream);
+  std::vector<std::byte> payload(plan.image_bytes);
+  if (l.slot) {
+    auto enc = dsv4::SlotCodec::create(l.bind(src), l.count, dsv4::SlotIdentity{}, exec->get());
+    auto dec = dsv4::SlotCodec::create(l.bind(dst), l.count, dsv4::SlotIdentity{}, exec->get());
+    REQUIRE(enc);
+    REQUIRE(dec);
+    auto sp = (*enc)->plan(*(*enc)->describe(ids.at(0)));
+    REQUIRE(sp);
+    REQUIRE((*enc)->executor().gather(sp->plan(), payload));
+    CHECK(payload == want);
+    auto dp = (*dec)->plan(*(*dec)->describe(ids.at(0)));
+    REQUIRE(dp);
+    REQUIRE((*dec)->executor().scatter(dp->plan(), payload));
+  } else {
+    auto enc = dsv4::PageCodec::create(l.bind(src), l.count, exec->get());
+    auto dec = dsv4::PageCodec::create(l.bind(dst), l.count, exec->get());
+    REQUIRE(enc);
+    REQUIRE(dec);
+    auto n = (*enc)->encode(*(*enc)->describe(ids), payload);
+    REQUIRE_MESSAGE(n, n.status().to_string());
+    CHECK(payload == want);
+    Status d = (*dec)->decode(payload, *(*dec)->describe(ids));
+    REQUIRE_MESSAGE(d, d.to_string());
+  }
+  check_dst(dst, codec_plan(l, dst, ids, exec->get()));
+}
+
+}  // namespace
+
+TEST_CASE("PAGE round trip, V4-Pro fp8, 16 blocks in caller order") {
+  round_trip(preset_layout("v4-pro-fp8", 20, 2, false),
+             {17, 3, 0, 19, 8, 4, 11, 2, 13, 6, 1, 15, 9, 12, 5, 18});
+}
+
+TEST_CASE("PAGE round trip, V4-Pro bf16") {
+  round_trip(preset_layout("v4-pro-bf16", 6, 2, false), {4, 0, 5});
+}
+
+TEST_CASE("SLOT round trip, V4-Pro fp8 and bf16 (reverse-indexed groups, shared planes)") {
+  round_trip(preset_layout("v4-pro-fp8", 4, 3, true), {1});
+  round_trip(preset_layout("v4-pro-bf16", 4, 3, true), {2});
+}
+
+TEST_CASE("odd region sizes 193 and 127 bytes: byte paths and misaligned image offsets") {
+  round_trip(plain_layout({193, 127}, 64, false), {63, 0, 31, 32, 5, 6, 7});
+  round_trip(plain_layout({127}, 9, false), {8, 1});
+  round_trip(plain_layout({193, 127, 4096}, 4, true), {2});
+}
+
+TEST_CASE("4 KiB regions, 64 per block") {
+  round_trip(plain_layout(std::vector<std::uint64_t>(64, 4096), 32, false),
+             {31, 30, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14});
+}
+
+TEST_CASE("the executor refuses plans it cannot run") {
+  Executors ex;
+  std::vector<std::byte> host(64);
+  CopySpan span{host.data(), 0, 64};
+  CopyPlan host_plan{std::span(&span, 1), MemoryKind::kHost, -1, 64};
+  CHECK(ex.zero_copy->gather(host_plan, host).code() == Code::kInvalidArgument);
+  auto dev = DeviceBuffer::allocate(0, 64);
+  REQUIRE(dev);
+  CopySpan dspan{dev->data(), 32, 64};  // runs past the image
+  CopyPlan bad{std::span(&dspan, 1), MemoryKind::kDevice, 0, 64};
+  CHECK(ex.zero_copy->gather(bad, host).code() == Code::kInvalidArgument);
+  CopySpan ok{dev->data(), 0, 64};
+  CopyPlan small{std::span(&ok, 1), MemoryKind::kDevice, 0, 64};
+  CHECK(ex.zero_copy->gather(small, std::span(host).first(32)).code() ==
+        Code::kInvalidArgument);
+  CHECK(ex.zero_copy->gather(small, host));  // the synchronous CopyExecutor form works
+}
+
+TEST_CASE("registered host memory is reached zero-copy; the pinned pool leases and returns") {
+  Executors ex;
+  const Layout l = plain_layout({4096, 193}, 8, false);
+  Backings src(l.backing_sizes, 5, ex.stream);
+  const Plan plan = codec_plan(l, src, {6, 2, 7}, ex.zero_copy.get());
+  std::vector<std::byte> host(plan.image_bytes + 4096);
+  CHECK_FALSE(is_mapped_pinned(host.data()));
+  {
+    auto reg = PinnedRegistration::register_host(host);
+    REQUIRE_MESSAGE(reg, reg.status().to_string());
+    CHECK(is_mapped_pinned(host.data() + 100));
+    // Declared pageable, found pinned: the auto executor moves it zero-copy.
+    auto automatic = DeviceCopyExecutor::create(ExecutorOptions{});
+    REQUIRE(automatic);
+    CHECK((*automatic)->path_for(MemoryKind::kPinnedHost, plan.image_bytes, true) ==
+          ImagePath::kZeroCopy);
+    REQUIRE((*automatic)->gather(plan.plan(), host));
+    CHECK(std::memcmp(host.data(), expected_image(plan, src).data(), plan.image_bytes) == 0);
+  }
+  CHECK_FALSE(is_mapped_pinned(host.data()));  // unregistered on destruction
+
+  auto pool = PinnedPool::create(1u << 16, 2);
+  REQUIRE(pool);
+  auto a = (*pool)->try_acquire();
+  auto b = (*pool)->try_acquire();
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->region().kind == MemoryKind::kPinnedHost);
+  CHECK(is_mapped_pinned(a->bytes().data()));
+  CHECK_FALSE((*pool)->try_acquire().has_value());
+  b.reset();
+  CHECK((*pool)->available() == 1);
+  a.reset();
+  CHECK((*pool)->available() == (*pool)->count());
+}
+
+TEST_CASE("SlotStager: snapshot and restore through bounded rows, bit-exact (V4-Pro fp8)") {
+  Executors ex;
+  const Layout l = preset_layout("v4-pro-fp8", 2, 3, true);
+  Backings engine(l.backing_sizes, 11, ex.stream);
+  const Plan snap = codec_plan(l, engine, {2}, ex.zero_copy.get());
+  CHECK(snap.image_bytes == 26782720);  // the full SLOT payload (reference §2.1)
+  auto stager = SlotStager::create(*ex.zero_copy, 2, snap.image_bytes);
+  REQUIRE(stager);
+  auto host = PinnedBuffer::allocate(snap.image_bytes);
+  REQUIRE(host);
+
+  auto t = (*stager)->snapshot(snap.plan(), host->region(), ex.stream);
+  REQUIRE(t);
+  CHECK((*stager)->rows().free_rows() == 1);
+  auto t2 = (*stager)->snapshot(snap.plan(), host->region(), ex.stream);
+  REQUIRE(t2);
+  auto t3 = (*stager)->snapshot(snap.plan(), host->region(), ex.stream);
+  CHECK(t3.status().code() == Code::kRejected);  // no row left: the caller recomputes
+  CHECK((*stager)->wait(*t));
+  CHECK((*stager)->wait(*t2));
+  CHECK((*stager)->poll(*t).code() == Code::kBadState);
+  CHECK((*stager)->rows().free_rows() == 2);
+  CHECK((*stager)->rows().quarantined() == 0);
+  CHECK(std::memcmp(host->data(), expected_image(snap, engine).data(), host->size()) == 0);
+
+  // Restore into the newly allocated group 0: it becomes group 2's bytes, nothing else moves.
+  const Plan restore = codec_plan(l, engine, {0}, ex.zero_copy.get());
+  auto r = (*stager)->restore(restore.plan(), host->region(), ex.stream);
+  REQUIRE(r);
+  Status st;
+  while ((st = (*stager)->poll(*r)).code() == Code::kRetry) {
+  }
+  CHECK(st);
+  std::vector<std::vector<std::byte>> expect = engine.host;
+  for (std::size_t i = 0; i < restore.spans.size(); ++i) {
+    auto [bi, to] = engine.locate(restore.spans[i].engine);
+    auto [bj, from] = engine.locate(snap.spans[i].engine);
+    std::memcpy(expect[bi].data() + to, engine.host[bj].data() + from, restore.spans[i].bytes);
+  }
+  for (std::size_t i = 0; i < engine.bufs.size(); ++i)
+    CHECK(download(engine.bufs[i], ex.stream) == expect[i]);
+  CHECK((*stager)->restore(restore.plan(), host->region().slice(0, 100), ex.stream)
+            .status()
+            .code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("gpu tier: put/get with pageable, pinned and device buffers; LRU eviction") {
+  auto b = Registry::global().create_backend(
+      "gpu", BackendContext{"gpu", 3u << 20, Json{{"device", 0},
+                                                  {"pinned_staging_bytes", 1u << 20},
+                                                  {"pinned_staging_buffers", 2}}});
+  REQUIRE_MESSAGE(b, b.status().to_string());
+  Backend& be = **b;
+  CHECK((be.capabilities().memory_kinds & kind_bit(MemoryKind::kDevice)) != 0);
+
+  struct Recorder : EvictionHandler {
+    std::vector<ObjectKey> keys;
+    std::vector<std::vector<std::byte>> images;
+    void on_evict(const ObjectKey& k, std::span<const std::byte> image) noexcept override {
+      keys.push_back(k);
+      images.emplace_back(image.begin(), image.end());
+    }
+  } rec;
+  be.set_eviction_handler(&rec);
+
+  std::vector<std::vector<std::byte>> images;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    images.push_back(test::make_image(test::key_of(i), (900u << 10) + 193 * i));
+    auto c = test::run(be, Op::kPut, test::key_of(i), host_region(images.back()));
+    REQUIRE_MESSAGE(c.status, c.status.to_string());
+  }
+  // Pageable get (bounced through the pinned pool), verified by Backend::poll.
+  std::vector<std::byte> out(images[1].size());
+  auto g = test::run(be, Op::kGet, test::key_of(1), host_region(out));
+  CHECK(g.status);
+  CHECK(out == images[1]);
+  // Pinned get.
+  auto pinned = PinnedBuffer::allocate(images[2].size());
+  REQUIRE(pinned);
+  g = test::run(be, Op::kGet, test::key_of(2), pinned->region());
+  CHECK(g.status);
+  CHECK(std::memcmp(pinned->data(), images[2].data(), images[2].size()) == 0);
+  // Device-kind get and put: the image stays on the device.
+  auto dev = DeviceBuffer::allocate(0, images[0].size());
+  REQUIRE(dev);
+  g = test::run(be, Op::kGet, test::key_of(0), dev->region());
+  CHECK(g.status);
+  auto k9 = test::key_of(9);
+  auto img9 = test::make_image(k9, 900u << 10);
+  auto dev9 = DeviceBuffer::allocate(0, img9.size());
+  REQUIRE(dev9);
+  Stream s = std::move(Stream::create(0)).value();
+  upload(*dev9, img9, s);
+  auto p = test::run(be, Op::kPut, k9, dev9->region());
+  CHECK(p.status);
+  // Capacity 3 MiB holds three ~0.9 MiB images: the least recently used (key 1 was read
+  // before keys 2 and 0) went down with its bytes.
+  REQUIRE(rec.keys.size() == 1);
+  CHECK(rec.keys[0] == test::key_of(1));
+  CHECK(rec.images[0] == images[1]);
+  CHECK(test::run(be, Op::kContains, test::key_of(1)).status.code() == Code::kNotFound);
+  std::vector<std::byte> out9(img9.size());
+  CHECK(test::run(be, Op::kGet, k9, host_region(out9)).status);
+  CHECK(out9 == img9);
+  CHECK(test::run(be, Op::kPut, k9, host_region(img9)).status.code() == Code::kAlreadyExists);
+  CHECK(test::run(be, Op::kRemove, k9).status);
+  CHECK(be.usage().objects == 2);
+}
+
+TEST_CASE("TierStack: device PAGE blocks saved and loaded through a gpu tier over a cpu tier") {
+  // Device regions go through the stack with the PAGE codec; its GPU executor moves them
+  // (gather into the stack's image on save, scatter on load). The gpu tier holds two chunks;
+  // the third save demotes the oldest into the cpu tier, from where it loads back.
+  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
+  REQUIRE(exec);
+  Stream s = std::move(Stream::create(0)).value();
+  const Layout l = preset_layout("v4-pro-fp8", 12, 1, false);
+  Backings src(l.backing_sizes, 21, s);
+  Backings dst(l.backing_sizes, 0, s);
+  auto enc = dsv4::PageCodec::create(l.bind(src), l.count, exec->get());
+  auto dec = dsv4::PageCodec::create(l.bind(dst), l.count, exec->get());
+  REQUIRE(enc);
+  REQUIRE(dec);
+  const std::uint64_t chunk = 4 * (*enc)->bytes_per_block() + 4096;
+  auto profile = parse_profile(
+      Json{{"tiers",
+            {{{"name", "gpu"}, {"capacity", 2 * chunk + 4096}, {"backend", {{"type", "gpu"}}}},
+             {{"name", "cpu"}, {"capacity", "64MiB"}, {"backend", {{"type", "cpu"}}}}}}},
+      Registry::global(), "<gpu test>");
+  REQUIRE_MESSAGE(profile, profile.status().to_string());
+  auto stack = TierStack::open(*profile);
+  REQUIRE_MESSAGE(stack, stack.status().to_string());
+
+  const std::vector<std::vector<std::uint32_t>> chunks{{0, 1, 2, 3}, {7, 6, 5, 4}, {11, 9, 8, 10}};
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    auto regions = (*enc)->describe(chunks[c]);
+    REQUIRE(regions);
+    SaveItem item{test::key_of(100 + c), *regions};
+    Status out;
+    REQUIRE((*stack)->save(std::span(&item, 1), **enc, std::span(&out, 1)));
+    REQUIRE_MESSAGE(out, out.to_string());
+  }
+  REQUIRE((*stack)->flush(std::chrono::milliseconds(10000)));
+  // Newest first: a hit in the cpu tier promotes the chunk into the gpu tier, which evicts the
+  // least recently used chunk there, so chunk 0 comes last.
+  for (std::size_t c : {2, 1, 0}) {
+    auto regions = (*dec)->describe(chunks[c]);
+    REQUIRE(regions);
+    LoadItem item{test::key_of(100 + c), *regions};
+    LoadResult out;
+    REQUIRE((*stack)->load(std::span(&item, 1), **dec, std::span(&out, 1)));
+    CAPTURE(c);
+    REQUIRE_MESSAGE(out.status, out.status.to_string());
+    CHECK(out.tier == (c == 0 ? 1 : 0));  // chunk 0 was evicted from the gpu tier
+  }
+  CHECK((*stack)->tier(0).metrics().evictions.get() >= 1);
+  // Every PAGE span of the three chunks arrived; nothing else (the SLOT area) was touched.
+  std::vector<std::vector<std::byte>> expect;
+  for (const auto& h : dst.host) expect.emplace_back(h.size());
+  for (const auto& ids : chunks)
+    for (const CopySpan& sp : codec_plan(l, dst, ids, exec->get()).spans) {
+      auto [i, off] = dst.locate(sp.engine);
+      std::memcpy(expect[i].data() + off, src.host[i].data() + off, sp.bytes);
+    }
+  for (std::size_t i = 0; i < dst.bufs.size(); ++i) CHECK(download(dst.bufs[i], s) == expect[i]);
+}
+
+int main(int argc, char** argv) {
+  if (device_count() == 0) {
+    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(api_name()).c_str());
+    return tier::test::kSkip;
+  }
+  auto info = device_info(0);
+  if (info)
+    std::printf("GPU 0: %s, %d multiprocessors, %zu MiB (%s)\n", info->name.c_str(),
+                info->multiprocessors, info->total_bytes >> 20, std::string(api_name()).c_str());
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

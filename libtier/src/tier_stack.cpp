@@ -449,12 +449,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       if (!c.status.is_ok()) {
         if (c.status == Code::kChecksumMismatch) {
           // Never served; drop the corrupt copy so a recomputed object can be stored again.
-          Pending p;
-          p.background = true;
-          ++bg_count_;
-          if (submit_one(static_cast<int>(t), Op::kRemove, items[i].key, Region{}, std::move(p),
-                         nullptr) == 0)
-            --bg_count_;
+          remove_background(static_cast<int>(t), items[i].key);
           out[i].status = c.status;
         } else if (!(c.status == Code::kNotFound) && out[i].status == Code::kNotFound) {
           out[i].status = c.status;
@@ -473,6 +468,8 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       if (st) st = codec.decode(*raw, items[i].dst);
       if (!st) {
         counters_.decode_failures.add();
+        // A payload that fails its codec's own checks is as corrupt as a failed checksum.
+        if (st == Code::kChecksumMismatch) remove_background(static_cast<int>(t), items[i].key);
         out[i].status = st;
         continue;
       }
@@ -492,6 +489,13 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
   for (std::size_t i = 0; i < items.size(); ++i)
     if (!out[i].status.is_ok()) counters_.load_misses.add();
   return Status::ok();
+}
+
+void TierStack::remove_background(int t, const ObjectKey& key) {
+  Pending p;
+  p.background = true;
+  ++bg_count_;
+  if (submit_one(t, Op::kRemove, key, Region{}, std::move(p), nullptr) == 0) --bg_count_;
 }
 
 Status TierStack::remove(const ObjectKey& key) {

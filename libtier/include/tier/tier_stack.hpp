@@ -125,6 +125,8 @@ class TierStack {
   std::size_t max_image_bytes(int t, std::size_t raw_bytes) const;
   // Queues a background put; drops it (counted) when the in-flight bound would be exceeded.
   void put_background(int t, const ObjectKey& key, Image image, bool demotion);
+  // Queues a background remove of `key` from tier `t` (a corrupt copy); nobody waits for it.
+  void remove_background(int t, const ObjectKey& key);
   // Submits one request; returns its id (0 when the tier refused it: `err` says why).
   std::uint64_t submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
                            Status* err);

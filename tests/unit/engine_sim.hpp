@@ -64,7 +64,7 @@ inline Json failing_profile(const std::string& op) {
               {"tiers", Json::array({Json{{"name", "mock"},
                                           {"capacity", "256MiB"},
                                           {"backend", Json{{"type", "mock"},
-                                                           {"fail_every", 1},
+                                                           {"fail_every", 1u},
                                                            {"fail_op", op}}}}})}};
 }
 

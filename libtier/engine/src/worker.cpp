@@ -31,6 +31,33 @@ std::array<std::byte, kCommitRecordBytes> commit_record(const Boundary& b, std::
   return r;
 }
 
+// Stores a payload some codec already made (the SLOT frame snapshotted at submit) under that
+// codec's layout id, so a load decodes it with the codec itself. Save only.
+class PreEncoded final : public Codec {
+ public:
+  explicit PreEncoded(std::uint32_t layout_id) : layout_id_(layout_id) {}
+  std::string_view name() const noexcept override { return "pre_encoded"; }
+  std::uint32_t layout_id() const noexcept override { return layout_id_; }
+  Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+    return total_bytes(src);
+  }
+  Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
+    if (dst.size() < total_bytes(src)) return Status::invalid("pre_encoded: buffer too small");
+    std::size_t off = 0;
+    for (const Region& r : src) {
+      std::memcpy(dst.data() + off, r.data, r.size);
+      off += r.size;
+    }
+    return off;
+  }
+  Status decode(std::span<const std::byte>, RegionList) const noexcept override {
+    return Status(Code::kNotSupported, "pre_encoded payloads are decoded by their own codec");
+  }
+
+ private:
+  std::uint32_t layout_id_;
+};
+
 }  // namespace
 
 Worker::Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
@@ -60,11 +87,13 @@ Result<std::unique_ptr<Worker>> Worker::create(const EngineConfig& config, std::
 ObjectKey Worker::page_key(const Key128& chunk) const noexcept {
   return ObjectKey{config_.page_namespace, chunk, rank_};
 }
+// Sidecar and commit ids are derived from the boundary key within their own namespace, so they
+// never equal a PAGE chunk id (some tiers key by id alone).
 ObjectKey Worker::slot_key(const Boundary& b) const noexcept {
-  return ObjectKey{slot_ns_, b.key, rank_};
+  return ObjectKey{slot_ns_, chunk_key(slot_ns_, b.key, {}), rank_};
 }
 ObjectKey Worker::commit_key(const Boundary& b) const noexcept {
-  return ObjectKey{commit_ns_, b.key, 0};
+  return ObjectKey{commit_ns_, chunk_key(commit_ns_, b.key, {}), 0};
 }
 
 bool Worker::fenced(const ObjectKey& key) const {
@@ -90,21 +119,21 @@ void Worker::submit(const StepPlan& plan) {
     QueuedSave q;
     q.op = op;
     if (op.slot) {
-      // Snapshot now: the next forward may change the live state group.
+      // Snapshot now, framed: the next forward may change the live state group.
+      auto codec = layout_.slot_codec(
+          SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
       auto regions = layout_.slot_regions(op.slot_group);
-      if (!regions) {
-        q.early_failure = "snapshot";
-      } else {
-        q.staging.resize(total_bytes(*regions));
-        std::size_t off = 0;
-        for (const Region& r : *regions) {
-          if (!r.host_accessible()) {
-            q.early_failure = "snapshot";
-            break;
+      q.early_failure = "snapshot";
+      if (codec && regions) {
+        q.layout_id = (*codec)->layout_id();
+        auto size = (*codec)->encoded_size(*regions);
+        if (size) {
+          q.staging.resize(*size);
+          auto n = (*codec)->encode(*regions, q.staging);
+          if (n) {
+            q.staging.resize(*n);
+            q.early_failure = {};
           }
-          std::memcpy(q.staging.data() + off, r.data, r.size);
-          q.sizes.push_back(r.size);
-          off += r.size;
         }
       }
     }
@@ -271,18 +300,11 @@ std::string_view Worker::save_slot(QueuedSave& q) {
     counters_.fenced_refusals.add();
     return "sidecar_invalidation";
   }
-  auto codec = layout_.slot_codec(
-      SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
-  if (!codec) return "sidecar_codec";
-  std::vector<Region> src;
-  std::size_t off = 0;
-  for (std::size_t n : q.sizes) {
-    src.push_back(host_region(std::span(q.staging).subspan(off, n)));
-    off += n;
-  }
-  SaveItem item{key, src};
+  const PreEncoded codec(q.layout_id);
+  const Region src = host_region(q.staging);
+  SaveItem item{key, std::span(&src, 1)};
   Status st;
-  if (!stack_.save(std::span(&item, 1), **codec, std::span(&st, 1)).is_ok() || !st.is_ok())
+  if (!stack_.save(std::span(&item, 1), codec, std::span(&st, 1)).is_ok() || !st.is_ok())
     return "sidecar_submission";
   auto where = stack_.locate(key);
   if (!where || *where < 0) return "sidecar_visibility";

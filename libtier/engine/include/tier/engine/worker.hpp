@@ -119,8 +119,8 @@ class Worker final : public TierView {
  private:
   struct QueuedSave {
     SaveOp op;
-    std::vector<std::byte> staging;  // SLOT snapshot taken at submit()
-    std::vector<std::size_t> sizes;  // region sizes of the snapshot
+    std::vector<std::byte> staging;  // the SLOT codec's payload, encoded at submit()
+    std::uint32_t layout_id = 0;     // that codec's layout id
     std::string_view early_failure;  // set when the snapshot failed
   };
   Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "tier/object.hpp"
 #include "tier/options.hpp"
 
 namespace tier::cpu {
@@ -21,6 +22,7 @@ Capabilities CpuBackend::capabilities() const noexcept {
   Capabilities c;
   c.memory_kinds = kHostKinds;
   c.max_object_bytes = capacity_;
+  c.verifies_reads = true;
   return c;
 }
 
@@ -95,8 +97,9 @@ Completion CpuBackend::get(const IoRequest& r) {
                                         b.size)),
             b.size};
   lru_.splice(lru_.begin(), lru_, it->second.lru);
-  std::memcpy(r.buf.data, b.data.get(), b.size);
-  return {r.user_data, Status::ok(), b.size};
+  Status v = copy_verified(r.buf.bytes(), {b.data.get(), b.size}, r.key);
+  if (!v) metrics().checksum_failures.add();
+  return {r.user_data, std::move(v), b.size};
 }
 
 Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexcept {

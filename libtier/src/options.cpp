@@ -12,6 +12,15 @@
 namespace tier {
 namespace {
 
+// A non-negative JSON integer (nlohmann keeps literals like 512 as unsigned, but a Json built
+// from a C++ int is signed).
+std::optional<std::uint64_t> as_unsigned(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
+    return static_cast<std::uint64_t>(v.get<std::int64_t>());
+  return std::nullopt;
+}
+
 struct TypeName {
   OptionType type;
   std::string_view name;
@@ -86,10 +95,11 @@ std::optional<Json> convert(const OptionSpec& s, const Json& v) {
     case OptionType::kBool:
       if (v.is_boolean()) return v;
       return std::nullopt;
-    case OptionType::kUInt:
-      if (v.is_number_unsigned() && in_range(s, static_cast<double>(v.get<std::uint64_t>())))
-        return v;
+    case OptionType::kUInt: {
+      auto n = as_unsigned(v);
+      if (n && in_range(s, static_cast<double>(*n))) return Json(*n);
       return std::nullopt;
+    }
     case OptionType::kInt:
       if (v.is_number_integer() && in_range(s, static_cast<double>(v.get<std::int64_t>())))
         return v;
@@ -166,8 +176,7 @@ std::string describe_json(const Json& v) {
 }
 
 std::optional<std::uint64_t> parse_size(const Json& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer()) return std::nullopt;  // negative
+  if (v.is_number_integer()) return as_unsigned(v);
   if (!v.is_string()) return std::nullopt;
   double number = 0;
   std::string unit;
@@ -193,7 +202,7 @@ std::optional<std::uint64_t> parse_size(const Json& v) {
 }
 
 std::optional<std::uint64_t> parse_duration_us(const Json& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer()) return as_unsigned(v);
   if (!v.is_string()) return std::nullopt;
   double number = 0;
   std::string unit;

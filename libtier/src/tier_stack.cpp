@@ -97,16 +97,26 @@ std::size_t TierStack::max_image_bytes(int t, std::size_t raw_bytes) const {
 }
 
 TierStack::Image TierStack::acquire(std::size_t bytes) {
-  for (std::size_t i = 0; i < pool_.size(); ++i) {
+  for (std::size_t i = pool_.size(); i-- > 0;) {
     if (pool_[i].capacity() >= bytes && pool_[i].capacity() <= 2 * bytes + 4096) {
-      auto v = std::make_shared<std::vector<std::byte>>(std::move(pool_[i]));
-      pool_bytes_ -= v->capacity();
+      auto b = std::make_shared<Buffer>(std::move(pool_[i]));
+      pool_bytes_ -= b->capacity();
       pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
-      v->resize(bytes);
-      return v;
+      b->resize(bytes);
+      return b;
     }
   }
-  return std::make_shared<std::vector<std::byte>>(bytes);
+  return std::make_shared<Buffer>(bytes);
+}
+
+void TierStack::recycle(Image& image) noexcept {
+  constexpr std::size_t kMaxPooled = 64;
+  if (image && image.use_count() == 1 && pool_.size() < kMaxPooled &&
+      pool_bytes_ + image->capacity() <= max_inflight_bytes_) {
+    pool_bytes_ += image->capacity();
+    pool_.push_back(std::move(*image));
+  }
+  image.reset();
 }
 
 Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
@@ -116,14 +126,14 @@ Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
   if (!stage) {
     Image img = acquire(kObjectHeaderBytes + raw.size());
     std::memcpy(img->data() + kObjectHeaderBytes, raw.data(), raw.size());
-    seal_object(*img, layout_id, 0, key);
+    seal_object(img->span(), layout_id, 0, key);
     return img;
   }
   Image img = acquire(kObjectHeaderBytes + stage->max_encoded_size(raw.size()));
-  auto n = stage->encode(layout_id, raw, std::span(*img).subspan(kObjectHeaderBytes));
+  auto n = stage->encode(layout_id, raw, img->span().subspan(kObjectHeaderBytes));
   if (!n) return n.status();
   img->resize(kObjectHeaderBytes + *n);
-  seal_object(*img, layout_id, stage->stage_id(), key);
+  seal_object(img->span(), layout_id, stage->stage_id(), key);
   return img;
 }
 
@@ -143,7 +153,7 @@ Result<std::span<const std::byte>> TierStack::raw_payload(int t, std::span<const
   auto size = stage->decoded_size(payload, h->layout_id);
   if (!size) return size.status();
   holder = acquire(*size);
-  auto n = stage->decode(payload, h->layout_id, *holder);
+  auto n = stage->decode(payload, h->layout_id, holder->span());
   if (!n) return n.status();
   return std::span<const std::byte>(holder->data(), *n);
 }
@@ -189,10 +199,7 @@ void TierStack::reap(int t, std::size_t min, std::chrono::microseconds wait) {
     --bg_count_;
     if (p.op == Op::kPut && !batch[i].status.is_ok() && !(batch[i].status == Code::kAlreadyExists))
       b.metrics().dropped_saves.add();
-    if (p.image && p.image.use_count() == 1 && pool_bytes_ < max_inflight_bytes_) {
-      pool_bytes_ += p.image->capacity();
-      pool_.push_back(std::move(*p.image));
-    }
+    recycle(p.image);
     pending_.erase(it);
   }
   drain_evictions();
@@ -202,7 +209,9 @@ void TierStack::on_evict(int t, const ObjectKey& key, std::span<const std::byte>
   const Tier& tier = tiers_[static_cast<std::size_t>(t)];
   if (tier.demote_to < 0 || image.empty()) return;
   try {
-    evicted_.push_back({t, {key, std::vector<std::byte>(image.begin(), image.end())}});
+    Image copy = acquire(image.size());
+    std::memcpy(copy->data(), image.data(), image.size());
+    evicted_.push_back({t, {key, std::move(copy)}});
   } catch (...) {
     counters_.demotions_dropped.add();
   }
@@ -215,7 +224,7 @@ void TierStack::drain_evictions() {
     auto& [key, bytes] = entry;
     Tier& from = tiers_[static_cast<std::size_t>(t)];
     int to = from.demote_to;
-    if (bg_bytes_ + bytes.size() > max_inflight_bytes_) {
+    if (bg_bytes_ + bytes->size() > max_inflight_bytes_) {
       counters_.demotions_dropped.add();
       tiers_[static_cast<std::size_t>(to)].backend->metrics().dropped_saves.add();
       continue;
@@ -225,11 +234,11 @@ void TierStack::drain_evictions() {
                       (tiers_[static_cast<std::size_t>(to)].stage
                            ? tiers_[static_cast<std::size_t>(to)].stage->stage_id() : 0);
     if (same_stage) {
-      image = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+      image = std::move(bytes);
     } else {
       std::uint32_t layout = 0;
       Image holder;
-      auto raw = raw_payload(t, bytes, &layout, holder);
+      auto raw = raw_payload(t, bytes->span(), &layout, holder);
       if (!raw) {
         counters_.demotions_dropped.add();
         continue;
@@ -253,7 +262,7 @@ void TierStack::put_background(int t, const ObjectKey& key, Image image, bool de
     tiers_[static_cast<std::size_t>(t)].backend->metrics().dropped_saves.add();
     return;
   }
-  Region buf = host_region(*image);
+  Region buf = host_region(image->span());
   Pending p;
   p.background = true;
   p.image = std::move(image);
@@ -304,6 +313,7 @@ Completion TierStack::take(std::uint64_t id) {
   if (it == pending_.end() || !it->second.finished)
     return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
   Completion c = std::move(it->second.done);
+  recycle(it->second.image);
   pending_.erase(it);
   return c;
 }
@@ -361,13 +371,13 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
     }
     // Encode once into a raw image; stage tiers transcode from its payload.
     Image raw = acquire(kObjectHeaderBytes + *size);
-    auto n = codec.encode(items[i].src, std::span(*raw).subspan(kObjectHeaderBytes));
+    auto n = codec.encode(items[i].src, raw->span().subspan(kObjectHeaderBytes));
     if (!n) {
       out[i] = n.status();
       continue;
     }
     raw->resize(kObjectHeaderBytes + *n);
-    seal_object(*raw, codec.layout_id(), 0, items[i].key);
+    seal_object(raw->span(), codec.layout_id(), 0, items[i].key);
     std::span<const std::byte> payload(raw->data() + kObjectHeaderBytes, *n);
     for (std::size_t t = static_cast<std::size_t>(first); t < tiers_.size(); ++t) {
       if (!tiers_[t].spec.write) continue;
@@ -384,7 +394,7 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
         Pending p;
         p.image = image;
         Status err;
-        ids[i] = submit_one(first, Op::kPut, items[i].key, host_region(*image), std::move(p),
+        ids[i] = submit_one(first, Op::kPut, items[i].key, host_region(image->span()), std::move(p),
                             &err);
         if (ids[i] == 0) out[i] = err;
       } else {
@@ -437,7 +447,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       bufs[i] = acquire(max_image_bytes(static_cast<int>(t), raw_size[i]));
       Pending p;
       p.image = bufs[i];
-      ids[i] = submit_one(static_cast<int>(t), Op::kGet, items[i].key, host_region(*bufs[i]),
+      ids[i] = submit_one(static_cast<int>(t), Op::kGet, items[i].key, host_region(bufs[i]->span()),
                           std::move(p), nullptr);
       any |= ids[i] != 0;
     }
@@ -471,6 +481,8 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
         // A payload that fails its codec's own checks is as corrupt as a failed checksum.
         if (st == Code::kChecksumMismatch) remove_background(static_cast<int>(t), items[i].key);
         out[i].status = st;
+        recycle(bufs[i]);
+        recycle(holder);
         continue;
       }
       out[i] = LoadResult{Status::ok(), static_cast<int>(t)};
@@ -484,6 +496,8 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
         tiers_[t].backend->metrics().promotions.add();
         put_background(static_cast<int>(u), items[i].key, std::move(img).value(), false);
       }
+      recycle(bufs[i]);
+      recycle(holder);
     }
   }
   for (std::size_t i = 0; i < items.size(); ++i)

@@ -1,5 +1,6 @@
 // A backend plugin built outside the core, as a third party would: a tiny in-memory tier that
-// can be told to fail every Nth request (fault injection over the real plugin path).
+// can be told to fail every Nth request or to corrupt what it stores (fault injection over the
+// real plugin path). Keys are told apart by their id's low word only, which is enough for tests.
 #include <map>
 #include <vector>
 
@@ -18,7 +19,8 @@ class MockBackend final : public tier::Backend {
       : Backend(ctx.tier_name),
         capacity_(ctx.capacity_bytes),
         fail_every_(ctx.options.at("fail_every").get<std::uint64_t>()),
-        fail_op_(ctx.options.at("fail_op").get<std::string>()) {}
+        fail_op_(ctx.options.at("fail_op").get<std::string>()),
+        corrupt_stored_(ctx.options.at("corrupt_stored").get<bool>()) {}
 
   tier::Capabilities capabilities() const noexcept override { return {}; }
   tier::Usage usage() const noexcept override { return {capacity_, used_, objects_.size()}; }
@@ -38,7 +40,9 @@ class MockBackend final : public tier::Backend {
           if (it != objects_.end()) {
             ready_.push_back({r.user_data, tier::Status(tier::Code::kAlreadyExists, ""), 0});
           } else {
-            objects_[r.key.id.lo].assign(r.buf.data, r.buf.data + r.buf.size);
+            auto& stored = objects_[r.key.id.lo];
+            stored.assign(r.buf.data, r.buf.data + r.buf.size);
+            if (corrupt_stored_) stored.back() ^= std::byte{0x20};  // bit rot at rest
             used_ += r.buf.size;
             ready_.push_back({r.user_data, tier::Status::ok(), r.buf.size});
           }
@@ -80,6 +84,7 @@ class MockBackend final : public tier::Backend {
  private:
   std::uint64_t capacity_, used_ = 0, count_ = 0, fail_every_;
   std::string fail_op_;
+  bool corrupt_stored_;
   std::map<std::uint64_t, std::vector<std::byte>> objects_;
   std::vector<tier::Completion> ready_;
 };
@@ -89,7 +94,9 @@ constexpr const char kOptions[] = R"JSON([
    "doc": "fail every Nth request with IoError (0 = never)"},
   {"name": "fail_op", "type": "enum", "choices": ["any", "put", "get", "contains", "remove"],
    "default": "any", "doc": "which operation fail_every applies to"},
-  {"name": "refuse_start", "type": "bool", "default": false, "doc": "make create() fail"}
+  {"name": "refuse_start", "type": "bool", "default": false, "doc": "make create() fail"},
+  {"name": "corrupt_stored", "type": "bool", "default": false,
+   "doc": "flip a bit of every stored object's last byte (corruption at rest)"}
 ])JSON";
 constexpr tier_plugin_v1 kMock =
     tier::make_backend_plugin<MockBackend>("mock", "in-memory test backend (plugin)", kOptions);

@@ -61,6 +61,9 @@ struct Capabilities {
   std::size_t max_object_bytes = SIZE_MAX;   // largest image accepted
   bool persistent = false;                   // objects survive a restart of the process
   bool shared = false;                       // several processes see the same objects
+  // The backend verifies every image it returns with copy_verified() (tier/object.hpp) as part of
+  // its copy; poll() then re-checks only the header, key and length instead of hashing again.
+  bool verifies_reads = false;
 };
 
 struct Usage {
@@ -144,8 +147,10 @@ class Backend {
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_slots_;
   std::size_t slots_in_use_ = 0;
+  bool verified_reads_ = false;
   std::vector<Completion> early_;  // requests rejected by submit() before reaching the backend
-  std::vector<IoRequest> scratch_;
+  std::vector<IoRequest> scratch_;         // submit()'s rewritten batch, reused
+  std::vector<std::size_t> origin_, early_origin_;
 };
 
 

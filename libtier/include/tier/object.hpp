@@ -56,6 +56,14 @@ Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexc
 // payload checksum. Returns: Ok or kChecksumMismatch (with what differed).
 Status verify_object(std::span<const std::byte> image, const ObjectKey& expected) noexcept;
 
+// Copies a stored image into `dst` while verifying it (header, key, exact length, payload
+// checksum), in one pass over the bytes: for backends whose objects live in host memory, this
+// costs about what a plain memcpy costs. The header is written last, only when everything
+// matched; on failure `dst` holds no valid header. Returns: Ok, kChecksumMismatch, or
+// kInvalidArgument when `dst` is smaller than the image.
+Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
+                     const ObjectKey& expected) noexcept;
+
 // Overwrites the header so a failed image can never be parsed as valid.
 void scrub_object(std::span<std::byte> image) noexcept;
 

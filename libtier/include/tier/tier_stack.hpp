@@ -92,7 +92,22 @@ class TierStack {
 
  private:
   class EvictSink;  // per-tier EvictionHandler forwarding to on_evict
-  using Image = std::shared_ptr<std::vector<std::byte>>;
+  // Uninitialized bytes, recycled through pool_ so steady-state saves and loads neither zero
+  // nor fault in fresh memory.
+  class Buffer {
+   public:
+    explicit Buffer(std::size_t bytes) : data_(new std::byte[bytes]), size_(bytes), cap_(bytes) {}
+    std::byte* data() noexcept { return data_.get(); }
+    std::size_t size() const noexcept { return size_; }
+    std::size_t capacity() const noexcept { return cap_; }
+    void resize(std::size_t n) noexcept { size_ = n; }  // n <= capacity()
+    std::span<std::byte> span() noexcept { return {data_.get(), size_}; }
+
+   private:
+    std::unique_ptr<std::byte[]> data_;
+    std::size_t size_, cap_;
+  };
+  using Image = std::shared_ptr<Buffer>;
   struct Tier {
     TierSpec spec;
     std::unique_ptr<EvictSink> sink;
@@ -114,6 +129,8 @@ class TierStack {
   void on_evict(int tier, const ObjectKey& key, std::span<const std::byte> image) noexcept;
 
   Image acquire(std::size_t bytes);
+  // Returns an image nobody else holds to the pool.
+  void recycle(Image& image) noexcept;
   // Builds the image tier `t` stores from a raw payload (stage applied, header sealed).
   Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t layout_id,
                            std::span<const std::byte> raw);
@@ -144,8 +161,8 @@ class TierStack {
   std::uint64_t next_id_ = 1;
   std::uint64_t bg_bytes_ = 0;
   std::size_t bg_count_ = 0;
-  std::vector<std::pair<int, std::pair<ObjectKey, std::vector<std::byte>>>> evicted_;
-  std::vector<std::vector<std::byte>> pool_;  // recycled image buffers
+  std::vector<std::pair<int, std::pair<ObjectKey, Image>>> evicted_;
+  std::vector<Buffer> pool_;  // recycled image buffers
   std::uint64_t pool_bytes_ = 0;
   StackCounters counters_;
 };

@@ -1,0 +1,120 @@
+// Plugins: built-ins, a backend built as a separate .so and loaded from a profile, and the
+// refusals (ABI mismatch, missing entry symbol, failing create).
+#include <doctest/doctest.h>
+
+#include "support/test_util.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
+
+using namespace tier;
+
+TEST_CASE("built-ins are registered once, by kind") {
+  Registry& r = Registry::global();
+  CHECK(r.find(PluginKind::kBackend, "cpu") != nullptr);
+  CHECK(r.find(PluginKind::kCodec, "identity") != nullptr);
+  CHECK(r.find(PluginKind::kCodec, "cpu") == nullptr);
+  CHECK(r.find(PluginKind::kBackend, "cpu")->source == "built-in");
+  CHECK(&Registry::global() == &r);
+}
+
+TEST_CASE("a plugin built outside the core loads from a profile and serves a tier") {
+  ConfigErrors errors;
+  auto p = parse_profile(Json::parse(R"({"plugins":["mock"],"tiers":[
+      {"name":"m","capacity":"64MiB","backend":{"type":"mock","fail_every":0}}]})"),
+                         Registry::global(), "<t>", &errors);
+  REQUIRE_MESSAGE(p.is_ok(), errors.joined());
+  const PluginInfo* info = Registry::global().find(PluginKind::kBackend, "mock");
+  REQUIRE(info != nullptr);
+  CHECK(info->source.find("libtier_backend_mock.so") != std::string::npos);
+  auto stack = TierStack::open(*p);
+  REQUIRE(stack.is_ok());
+  auto codec = Registry::global().create_codec("identity", Json::object());
+  REQUIRE(codec.is_ok());
+  std::vector<std::byte> data(1000, std::byte{7}), back(1000);
+  Region src = host_region(data), dst = host_region(back);
+  ObjectKey k = test::key_of(1);
+  Status s;
+  REQUIRE((*stack)->save(std::span<const SaveItem>({SaveItem{k, RegionList(&src, 1)}}), **codec,
+                         std::span(&s, 1)).is_ok());
+  CHECK(s.is_ok());
+  LoadResult lr;
+  REQUIRE((*stack)->load(std::span<const LoadItem>({LoadItem{k, RegionList(&dst, 1)}}), **codec,
+                         std::span(&lr, 1)).is_ok());
+  CHECK(lr.status.is_ok());
+  CHECK(back == data);
+  // Loading the same plugin again is a no-op, not a duplicate.
+  CHECK(Registry::global().load("mock").is_ok());
+}
+
+TEST_CASE("the plugin's options are checked by the core before create()") {
+  REQUIRE(Registry::global().load("mock").is_ok());
+  ConfigErrors errors;
+  auto p = parse_profile(Json::parse(R"({"tiers":[
+      {"name":"m","capacity":"1MiB","backend":{"type":"mock","fail_evry":3}}]})"),
+                         Registry::global(), "<t>", &errors);
+  CHECK(errors.joined() ==
+        R"(/tiers/0/backend/fail_evry: unknown option "fail_evry"; did you mean "fail_every"?)");
+}
+
+TEST_CASE("a plugin whose create() fails is reported with its tier path") {
+  REQUIRE(Registry::global().load("mock").is_ok());
+  auto p = parse_profile(Json::parse(R"({"tiers":[
+      {"name":"m","capacity":"1MiB","backend":{"type":"mock","refuse_start":true}}]})"),
+                         Registry::global(), "<t>");
+  REQUIRE(p.is_ok());
+  auto stack = TierStack::open(*p);
+  REQUIRE_FALSE(stack.is_ok());
+  CHECK(std::string(stack.status().message()) ==
+        R"(/tiers/0/backend: backend "mock" failed to start: asked to refuse to start)");
+}
+
+TEST_CASE("a plugin of another ABI version is refused with a clear error") {
+  Status s = Registry::global().load("badabi");
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(std::string(s.message()).find("plugin ABI version 2 does not match libtier's 1") !=
+        std::string::npos);
+  CHECK(Registry::global().find(PluginKind::kBackend, "badabi") == nullptr);
+}
+
+TEST_CASE("a shared object without the entry symbol is refused") {
+  Status s = Registry::global().load("nosymbol");
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(std::string(s.message()).find("does not export tier_plugin_entry()") != std::string::npos);
+}
+
+TEST_CASE("a missing plugin names the places searched") {
+  Status s = Registry::global().load("absent");
+  CHECK(s.code() == Code::kNotFound);
+  CHECK(std::string(s.message()).find("libtier_backend_absent.so") != std::string::npos);
+  CHECK(Registry::global().load("/no/such/libtier_backend_x.so").code() == Code::kNotFound);
+}
+
+TEST_CASE("descriptors are checked when added") {
+  Registry r;
+  CHECK(r.add(nullptr, "t").code() == Code::kInvalidArgument);
+  const tier_plugin_v1* cpu = Registry::global().find(PluginKind::kBackend, "cpu")->descriptor;
+  CHECK(r.add(cpu, "first").is_ok());
+  Status dup = r.add(cpu, "second");
+  CHECK(dup.code() == Code::kInvalidArgument);
+  CHECK(std::string(dup.message()).find("already registered (from first)") != std::string::npos);
+  tier_plugin_v1 undocumented = *cpu;
+  undocumented.name = "undocumented";
+  undocumented.options_json = R"([{"name":"x","type":"uint"}])";
+  Status s = r.add(&undocumented, "t");
+  CHECK(std::string(s.message()).find("option x has no doc") != std::string::npos);
+  auto made = r.create_backend("nope", BackendContext{"t", 1, Json::object()});
+  CHECK(std::string(made.status().message()) == R"(unknown backend "nope"; registered: cpu)");
+}
+
+TEST_CASE("every built-in option is documented and appears in its schema") {
+  for (PluginKind kind : {PluginKind::kBackend, PluginKind::kCodec, PluginKind::kStage}) {
+    for (const auto& name : Registry::global().names(kind)) {
+      const PluginInfo* info = Registry::global().find(kind, name);
+      Json schema = options_schema_json(info->options);
+      CHECK(schema.size() == info->options.size());
+      for (const auto& o : schema) CHECK_MESSAGE(!o["doc"].get<std::string>().empty(), name);
+      CHECK_MESSAGE(!info->description.empty(), name);
+    }
+  }
+}

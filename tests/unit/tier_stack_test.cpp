@@ -1,0 +1,269 @@
+// TierStack over real CPU tiers (and the mock plugin for faults): LRU order, demotion and
+// promotion, bounded write-through, namespace isolation, put-if-absent, corruption never served.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "support/test_util.hpp"
+#include "tier/object.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
+
+using namespace tier;
+using tier::test::key_of;
+
+namespace {
+
+constexpr std::size_t kPayload = 1000;
+const std::uint64_t kImage = TierStack::image_bytes(kPayload);
+
+std::unique_ptr<TierStack> open_stack(const std::string& profile) {
+  REQUIRE(Registry::global().load("mock").is_ok());
+  ConfigErrors errors;
+  auto p = parse_profile(Json::parse(profile), Registry::global(), "<t>", &errors);
+  REQUIRE_MESSAGE(p.is_ok(), errors.joined());
+  auto s = TierStack::open(*p);
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  return std::move(s).value();
+}
+
+// `objects` objects fit in a tier of this capacity, not one more.
+std::string cap(std::size_t objects) { return std::to_string(objects * kImage + kImage / 2); }
+
+struct Harness {
+  std::unique_ptr<TierStack> stack;
+  PluginPtr<Codec> codec{nullptr, {}};
+  explicit Harness(const std::string& profile) : stack(open_stack(profile)) {
+    codec = std::move(Registry::global().create_codec("identity", Json::object())).value();
+  }
+  static std::vector<std::byte> data_of(std::uint64_t n) {
+    std::vector<std::byte> d(kPayload);
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::byte>((n * 131 + i) & 0xff);
+    return d;
+  }
+  Status save(const ObjectKey& k, std::uint64_t content) {
+    auto d = data_of(content);
+    Region r = host_region(d);
+    Status out;
+    REQUIRE(stack->save(std::span<const SaveItem>({SaveItem{k, RegionList(&r, 1)}}), *codec,
+                        std::span(&out, 1)).is_ok());
+    return out;
+  }
+  // Loads k; returns the tier that served it (-1 on a miss) and the bytes in `got`.
+  LoadResult load(const ObjectKey& k, std::vector<std::byte>& got) {
+    got.assign(kPayload, std::byte{0xEE});
+    Region r = host_region(got);
+    LoadResult out;
+    REQUIRE(stack->load(std::span<const LoadItem>({LoadItem{k, RegionList(&r, 1)}}), *codec,
+                        std::span(&out, 1)).is_ok());
+    return out;
+  }
+  bool has(const ObjectKey& k) { return stack->locate(k).value_or(-1) >= 0; }
+};
+
+}  // namespace
+
+TEST_CASE("save then load round-trips and reports the tier") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.save(key_of(1), 1).is_ok());
+  std::vector<std::byte> got;
+  LoadResult r = h.load(key_of(1), got);
+  CHECK(r.status.is_ok());
+  CHECK(r.tier == 0);
+  CHECK(got == Harness::data_of(1));
+  CHECK(h.load(key_of(2), got).status.code() == Code::kNotFound);
+  CHECK(got == std::vector<std::byte>(kPayload, std::byte{0xEE}));  // a miss writes nothing
+}
+
+TEST_CASE("LRU order: the least recently used object is evicted first") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":)" + cap(3) + R"(,"backend":"cpu"}]})");
+  for (int i = 1; i <= 3; ++i) REQUIRE(h.save(key_of(i), i).is_ok());
+  std::vector<std::byte> got;
+  REQUIRE(h.load(key_of(1), got).status.is_ok());  // 1 becomes most recent; 2 is now oldest
+  REQUIRE(h.save(key_of(4), 4).is_ok());
+  CHECK(h.has(key_of(1)));
+  CHECK_FALSE(h.has(key_of(2)));
+  CHECK(h.has(key_of(3)));
+  CHECK(h.has(key_of(4)));
+  CHECK(h.save(key_of(3), 3).is_ok());  // put-if-absent of a stored key refreshes it
+  REQUIRE(h.save(key_of(5), 5).is_ok());
+  CHECK(h.has(key_of(3)));
+  CHECK_FALSE(h.has(key_of(1)));
+  CHECK(h.stack->tier(0).metrics().evictions.get() == 2);
+  CHECK(h.stack->tier(0).usage().used_bytes <= 3 * kImage);
+}
+
+TEST_CASE("evicted objects are demoted to the next tier and promoted back on a hit") {
+  Harness h(R"({"tiers":[{"name":"fast","capacity":)" + cap(2) + R"(,"backend":"cpu"},
+                         {"name":"slow","capacity":"1MiB","backend":"cpu","write":false}]})");
+  // Demotion needs a writable next tier: with "write": false below, evicted objects are dropped.
+  for (int i = 1; i <= 3; ++i) REQUIRE(h.save(key_of(i), i).is_ok());
+  CHECK_FALSE(h.has(key_of(1)));
+  CHECK(h.stack->tier(1).usage().objects == 0);
+
+  Harness d(R"({"tiers":[{"name":"fast","capacity":)" + cap(2) + R"(,"backend":"cpu"},
+                         {"name":"slow","capacity":"1MiB","backend":"cpu"}]})");
+  for (int i = 1; i <= 3; ++i) REQUIRE(d.save(key_of(i), i).is_ok());
+  REQUIRE(d.stack->flush(std::chrono::seconds(5)).is_ok());
+  CHECK(d.stack->tier(0).usage().objects == 2);
+  CHECK(d.stack->tier(1).usage().objects == 3);  // written through, and 1 demoted (already there)
+  std::vector<std::byte> got;
+  LoadResult r = d.load(key_of(1), got);
+  REQUIRE(r.status.is_ok());
+  CHECK(r.tier == 1);
+  CHECK(got == Harness::data_of(1));
+  REQUIRE(d.stack->flush(std::chrono::seconds(5)).is_ok());
+  CHECK(d.stack->tier(1).metrics().promotions.get() == 1);
+  CHECK(d.load(key_of(1), got).tier == 0);  // promoted into the fast tier
+}
+
+TEST_CASE("demotion reaches a tier that is not written through") {
+  Harness h(R"({"tiers":[{"name":"fast","capacity":)" + cap(2) + R"(,"backend":"cpu"},
+                         {"name":"slow","capacity":"1MiB","backend":"mock"}],
+               "stack":{"max_inflight_bytes":"64MiB"}})");
+  for (int i = 1; i <= 3; ++i) REQUIRE(h.save(key_of(i), i).is_ok());
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  CHECK(h.stack->tier(0).metrics().demotions.get() == 1);
+  std::vector<std::byte> got;
+  CHECK(h.load(key_of(1), got).tier == 1);
+}
+
+TEST_CASE("on_evict drop discards evicted objects") {
+  Harness h(R"({"tiers":[{"name":"fast","capacity":)" + cap(1) + R"(,"backend":"cpu","on_evict":"drop"},
+                         {"name":"slow","capacity":"1MiB","backend":"mock","write":false}]})");
+  REQUIRE(h.save(key_of(1), 1).is_ok());
+  REQUIRE(h.save(key_of(2), 2).is_ok());
+  CHECK(h.stack->tier(0).metrics().demotions.get() == 0);
+  CHECK_FALSE(h.has(key_of(1)));
+}
+
+TEST_CASE("write-through beyond the in-flight bound is dropped and counted; the caller never stalls") {
+  // The bound admits one background image at a time; the mock completes synchronously, so
+  // consecutive saves fit, but a batch of several does not.
+  Harness h(R"({"tiers":[{"name":"fast","capacity":"1MiB","backend":"cpu"},
+                         {"name":"slow","capacity":"1MiB","backend":"mock"}],
+               "stack":{"max_inflight_bytes":)" + std::to_string(kImage + 10) + "}}");
+  std::vector<std::vector<std::byte>> data;
+  std::vector<Region> regions(5);
+  std::vector<SaveItem> items;
+  for (int i = 0; i < 5; ++i) data.push_back(Harness::data_of(i));
+  for (int i = 0; i < 5; ++i) {
+    regions[i] = host_region(data[i]);
+    items.push_back(SaveItem{key_of(100 + i), RegionList(&regions[i], 1)});
+  }
+  std::vector<Status> out(5);
+  REQUIRE(h.stack->save(items, *h.codec, out).is_ok());
+  for (const auto& s : out) CHECK(s.is_ok());  // the fast tier took them all
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  std::uint64_t dropped = h.stack->counters().writethrough_dropped.get();
+  CHECK(dropped >= 1);
+  CHECK(h.stack->tier(1).metrics().dropped_saves.get() == dropped);
+  CHECK(h.stack->tier(1).usage().objects == 5 - dropped);
+}
+
+TEST_CASE("a failing lower tier does not fail the save; its failures are counted") {
+  Harness h(R"({"plugins":["mock"],"tiers":[{"name":"fast","capacity":"1MiB","backend":"cpu"},
+      {"name":"slow","capacity":"1MiB","backend":{"type":"mock","fail_every":1,"fail_op":"put"}}]})");
+  CHECK(h.save(key_of(1), 1).is_ok());
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  CHECK(h.stack->tier(1).metrics().of(Op::kPut).errors.get() == 1);
+  CHECK(h.stack->tier(1).metrics().dropped_saves.get() == 1);
+}
+
+TEST_CASE("namespaces never hit each other") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  Key128 ns_a = *namespace_id(Json{{"model", "a"}}), ns_b = *namespace_id(Json{{"model", "b"}});
+  Key128 id{42, 42};
+  REQUIRE(h.save(ObjectKey{ns_a, id, 0}, 1).is_ok());
+  std::vector<std::byte> got;
+  CHECK(h.load(ObjectKey{ns_b, id, 0}, got).status.code() == Code::kNotFound);
+  CHECK(h.load(ObjectKey{ns_a, id, 1}, got).status.code() == Code::kNotFound);  // other rank
+  CHECK(h.load(ObjectKey{ns_a, id, 0}, got).status.is_ok());
+}
+
+TEST_CASE("put-if-absent: a second save of a key keeps the first bytes") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.save(key_of(9), 1).is_ok());
+  CHECK(h.save(key_of(9), 2).is_ok());
+  std::vector<std::byte> got;
+  REQUIRE(h.load(key_of(9), got).status.is_ok());
+  CHECK(got == Harness::data_of(1));
+  CHECK(h.stack->tier(0).metrics().of(Op::kPut).misses.get() == 1);
+}
+
+TEST_CASE("a flipped byte in a stored object is a checksum failure, never returned") {
+  Harness h(R"({"plugins":["mock"],"tiers":[
+      {"name":"rot","capacity":"1MiB","backend":{"type":"mock","corrupt_stored":true}}]})");
+  REQUIRE(h.save(key_of(3), 3).is_ok());
+  std::vector<std::byte> got;
+  LoadResult r = h.load(key_of(3), got);
+  CHECK(r.status.code() == Code::kChecksumMismatch);
+  CHECK(got == std::vector<std::byte>(kPayload, std::byte{0xEE}));  // nothing handed out
+  CHECK(h.stack->tier(0).metrics().checksum_failures.get() == 1);
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  CHECK_FALSE(h.has(key_of(3)));  // the corrupt copy was removed so it can be stored again
+}
+
+TEST_CASE("a corrupt copy in a fast tier falls through to a good copy below") {
+  Harness h(R"({"plugins":["mock"],"tiers":[
+      {"name":"rot","capacity":"1MiB","backend":{"type":"mock","corrupt_stored":true}},
+      {"name":"good","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.save(key_of(4), 4).is_ok());
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  std::vector<std::byte> got;
+  LoadResult r = h.load(key_of(4), got);
+  CHECK(r.status.is_ok());
+  CHECK(r.tier == 1);
+  CHECK(got == Harness::data_of(4));
+}
+
+TEST_CASE("lookup_prefix stops at the first missing key; remove clears every tier") {
+  Harness h(R"({"tiers":[{"name":"a","capacity":"1MiB","backend":"cpu"},
+                         {"name":"b","capacity":"1MiB","backend":"cpu"}]})");
+  for (int i : {0, 1, 2, 4}) REQUIRE(h.save(key_of(i), i).is_ok());
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  std::vector<ObjectKey> keys;
+  for (int i = 0; i < 6; ++i) keys.push_back(key_of(i));
+  CHECK(*h.stack->lookup_prefix(keys) == 3);
+  CHECK(h.stack->remove(key_of(1)).is_ok());
+  CHECK(*h.stack->lookup_prefix(keys) == 1);
+  CHECK(h.stack->tier(1).usage().objects == 3);
+  CHECK(h.stack->remove(key_of(77)).is_ok());  // absent everywhere: fine
+}
+
+TEST_CASE("a remove that fails in some tier is reported") {
+  Harness h(R"({"plugins":["mock"],"tiers":[{"name":"a","capacity":"1MiB","backend":"cpu"},
+      {"name":"b","capacity":"1MiB","backend":{"type":"mock","fail_every":1,"fail_op":"remove"}}]})");
+  REQUIRE(h.save(key_of(1), 1).is_ok());
+  CHECK(h.stack->remove(key_of(1)).code() == Code::kIoError);
+}
+
+TEST_CASE("a load with regions that do not match the stored size is refused, not truncated") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.save(key_of(5), 5).is_ok());
+  std::vector<std::byte> small(kPayload / 2);
+  Region r = host_region(small);
+  LoadResult out;
+  REQUIRE(h.stack->load(std::span<const LoadItem>({LoadItem{key_of(5), RegionList(&r, 1)}}),
+                        *h.codec, std::span(&out, 1)).is_ok());
+  CHECK_FALSE(out.status.is_ok());
+}
+
+TEST_CASE("metrics are exported as JSON and Prometheus text") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.save(key_of(1), 1).is_ok());
+  std::vector<std::byte> got;
+  h.load(key_of(1), got);
+  h.load(key_of(2), got);
+  Json j = h.stack->metrics_json();
+  CHECK(j["tiers"]["cpu"]["get"]["ok"] == 1);
+  CHECK(j["tiers"]["cpu"]["get"]["misses"] == 1);
+  CHECK(j["tiers"]["cpu"]["put"]["bytes"] == kImage);
+  CHECK(j["stack"]["saves"] == 1);
+  std::string prom = h.stack->metrics_prometheus();
+  CHECK(prom.find("# TYPE libtier_ops_total counter") != std::string::npos);
+  CHECK(prom.find(R"(libtier_ops_total{tier="cpu",op="get",result="ok"} 1)") != std::string::npos);
+  CHECK(prom.find(R"(libtier_ops_total{tier="cpu",op="get",result="miss"} 1)") != std::string::npos);
+  CHECK(prom.find(R"(libtier_checksum_failures_total{tier="cpu"} 0)") != std::string::npos);
+}

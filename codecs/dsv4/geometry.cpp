@@ -45,7 +45,9 @@ template <class T>
 void read_uint(const Json& j, const char* key, T& out, std::uint64_t lo, ConfigErrors& errors) {
   if (!j.contains(key)) return;
   const Json& v = j.at(key);
-  if (!v.is_number_unsigned() || v.get<std::uint64_t>() < lo ||
+  const bool non_negative =
+      v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+  if (!non_negative || v.get<std::uint64_t>() < lo ||
       v.get<std::uint64_t>() > std::numeric_limits<T>::max()) {
     errors.add(fmt::format("/{}", key),
                fmt::format("expected an unsigned integer >= {}, got {}", lo, describe_json(v)));
@@ -357,7 +359,7 @@ Json Geometry::slot_layout_json() const {
           {"slot_regions", regions}};
 }
 
-Result<BoundLayout> bind(const Geometry& g, std::span<const Region> backings) {
+Result<BoundLayout> bind_layout(const Geometry& g, std::span<const Region> backings) {
   if (backings.size() != g.backings.size())
     return Status::invalid(fmt::format("dsv4 bind: {} allocations given, the geometry has {}",
                                        backings.size(), g.backings.size()));

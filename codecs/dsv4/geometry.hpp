@@ -11,7 +11,7 @@
 //    reverse indexed: group g lives at base + total - (g + 1) * unit.
 //
 // Everything here is pure arithmetic on the description; binding to engine memory is separate
-// (bind()), so `tierctl geometry` and the codecs share one source of truth.
+// (bind_layout()), so `tierctl geometry` and the codecs share one source of truth.
 
 #include <cstdint>
 #include <span>
@@ -134,6 +134,6 @@ struct BoundLayout {
 // order). Checks each allocation is large enough and that no two regions (PAGE or SLOT)
 // overlap, so a PAGE scatter can never touch a SLOT span even when they share a plane.
 // Errors: InvalidArgument.
-Result<BoundLayout> bind(const Geometry& geometry, std::span<const Region> backings);
+Result<BoundLayout> bind_layout(const Geometry& geometry, std::span<const Region> backings);
 
 }  // namespace tier::dsv4

@@ -5,7 +5,7 @@
 //   blocks [b0, b1], regions [r0, r1]  ->  b0.r0 | b0.r1 | b1.r0 | b1.r1
 //
 // How block ids reach the codec: the codec is bound once to the registered PAGE regions (the
-// engine's planes and indexer tensors, see dsv4::bind) and their block count; a call's Regions
+// engine's planes and indexer tensors, see dsv4::bind_layout) and their block count; a call's Regions
 // *describe the blocks*. The RegionList given to encode/decode is one Region per (block, region)
 // unit span, block-major, exactly what describe() returns for a list of block ids. The codec maps
 // every span back to its (block id, region) pair, so the whole call is re-validated before any

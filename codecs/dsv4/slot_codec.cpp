@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "blake2b.hpp"
 #include "region_set.hpp"
 
 namespace tier::dsv4 {
@@ -14,9 +15,6 @@ namespace {
 
 void put_le64(std::string& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_le32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
 }  // namespace
@@ -39,14 +37,25 @@ Fingerprint slot_fingerprint(const Geometry& geometry, const Key128& page_namesp
   return fp;
 }
 
+std::string sidecar_canonical(std::uint64_t boundary_block_hash, const SlotIdentity& identity) {
+  std::string fp;
+  for (std::byte b : identity.fingerprint) fp += fmt::format("{:02x}", std::to_integer<unsigned>(b));
+  return fmt::format("atom-slot-v1:{}:{}:{:016x}:{}", identity.tp_size, identity.tp_rank,
+                     boundary_block_hash, fp);
+}
+
+std::uint64_t atom_storage_hash(std::string_view canonical) {
+  auto digest = blake2b(std::as_bytes(std::span(canonical.data(), canonical.size())), 8);
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(digest[i]) << (8 * i);
+  return v & 0x7fffffffffffffffull;
+}
+
 ObjectKey slot_key(const Key128& page_namespace, const Boundary& boundary,
                    const SlotIdentity& identity) {
   std::string text("libtier-dsv4-slot-key-v1", 24);
   text.push_back('\0');
-  put_le64(text, boundary.block_hash);
-  text.append(reinterpret_cast<const char*>(identity.fingerprint.data()), 16);
-  put_le32(text, identity.tp_size);
-  put_le32(text, identity.tp_rank);
+  text += sidecar_canonical(boundary.block_hash, identity);
   XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
   return ObjectKey{page_namespace, Key128{h.low64, h.high64}, identity.tp_rank};
 }

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "aos1.hpp"
@@ -47,9 +49,16 @@ struct Boundary {
 Fingerprint slot_fingerprint(const Geometry& geometry, const Key128& page_namespace,
                              std::uint32_t tp_size, std::uint32_t tp_rank);
 
+// The reference's canonical sidecar string (§3.2):
+//   "atom-slot-v1:{tp_size}:{tp_rank}:{block_hash as 16 hex}:{fingerprint as 32 hex}"
+std::string sidecar_canonical(std::uint64_t boundary_block_hash, const SlotIdentity& identity);
+// The reference's storage hash of that string: BLAKE2b with an 8-byte digest, read little-endian,
+// top bit cleared. For cross-implementation checks (tierctl sidecar-key); libtier keys by slot_key.
+std::uint64_t atom_storage_hash(std::string_view canonical);
+
 // The stored key of a sidecar: namespace = the PAGE namespace, rank = tp_rank,
-// id = XXH3-128 (seed 0) of "libtier-dsv4-slot-key-v1\0" | u64 LE block_hash | fingerprint |
-// u32 LE tp_size | u32 LE tp_rank. The boundary token count is checked by the frame, not keyed.
+// id = XXH3-128 (seed 0) of "libtier-dsv4-slot-key-v1\0" followed by sidecar_canonical(). The
+// boundary token count is checked by the frame, not keyed (as in the reference).
 ObjectKey slot_key(const Key128& page_namespace, const Boundary& boundary,
                    const SlotIdentity& identity);
 

@@ -726,3 +726,23 @@ TEST_CASE("counters export the reference names as json and prometheus") {
   CHECK(p.find("# TYPE libtier_engine_loads_pending gauge") != std::string::npos);
   CHECK(p.find("tier=\"rank1/cpu\"") != std::string::npos);
 }
+
+TEST_CASE("nonthrowing page store requires full lookup coverage") {
+  // Rank 1's tier is too small for the prefix: every put succeeds, but the oldest chunks are
+  // evicted (and dropped) before the SLOT would be published. The visibility check refuses it.
+  auto o = opts();
+  o.profile = [](std::uint32_t r) {
+    if (r == 0) return cpu_profile();
+    Json p = cpu_profile("96KiB");
+    p["tiers"][0]["on_evict"] = "drop";
+    return p;
+  };
+  SimEngine sim(o);
+  const auto a = tokens(57, 8192 + 8);
+  sim.run(1, a);
+  CHECK(sim.sched->committed_count() == 0);
+  CHECK(sim.sched->counters().slot_save_failures.get() == 1);
+  CHECK(sim.workers[1]->counters().slot_publishes.get() == 0);
+  CHECK(sim.workers[0]->counters().slot_publishes.get() == 1);  // rank 0 alone cannot commit
+  CHECK(sim.run(2, a).match.tokens == 0);
+}

@@ -1,0 +1,108 @@
+#pragma once
+// FaultInjectingBackend: a "faulty" backend for tests that wraps a real cpu tier and, under the
+// test's control, fails removes or puts, or rewrites images on their way in (to plant corrupt objects).
+// Every request is counted per op. Register once with register_faulty_backend(); all instances
+// share fault_control().
+
+#include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tier/plugin.hpp"
+#include "tier/registry.hpp"
+
+namespace tier::test {
+
+struct FaultControl {
+  bool fail_remove = false;  // removes complete with IoError and leave the object in place
+  // Puts of keys it returns true for complete with IoError and store nothing.
+  std::function<bool(const ObjectKey&)> fail_put;
+  // Called with each put's image (a private copy) before the inner tier stores it.
+  std::function<void(const ObjectKey&, std::vector<std::byte>&)> mutate_put;
+  std::array<std::uint64_t, kOpCount> ops{};  // requests seen, per op
+  void reset() { *this = FaultControl{}; }
+  std::uint64_t count(Op op) const { return ops[static_cast<std::size_t>(op)]; }
+};
+
+inline FaultControl& fault_control() {
+  static FaultControl control;
+  return control;
+}
+
+class FaultInjectingBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<FaultInjectingBackend>> create(const BackendContext& ctx) {
+    BackendContext inner_ctx{ctx.tier_name + ".inner", ctx.capacity_bytes, Json{{"mode", "heap"}}};
+    auto inner = Registry::global().create_backend("cpu", inner_ctx);
+    if (!inner) return inner.status();
+    return std::make_unique<FaultInjectingBackend>(ctx.tier_name, std::move(inner).value());
+  }
+  FaultInjectingBackend(std::string name, PluginPtr<Backend> inner)
+      : Backend(std::move(name)), inner_(std::move(inner)) {}
+
+  Capabilities capabilities() const noexcept override { return inner_->capabilities(); }
+  Usage usage() const noexcept override { return inner_->usage(); }
+
+ protected:
+  Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override {
+    FaultControl& fc = fault_control();
+    std::size_t n = 0;
+    for (const IoRequest& r : reqs) {
+      IoRequest fwd = r;
+      if ((r.op == Op::kRemove && fc.fail_remove) ||
+          (r.op == Op::kPut && fc.fail_put && fc.fail_put(r.key))) {
+        ++fc.ops[static_cast<std::size_t>(r.op)];
+        ready_.push_back({r.user_data, Status::io_error("injected failure"), 0});
+        ++n;
+        continue;
+      }
+      if (r.op == Op::kPut && fc.mutate_put) {
+        auto copy = std::make_unique<std::vector<std::byte>>(r.buf.data, r.buf.data + r.buf.size);
+        fc.mutate_put(r.key, *copy);
+        fwd.buf = host_region(*copy);
+        copies_[r.user_data] = std::move(copy);
+      }
+      auto accepted = inner_->submit(std::span(&fwd, 1));
+      if (!accepted) return accepted.status();
+      if (*accepted == 0) {
+        copies_.erase(r.user_data);
+        break;
+      }
+      ++fc.ops[static_cast<std::size_t>(r.op)];
+      ++n;
+    }
+    return n;
+  }
+  Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
+                              std::chrono::microseconds wait) noexcept override {
+    std::size_t n = std::min(out.size(), ready_.size());
+    for (std::size_t i = 0; i < n; ++i) out[i] = ready_[i];
+    ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
+    if (n < out.size() && inner_->in_flight() > 0) {
+      auto m = inner_->poll(out.subspan(n), min > n ? min - n : 0, n > 0 ? std::chrono::microseconds(0) : wait);
+      if (!m) return m.status();
+      for (std::size_t i = n; i < n + *m; ++i) copies_.erase(out[i].user_data);
+      n += *m;
+    }
+    return n;
+  }
+
+ private:
+  PluginPtr<Backend> inner_;
+  std::vector<Completion> ready_;
+  std::map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> copies_;
+};
+
+inline void register_faulty_backend() {
+  static constexpr tier_plugin_v1 kFaulty = make_backend_plugin<FaultInjectingBackend>(
+      "faulty", "cpu tier with injectable faults (tests)", "[]");
+  static const bool once = [] {
+    Registry::global().add(&kFaulty, "test").ignore();
+    return true;
+  }();
+  (void)once;
+}
+
+}  // namespace tier::test

@@ -56,7 +56,7 @@ Result<std::unique_ptr<Dsv4Layout>> Dsv4Layout::create(const dsv4::Geometry& geo
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the KV memory");
   }
-  TIER_ASSIGN_OR_RETURN(auto bound, dsv4::bind(geometry, regions));
+  TIER_ASSIGN_OR_RETURN(auto bound, dsv4::bind_layout(geometry, regions));
   TIER_ASSIGN_OR_RETURN(l->page_,
                         dsv4::PageCodec::create(bound.page, geometry.config.num_blocks));
   dsv4::SlotIdentity id{dsv4::slot_fingerprint(geometry, page_namespace, tp_size, tp_rank),

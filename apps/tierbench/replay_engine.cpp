@@ -6,11 +6,11 @@
 // --block-bytes when the preset's blocks are larger. Restores are checked bit for bit.
 #include "replay_engine.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "bench_util.hpp"
 #include "dsv4/geometry.hpp"
@@ -82,8 +82,8 @@ Result<dsv4::Geometry> scaled_geometry(const std::string& preset, std::uint64_t 
     g = std::move(tg).value();
   }
   *note = fmt::format("scaled from {} per block: {} layers, kv_head_dim {}, rope {}, index {}",
-                      format_size(full), m.compress_ratios.size(), m.kv_head_dim,
-                      m.rope_head_dim, m.index_head_dim);
+                      format_size(full), m.compress_ratios.size(), m.kv_head_dim, m.rope_head_dim,
+                      m.index_head_dim);
   return g;
 }
 
@@ -110,10 +110,12 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
   args.finish();
   if (engine_name != "dsv4") return cli::fail("--engine: only \"dsv4\" exists", 2);
   if (!profile_path)
-    return cli::fail("usage: tierbench replay --engine dsv4 --profile P [--preset NAME] "
-                     "[--trace FILE] [--block-bytes B] [--tp N] [--interval N|0|-1] "
-                     "[--chunk-tokens N] [--min-load-tokens N] [--prefill-chunk N] [--limit N] "
-                     "[--json]", 2);
+    return cli::fail(
+        "usage: tierbench replay --engine dsv4 --profile P [--preset NAME] "
+        "[--trace FILE] [--block-bytes B] [--tp N] [--interval N|0|-1] "
+        "[--chunk-tokens N] [--min-load-tokens N] [--prefill-chunk N] [--limit N] "
+        "[--json]",
+        2);
   if (tp == 0 || tp > 64) return cli::fail("--tp must be in [1, 64]", 2);
 
   std::vector<Request> requests;
@@ -296,11 +298,10 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
   bar.reset();
 
   const auto& c = sched.counters();
-  const bool agree = c.load_requests.get() == fig.load_requests &&
-                     c.loaded_tokens.get() == fig.loaded_tokens &&
-                     c.load_failures.get() == fig.load_failures &&
-                     c.save_requests.get() == fig.save_requests &&
-                     c.saved_tokens.get() == fig.saved_tokens;
+  const bool agree =
+      c.load_requests.get() == fig.load_requests && c.loaded_tokens.get() == fig.loaded_tokens &&
+      c.load_failures.get() == fig.load_failures && c.save_requests.get() == fig.save_requests &&
+      c.saved_tokens.get() == fig.saved_tokens;
   Json metrics = engine::metrics_json(sched, wptrs);
   Json tiers = Json::object();
   for (std::uint32_t r = 0; r < tp; ++r) {
@@ -317,27 +318,30 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
           {"evictions", tm.evictions.get()}};
     }
   }
-  Json out = {{"engine", engine_name},
-              {"preset", preset},
-              {"geometry", note},
-              {"page_bytes_per_block", geometry->page_bytes_per_block},
-              {"slot_bytes", geometry->slot_bytes},
-              {"requests", requests.size()},
-              {"prompt_tokens", prompt_tokens},
-              {"seconds", seconds},
-              {"hit_rate", prompt_tokens ? static_cast<double>(fig.loaded_tokens) / prompt_tokens : 0.0},
-              {"page_hit_rate", prompt_tokens ? static_cast<double>(c.page_hit_tokens.get()) / prompt_tokens : 0.0},
-              {"replay", {{"load_requests", fig.load_requests},
-                          {"loaded_tokens", fig.loaded_tokens},
-                          {"load_failures", fig.load_failures},
-                          {"save_requests", fig.save_requests},
-                          {"saved_tokens", fig.saved_tokens}}},
-              {"counters_agree", agree},
-              {"wrong_data", wrong_data},
-              {"checked_blocks", checked_blocks},
-              {"config", cfg.to_json()},
-              {"tiers", tiers},
-              {"metrics", metrics}};
+  Json out = {
+      {"engine", engine_name},
+      {"preset", preset},
+      {"geometry", note},
+      {"page_bytes_per_block", geometry->page_bytes_per_block},
+      {"slot_bytes", geometry->slot_bytes},
+      {"requests", requests.size()},
+      {"prompt_tokens", prompt_tokens},
+      {"seconds", seconds},
+      {"hit_rate", prompt_tokens ? static_cast<double>(fig.loaded_tokens) / prompt_tokens : 0.0},
+      {"page_hit_rate",
+       prompt_tokens ? static_cast<double>(c.page_hit_tokens.get()) / prompt_tokens : 0.0},
+      {"replay",
+       {{"load_requests", fig.load_requests},
+        {"loaded_tokens", fig.loaded_tokens},
+        {"load_failures", fig.load_failures},
+        {"save_requests", fig.save_requests},
+        {"saved_tokens", fig.saved_tokens}}},
+      {"counters_agree", agree},
+      {"wrong_data", wrong_data},
+      {"checked_blocks", checked_blocks},
+      {"config", cfg.to_json()},
+      {"tiers", tiers},
+      {"metrics", metrics}};
   if (json) {
     fmt::print("{}\n", out.dump());
   } else {
@@ -350,8 +354,8 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
     fmt::print("hit rate {:.2f}% (loaded tokens / prompt tokens); PAGE prefix found {:.2f}%\n",
                100 * out["hit_rate"].get<double>(), 100 * out["page_hit_rate"].get<double>());
     fmt::print("{:<16} {:>14} {:>14}\n", "counter", "engine", "replay");
-    for (const char* k : {"load_requests", "loaded_tokens", "load_failures", "save_requests",
-                          "saved_tokens"})
+    for (const char* k :
+         {"load_requests", "loaded_tokens", "load_failures", "save_requests", "saved_tokens"})
       fmt::print("{:<16} {:>14} {:>14}\n", k, e[k].get<std::uint64_t>(),
                  out["replay"][k].get<std::uint64_t>());
     fmt::print("{:<16} {:>14}\n{:<16} {:>14}\n", "loads_pending",
@@ -368,8 +372,10 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
                  format_size(t["bytes_written"].get<std::uint64_t>()),
                  format_size(t["engine_loaded_bytes"].get<std::uint64_t>()),
                  t["objects"].get<std::uint64_t>(), t["evictions"].get<std::uint64_t>());
-    fmt::print("counters agree with the replay: {}; restores checked {} blocks + slots, wrong "
-               "data {}\n", agree ? "yes" : "NO", checked_blocks, wrong_data);
+    fmt::print(
+        "counters agree with the replay: {}; restores checked {} blocks + slots, wrong "
+        "data {}\n",
+        agree ? "yes" : "NO", checked_blocks, wrong_data);
   }
   return agree && wrong_data == 0 ? 0 : 1;
 }

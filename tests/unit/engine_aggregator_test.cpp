@@ -162,8 +162,8 @@ TEST_CASE("engine config is strict and reports the JSON pointer") {
   auto typo = EngineConfig::from_json(Json::parse(R"({"chunk_token": 256})"));
   REQUIRE_FALSE(typo.is_ok());
   CHECK(typo.status().message().find("chunk_tokens") != std::string_view::npos);
-  auto ok = EngineConfig::from_json(
-      Json::parse(R"({"checkpoint_interval_tokens": -1, "tp_size": 8})"));
+  auto ok =
+      EngineConfig::from_json(Json::parse(R"({"checkpoint_interval_tokens": -1, "tp_size": 8})"));
   REQUIRE_MESSAGE(ok.is_ok(), ok.status().to_string());
   CHECK(ok->tp_size == 8);
   CHECK(ok->to_json()["checkpoint_interval_tokens"] == -1);

@@ -36,8 +36,8 @@ Json replay(const std::string& extra) {
 void check_agrees(const Json& j) {
   CHECK(j["counters_agree"] == true);
   CHECK(j["wrong_data"] == 0);
-  for (const char* k : {"load_requests", "loaded_tokens", "load_failures", "save_requests",
-                        "saved_tokens"})
+  for (const char* k :
+       {"load_requests", "loaded_tokens", "load_failures", "save_requests", "saved_tokens"})
     CHECK(j["metrics"]["engine"][k] == j["replay"][k]);
   CHECK(j["metrics"]["engine"]["loads_pending"] == 0);
   CHECK(j["metrics"]["engine"]["saves_pending"] == 0);

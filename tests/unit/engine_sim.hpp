@@ -54,18 +54,18 @@ inline dsv4::Geometry small_geometry(std::uint32_t block, std::uint64_t blocks,
 }
 
 inline Json cpu_profile(const std::string& capacity = "256MiB") {
-  return Json{{"tiers", Json::array({Json{{"name", "cpu"},
-                                          {"capacity", capacity},
-                                          {"backend", Json{{"type", "cpu"}}}}})}};
+  return Json{{"tiers",
+               Json::array({Json{
+                   {"name", "cpu"}, {"capacity", capacity}, {"backend", Json{{"type", "cpu"}}}}})}};
 }
 // A mock tier (tests/plugins) that fails every request of `op`.
 inline Json failing_profile(const std::string& op) {
-  return Json{{"plugins", Json::array({"mock"})},
-              {"tiers", Json::array({Json{{"name", "mock"},
-                                          {"capacity", "256MiB"},
-                                          {"backend", Json{{"type", "mock"},
-                                                           {"fail_every", 1u},
-                                                           {"fail_op", op}}}}})}};
+  return Json{
+      {"plugins", Json::array({"mock"})},
+      {"tiers", Json::array({Json{
+                    {"name", "mock"},
+                    {"capacity", "256MiB"},
+                    {"backend", Json{{"type", "mock"}, {"fail_every", 1u}, {"fail_op", op}}}}})}};
 }
 
 struct SimOptions {
@@ -111,9 +111,7 @@ class SimEngine {
   }
 
   // A new scheduler over the same workers and tiers: what a process restart keeps.
-  void restart_scheduler() {
-    sched = Scheduler::create(o_.config, *workers[0]).value();
-  }
+  void restart_scheduler() { sched = Scheduler::create(o_.config, *workers[0]).value(); }
 
   // Runs `fn(rank)` on one thread per rank and joins.
   void on_ranks(const std::function<void(std::uint32_t)>& fn) {
@@ -171,8 +169,8 @@ class SimEngine {
     auto m = sched->lookup(l.h);
     REQUIRE(m.is_ok());
     out.match = *m;
-    const std::size_t nblocks = (prompt.size() + o_.config.block_tokens - 1) /
-                                o_.config.block_tokens;
+    const std::size_t nblocks =
+        (prompt.size() + o_.config.block_tokens - 1) / o_.config.block_tokens;
     REQUIRE(free_blocks_.size() >= nblocks);
     l.blocks.assign(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
     free_blocks_.erase(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
@@ -192,8 +190,7 @@ class SimEngine {
   // The KV a forward pass writes for tokens [start, end) on every rank: each completed block
   // from its chunk key; the state group from the prefix at `end`.
   void forward(Live& l, std::uint64_t start, std::uint64_t end) {
-    const auto keys = chunk_keys(o_.config.page_namespace, l.prompt, o_.config.block_tokens,
-                                 true);
+    const auto keys = chunk_keys(o_.config.page_namespace, l.prompt, o_.config.block_tokens, true);
     const std::uint64_t bt = o_.config.block_tokens;
     for (std::uint64_t b = start / bt; b < (end + bt - 1) / bt; ++b)
       for (auto& lay : layouts) lay->fill_block(l.blocks[b], keys[b].lo);
@@ -249,7 +246,9 @@ class SimEngine {
     return owned_.count(h) == 0;
   }
   bool done(SeqHandle h) const {
-    return std::count(loaded_.begin(), loaded_.end(), h) + std::count(failed_.begin(), failed_.end(), h) > 0;
+    return std::count(loaded_.begin(), loaded_.end(), h) +
+               std::count(failed_.begin(), failed_.end(), h) >
+           0;
   }
   bool freed(SeqHandle h) const { return owned_.count(h) == 0; }
   Live& live(SeqHandle h) { return owned_.at(h); }

@@ -2,12 +2,13 @@
 // TierStack per rank, real DSV4 PAGE/SLOT codecs. Each TEST_CASE ports a scenario of the
 // reference's section 6.1 (same intent, recognisable name) or covers a libtier decision
 // (docs/engine.md).
+#include "engine_sim.hpp"
+
 #include <doctest/doctest.h>
 
 #include <map>
 #include <set>
 
-#include "engine_sim.hpp"
 #include "tier/engine/export.hpp"
 
 using namespace tier;
@@ -31,8 +32,8 @@ SimOptions opts(std::uint32_t tp = 2) {
 // Every rank's blocks [0, tokens) and state group hold what a recomputation would write.
 void check_restored(SimEngine& sim, SeqHandle h, std::uint64_t tokens) {
   auto& l = sim.live(h);
-  const auto keys = chunk_keys(sim.o_.config.page_namespace, l.prompt,
-                               sim.o_.config.block_tokens, true);
+  const auto keys =
+      chunk_keys(sim.o_.config.page_namespace, l.prompt, sim.o_.config.block_tokens, true);
   for (std::uint32_t r = 0; r < sim.layouts.size(); ++r) {
     auto& lay = *sim.layouts[r];
     for (std::uint64_t b = 0; b < tokens / sim.o_.config.block_tokens; ++b) {
@@ -88,9 +89,8 @@ TEST_CASE("stateful page hit without sidecar is rejected and lookup cleared") {
   sim.run(1, a);
   CHECK(sim.sched->committed_count() == 0);
   SimEngine::Outcome out;
-  auto l = sim.admit(2, concat(std::vector<std::uint32_t>(a.begin(), a.begin() + 16384),
-                               tokens(4, 4096)),
-                     out);
+  auto l = sim.admit(
+      2, concat(std::vector<std::uint32_t>(a.begin(), a.begin() + 16384), tokens(4, 4096)), out);
   CHECK(out.match.page_hit == 16384);
   CHECK(out.match.tokens == 0);
   CHECK_FALSE(out.match.park);
@@ -175,8 +175,9 @@ TEST_CASE("stateful load failure evicts committed boundary idempotently") {
   const Boundary b = boundary_of(sim, a, 8192);
   REQUIRE(sim.sched->is_committed(b));
   // The sidecar vanished from rank 1 only.
-  REQUIRE(sim.workers[1]->with_stack(
-      [&](TierStack& s) { return s.remove(sim.workers[1]->slot_key(b)); }).is_ok());
+  REQUIRE(sim.workers[1]
+              ->with_stack([&](TierStack& s) { return s.remove(sim.workers[1]->slot_key(b)); })
+              .is_ok());
   SimEngine::Outcome out;
   auto l = sim.admit(2, a, out);
   REQUIRE(out.decision.action == LoadAction::kLoad);
@@ -204,8 +205,9 @@ TEST_CASE("recompute after a failed load republishes the boundary") {
   const auto a = tokens(12, 8192 + 8);
   sim.run(1, a);
   const Boundary b = boundary_of(sim, a, 8192);
-  REQUIRE(sim.workers[1]->with_stack(
-      [&](TierStack& s) { return s.remove(sim.workers[1]->slot_key(b)); }).is_ok());
+  REQUIRE(sim.workers[1]
+              ->with_stack([&](TierStack& s) { return s.remove(sim.workers[1]->slot_key(b)); })
+              .is_ok());
   auto out = sim.run(2, a);
   CHECK(out.load_failed);
   CHECK(sim.sched->is_committed(b));  // the recomputed request saved and committed it again
@@ -237,8 +239,8 @@ TEST_CASE("late load terminal cannot mutate reused request lifecycle") {
   sim.run(1, a);
   SimEngine::Outcome o1;
   auto l1 = sim.admit(7, a, o1);
-  sim.step(/*progress=*/false);  // load g1 dispatched, not run
-  CHECK_FALSE(sim.sched->finish(l1.h));  // abort: the load still writes its blocks
+  sim.step(/*progress=*/false);            // load g1 dispatched, not run
+  CHECK_FALSE(sim.sched->finish(l1.h));    // abort: the load still writes its blocks
   CHECK(sim.sched->loads_pending() == 0);  // abandoned ops are not pending
   SimEngine::Outcome o2;
   auto l2 = sim.admit(7, a, o2);  // request id 7 reused
@@ -346,7 +348,8 @@ TEST_CASE("abort during second load ignores first consumed generation") {
   auto l2 = sim.admit(3, a, o2);
   sim.step(false);
   CHECK_FALSE(sim.sched->finish(l2.h));  // abort during the second load
-  std::vector<OpReport> late = {{Channel::kLoad, g1, 0, true, ""}, {Channel::kLoad, g1, 1, true, ""}};
+  std::vector<OpReport> late = {{Channel::kLoad, g1, 0, true, ""},
+                                {Channel::kLoad, g1, 1, true, ""}};
   auto ev = sim.sched->process(late);
   CHECK(ev.terminals.empty());
   CHECK(ev.loaded.empty());
@@ -495,8 +498,8 @@ TEST_CASE("missing or corrupt sidecar fails whole load and invalidates once") {
   Status put;
   SaveItem item{w1.slot_key(b), src};
   REQUIRE(w1.with_stack([&](TierStack& s) {
-    return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
-  }).is_ok());
+              return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
+            }).is_ok());
   REQUIRE(put.is_ok());
   SimEngine::Outcome out;
   auto l = sim.admit(2, a, out);
@@ -559,8 +562,8 @@ TEST_CASE("failed corruption invalidation cannot fake later commit") {
   Status put;
   SaveItem item{w1.slot_key(b), src};
   REQUIRE(w1.with_stack([&](TierStack& s) {
-    return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
-  }).is_ok());
+              return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
+            }).is_ok());
   sim.run(1, a);  // its SLOT "put" found the key present: committed, though rank 1 is foreign
   REQUIRE(sim.sched->is_committed(b));
   auto out = sim.run(2, a);  // the load detects it; the removal fails; the key stays fenced
@@ -580,13 +583,15 @@ TEST_CASE("page retrieve failure prevents sidecar fetch") {
   auto& w1 = *sim.workers[1];
   const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
   REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.page_key(keys[3])); }).is_ok());
-  const auto gets = w1.with_stack([](TierStack& s) { return s.tier(0).metrics().of(Op::kGet).requests.get(); });
+  const auto gets =
+      w1.with_stack([](TierStack& s) { return s.tier(0).metrics().of(Op::kGet).requests.get(); });
   SimEngine::Outcome out;
   sim.admit(2, a, out);
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
   CHECK(ev.terminals[0].reason == "page_unavailable");
-  const auto after = w1.with_stack([](TierStack& s) { return s.tier(0).metrics().of(Op::kGet).requests.get(); });
+  const auto after =
+      w1.with_stack([](TierStack& s) { return s.tier(0).metrics().of(Op::kGet).requests.get(); });
   CHECK(after - gets == 8);  // the 8 PAGE chunks; the sidecar was never fetched
   CHECK(w1.counters().slot_restores.get() == 0);
 }

@@ -4,9 +4,12 @@ namespace tier::engine {
 
 std::string_view channel_name(Channel c) noexcept {
   switch (c) {
-    case Channel::kLoad: return "load";
-    case Channel::kPageSave: return "page_save";
-    case Channel::kSlotSave: return "slot_save";
+    case Channel::kLoad:
+      return "load";
+    case Channel::kPageSave:
+      return "page_save";
+    case Channel::kSlotSave:
+      return "slot_save";
   }
   return "unknown";
 }

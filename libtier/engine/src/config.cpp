@@ -1,36 +1,76 @@
 #include "tier/engine/config.hpp"
 
-#include <numeric>
-
 #include <fmt/format.h>
+
+#include <numeric>
 
 namespace tier::engine {
 
 std::span<const OptionSpec> EngineConfig::options() {
   static const std::vector<OptionSpec> specs = {
-      {"block_tokens", OptionType::kUInt, Json(256), "hash block in tokens (block size x DCP)",
-       1.0, 1048576.0, {}},
-      {"chunk_tokens", OptionType::kUInt, Json(256),
-       "PAGE chunk in tokens (resume alignment); a multiple of block_tokens", 1.0, 16777216.0, {}},
-      {"checkpoint_interval_tokens", OptionType::kInt, Json(8192),
-       "SLOT cadence: >0 a rung every N tokens, 0 off, -1 prompt-end anchor only", -1.0,
-       1e15, {}},
-      {"min_load_tokens", OptionType::kUInt, Json(8192),
-       "hits that add fewer tokens than this are recomputed", 0.0, std::nullopt, {}},
-      {"stateful", OptionType::kBool, Json(true),
-       "hybrid model: a resume needs the PAGE prefix and a committed SLOT", std::nullopt,
-       std::nullopt, {}},
-      {"tp_size", OptionType::kUInt, Json(1), "TP ranks that report every operation", 1.0, 64.0,
+      {"block_tokens",
+       OptionType::kUInt,
+       Json(256),
+       "hash block in tokens (block size x DCP)",
+       1.0,
+       1048576.0,
        {}},
-      {"max_pending_saves", OptionType::kUInt, Json(2),
-       "per worker: queued plus running saves; more are rejected, never waited for", 1.0,
-       1048576.0, {}},
-      {"commit_index_capacity", OptionType::kUInt, Json(65536),
-       "in-memory LRU of committed SLOT boundaries (commit records persist in the tiers)", 1.0,
-       std::nullopt, {}},
-      {"tombstone_limit", OptionType::kUInt, Json(4096),
-       "terminal operation ids remembered per channel against late duplicates", 0.0,
-       std::nullopt, {}},
+      {"chunk_tokens",
+       OptionType::kUInt,
+       Json(256),
+       "PAGE chunk in tokens (resume alignment); a multiple of block_tokens",
+       1.0,
+       16777216.0,
+       {}},
+      {"checkpoint_interval_tokens",
+       OptionType::kInt,
+       Json(8192),
+       "SLOT cadence: >0 a rung every N tokens, 0 off, -1 prompt-end anchor only",
+       -1.0,
+       1e15,
+       {}},
+      {"min_load_tokens",
+       OptionType::kUInt,
+       Json(8192),
+       "hits that add fewer tokens than this are recomputed",
+       0.0,
+       std::nullopt,
+       {}},
+      {"stateful",
+       OptionType::kBool,
+       Json(true),
+       "hybrid model: a resume needs the PAGE prefix and a committed SLOT",
+       std::nullopt,
+       std::nullopt,
+       {}},
+      {"tp_size",
+       OptionType::kUInt,
+       Json(1),
+       "TP ranks that report every operation",
+       1.0,
+       64.0,
+       {}},
+      {"max_pending_saves",
+       OptionType::kUInt,
+       Json(2),
+       "per worker: queued plus running saves; more are rejected, never waited for",
+       1.0,
+       1048576.0,
+       {}},
+      {"commit_index_capacity",
+       OptionType::kUInt,
+       Json(65536),
+       "in-memory LRU of committed SLOT boundaries (commit records persist in the tiers)",
+       1.0,
+       std::nullopt,
+       {}},
+      {"tombstone_limit",
+       OptionType::kUInt,
+       Json(4096),
+       "terminal operation ids remembered per channel against late duplicates",
+       0.0,
+       std::nullopt,
+       {}},
   };
   return specs;
 }
@@ -84,8 +124,8 @@ Status EngineConfig::validate() const {
 
 std::int64_t EngineConfig::sidecar_interval() const noexcept {
   if (checkpoint_interval_tokens < 0) return -1;
-  const auto snapped = static_cast<std::uint64_t>(checkpoint_interval_tokens) / block_tokens *
-                       block_tokens;
+  const auto snapped =
+      static_cast<std::uint64_t>(checkpoint_interval_tokens) / block_tokens * block_tokens;
   if (snapped == 0) return 0;
   return static_cast<std::int64_t>(std::lcm(snapped, static_cast<std::uint64_t>(chunk_tokens)));
 }

@@ -1,8 +1,8 @@
 #include "tier/engine/dsv4_layout.hpp"
 
-#include <cstring>
-
 #include <xxhash.h>
+
+#include <cstring>
 
 namespace tier::engine {
 namespace {
@@ -57,10 +57,9 @@ Result<std::unique_ptr<Dsv4Layout>> Dsv4Layout::create(const dsv4::Geometry& geo
     return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the KV memory");
   }
   TIER_ASSIGN_OR_RETURN(auto bound, dsv4::bind_layout(geometry, regions));
-  TIER_ASSIGN_OR_RETURN(l->page_,
-                        dsv4::PageCodec::create(bound.page, geometry.config.num_blocks));
-  dsv4::SlotIdentity id{dsv4::slot_fingerprint(geometry, page_namespace, tp_size, tp_rank),
-                        tp_size, tp_rank};
+  TIER_ASSIGN_OR_RETURN(l->page_, dsv4::PageCodec::create(bound.page, geometry.config.num_blocks));
+  dsv4::SlotIdentity id{dsv4::slot_fingerprint(geometry, page_namespace, tp_size, tp_rank), tp_size,
+                        tp_rank};
   TIER_ASSIGN_OR_RETURN(l->slot_,
                         dsv4::SlotCodec::create(bound.slot, geometry.config.num_slots, id));
   return l;

@@ -6,10 +6,14 @@ namespace tier::engine {
 
 std::string_view load_action_name(LoadAction a) noexcept {
   switch (a) {
-    case LoadAction::kNone: return "none";
-    case LoadAction::kLoad: return "load";
-    case LoadAction::kRecompute: return "recompute";
-    case LoadAction::kHandoff: return "handoff";
+    case LoadAction::kNone:
+      return "none";
+    case LoadAction::kLoad:
+      return "load";
+    case LoadAction::kRecompute:
+      return "recompute";
+    case LoadAction::kHandoff:
+      return "handoff";
   }
   return "unknown";
 }
@@ -205,7 +209,8 @@ std::optional<std::uint64_t> Scheduler::slot_candidate(const Seq& s) const {
 std::uint64_t Scheduler::cut_prefill_chunk(SeqHandle h, std::uint64_t start,
                                            std::uint64_t len) const {
   const Seq* s = find(h);
-  if (s == nullptr || len == 0 || !config_.stateful || s->slot_save) return std::max<std::uint64_t>(len, 1);
+  if (s == nullptr || len == 0 || !config_.stateful || s->slot_save)
+    return std::max<std::uint64_t>(len, 1);
   for (std::uint64_t b : config_.slot_boundaries(s->prompt.size())) {
     if (b <= start || b > start + len) continue;
     if (s->failed_slots.count(b) != 0) continue;
@@ -257,8 +262,8 @@ StepPlan Scheduler::build_step() {
     if (s.load) continue;  // nothing is saved while a load writes the blocks
     const std::uint64_t prompt = s.prompt.size();
     const std::uint64_t computed = std::min(s.computed, prompt);
-    const std::uint64_t aligned = std::min<std::uint64_t>(computed / chunk * chunk,
-                                                          s.keys.size() * chunk);
+    const std::uint64_t aligned =
+        std::min<std::uint64_t>(computed / chunk * chunk, s.keys.size() * chunk);
     auto slot = slot_candidate(s);
     const bool page_due = aligned > s.saved && (s.saves.empty() || slot.has_value());
     if (!page_due && !slot) continue;
@@ -346,8 +351,8 @@ bool Scheduler::idle(const Seq& s) const {
   if (s.load || s.load_armed || !s.saves.empty() || s.slot_save) return false;
   const std::uint64_t chunk = config_.chunk_tokens;
   const std::uint64_t computed = std::min<std::uint64_t>(s.computed, s.prompt.size());
-  const std::uint64_t aligned = std::min<std::uint64_t>(computed / chunk * chunk,
-                                                        s.keys.size() * chunk);
+  const std::uint64_t aligned =
+      std::min<std::uint64_t>(computed / chunk * chunk, s.keys.size() * chunk);
   if (aligned > s.saved) return false;
   return !slot_candidate(s).has_value();
 }

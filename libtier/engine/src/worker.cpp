@@ -62,14 +62,18 @@ class PreEncoded final : public Codec {
 
 Worker::Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
                PluginPtr<Codec> identity)
-    : config_(config), rank_(rank), stack_(stack), layout_(layout),
-      identity_(std::move(identity)), loaded_by_tier_(stack.tier_count(), 0) {
+    : config_(config),
+      rank_(rank),
+      stack_(stack),
+      layout_(layout),
+      identity_(std::move(identity)),
+      loaded_by_tier_(stack.tier_count(), 0) {
   const std::string ns = config.page_namespace.hex();
   slot_ns_ = namespace_id(Json{{"page_namespace", ns}, {"object", "slot-sidecar"}}).value();
-  commit_ns_ = namespace_id(Json{{"page_namespace", ns},
-                                 {"object", "slot-commit"},
-                                 {"tp_size", config.tp_size}})
-                   .value();
+  commit_ns_ =
+      namespace_id(
+          Json{{"page_namespace", ns}, {"object", "slot-commit"}, {"tp_size", config.tp_size}})
+          .value();
 }
 
 Result<std::unique_ptr<Worker>> Worker::create(const EngineConfig& config, std::uint32_t rank,
@@ -213,8 +217,8 @@ std::string_view Worker::run_load(const LoadOp& op) {
   if (!op.slot) return {};
   auto dst = layout_.slot_regions(op.slot_group);
   if (!dst) return "missing_destination_group";
-  auto codec = layout_.slot_codec(
-      SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+  auto codec =
+      layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
   if (!codec) return "sidecar_codec";
   const ObjectKey key = slot_key(*op.slot);
   LoadItem item{key, *dst};

@@ -38,8 +38,8 @@ class Aggregator {
   // generation 0, an already terminal or tombstoned id).
   std::optional<Terminal> add(const OpReport& report);
 
-  std::size_t pending() const noexcept;      // operations with some but not all reports
-  std::size_t tombstones() const noexcept;   // tombstoned ids over all channels
+  std::size_t pending() const noexcept;     // operations with some but not all reports
+  std::size_t tombstones() const noexcept;  // tombstoned ids over all channels
   std::uint32_t world_size() const noexcept { return world_size_; }
   // Forgets pending groups and tombstones (a scheduler restart).
   void reset();

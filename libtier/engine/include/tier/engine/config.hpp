@@ -20,8 +20,8 @@
 namespace tier::engine {
 
 struct EngineConfig {
-  std::uint32_t block_tokens = 256;   // hash block: scheduler block size x DCP
-  std::uint32_t chunk_tokens = 256;   // PAGE chunk = resume alignment; a multiple of block_tokens
+  std::uint32_t block_tokens = 256;  // hash block: scheduler block size x DCP
+  std::uint32_t chunk_tokens = 256;  // PAGE chunk = resume alignment; a multiple of block_tokens
   // SLOT cadence: > 0 a rung every N tokens (snapped down to block_tokens, then lcm with the
   // chunk); 0 no SLOT saves; -1 no ladder, only the prompt-end anchor (docs/engine.md).
   std::int64_t checkpoint_interval_tokens = 8192;

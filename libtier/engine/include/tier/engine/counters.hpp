@@ -23,13 +23,13 @@ namespace tier::engine {
 
 struct EngineCounters {
   Counter load_requests, loaded_tokens, load_failures, save_requests, saved_tokens;
-  Counter lookups, lookup_hit_tokens;   // lookups; tokens offered by them (after the shrink)
-  Counter page_hit_tokens;              // PAGE prefix found, before the SLOT shrink
-  Counter lookups_without_commit;       // stateful PAGE hits with no committed boundary
-  Counter commits_rediscovered;         // boundaries re-indexed from a persisted commit record
+  Counter lookups, lookup_hit_tokens;  // lookups; tokens offered by them (after the shrink)
+  Counter page_hit_tokens;             // PAGE prefix found, before the SLOT shrink
+  Counter lookups_without_commit;      // stateful PAGE hits with no committed boundary
+  Counter commits_rediscovered;        // boundaries re-indexed from a persisted commit record
   Counter slot_commits, slot_save_failures, decommits;
-  Counter save_failures;                // aggregated PAGE save failures
-  Counter loads_skipped;                // after_alloc decisions other than kLoad (with a hit)
+  Counter save_failures;  // aggregated PAGE save failures
+  Counter loads_skipped;  // after_alloc decisions other than kLoad (with a hit)
 };
 
 }  // namespace tier::engine

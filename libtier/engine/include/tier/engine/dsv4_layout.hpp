@@ -32,8 +32,7 @@ class Dsv4Layout final : public KvLayout {
                                                     std::uint32_t tp_size, std::uint32_t tp_rank);
 
   const Codec& page_codec() const noexcept override { return *page_; }
-  Result<std::vector<Region>> page_regions(
-      std::span<const std::uint32_t> block_ids) const override;
+  Result<std::vector<Region>> page_regions(std::span<const std::uint32_t> block_ids) const override;
   Result<std::vector<Region>> slot_regions(std::int32_t group) const override;
   Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const override;
 

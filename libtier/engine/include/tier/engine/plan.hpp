@@ -58,7 +58,7 @@ struct SaveOp {
   std::vector<Key128> chunk_keys;        // keys of the chunks covering [page_start, page_end)
   std::vector<std::uint32_t> block_ids;  // source blocks of those chunks, in order
   std::optional<Boundary> slot;
-  std::vector<Key128> prefix_keys;       // keys of [0, slot->tokens): the visibility check
+  std::vector<Key128> prefix_keys;  // keys of [0, slot->tokens): the visibility check
   std::int32_t slot_group = -1;
 };
 

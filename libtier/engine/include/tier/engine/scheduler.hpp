@@ -66,10 +66,10 @@ class TierView {
 using SeqHandle = std::uint64_t;
 
 struct MatchResult {
-  std::uint64_t tokens = 0;       // tokens the tiers can provide (0: none)
-  bool park = false;              // true: the load is asynchronous; wait for process()
-  std::uint64_t page_hit = 0;     // PAGE prefix present in the tiers (before the SLOT shrink)
-  std::optional<Boundary> slot;   // the committed boundary the load resumes from (stateful)
+  std::uint64_t tokens = 0;      // tokens the tiers can provide (0: none)
+  bool park = false;             // true: the load is asynchronous; wait for process()
+  std::uint64_t page_hit = 0;    // PAGE prefix present in the tiers (before the SLOT shrink)
+  std::optional<Boundary> slot;  // the committed boundary the load resumes from (stateful)
 };
 
 enum class LoadAction : std::uint8_t {
@@ -173,7 +173,7 @@ class Scheduler {
     std::optional<ActiveLoad> load;
     std::unordered_set<std::uint64_t> saves;  // save generations in flight
     std::optional<SlotInflight> slot_save;
-    std::set<std::uint64_t> failed_slots;     // boundaries whose SLOT save failed
+    std::set<std::uint64_t> failed_slots;  // boundaries whose SLOT save failed
     bool finished = false;
   };
   struct SaveInflight {

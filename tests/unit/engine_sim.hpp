@@ -5,8 +5,11 @@
 // its own thread, as TP workers do. A "forward" writes deterministic KV derived from the prefix
 // content, so a restore can be checked bit for bit against a recomputation.
 
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>

@@ -7,18 +7,35 @@
 #include "tier/object.hpp"
 #include "tier/options.hpp"
 
+#if TIER_CPU_SHM
+#include "shm_store.hpp"
+#endif
+
 namespace tier::cpu {
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const BackendContext& ctx) {
   if (ctx.capacity_bytes == 0)
     return Status::invalid("the cpu tier needs a capacity greater than 0");
+  if (ctx.options.is_object() && ctx.options.value("mode", "heap") == "shm")
+    return create_shm(ctx);
   return std::make_unique<CpuBackend>(ctx.tier_name, ctx.capacity_bytes);
 }
 
 CpuBackend::CpuBackend(std::string tier_name, std::uint64_t capacity)
     : Backend(std::move(tier_name)), capacity_(capacity) {}
 
+#if !TIER_CPU_SHM
+Result<std::unique_ptr<CpuBackend>> CpuBackend::create_shm(const BackendContext&) {
+  return Status(Code::kNotSupported,
+                "mode \"shm\" needs libtier built with Boost.Interprocess (meson -Dshm=enabled)");
+}
+CpuBackend::~CpuBackend() = default;
+#endif
+
 Capabilities CpuBackend::capabilities() const noexcept {
+#if TIER_CPU_SHM
+  if (shm_) return shm_capabilities();
+#endif
   Capabilities c;
   c.memory_kinds = kHostKinds;
   c.max_object_bytes = capacity_;
@@ -26,9 +43,17 @@ Capabilities CpuBackend::capabilities() const noexcept {
   return c;
 }
 
-Usage CpuBackend::usage() const noexcept { return Usage{capacity_, used_, map_.size()}; }
+Usage CpuBackend::usage() const noexcept {
+#if TIER_CPU_SHM
+  if (shm_) return shm_usage();
+#endif
+  return Usage{capacity_, used_, map_.size()};
+}
 
 std::string CpuBackend::describe() const {
+#if TIER_CPU_SHM
+  if (shm_) return shm_describe();
+#endif
   return fmt::format("cpu heap tier \"{}\": {} of {} used, {} objects", tier_name(),
                      format_size(used_), format_size(capacity_), map_.size());
 }
@@ -103,6 +128,9 @@ Completion CpuBackend::get(const IoRequest& r) {
 }
 
 Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
+#if TIER_CPU_SHM
+  if (shm_) return shm_submit(reqs);
+#endif
   for (const IoRequest& r : reqs) {
     switch (r.op) {
       case Op::kPut:

@@ -4,11 +4,19 @@
 
 namespace {
 constexpr const char kCpuOptions[] = R"JSON([
-  {"name": "mode", "type": "enum", "choices": ["heap"], "default": "heap",
-   "doc": "where objects live: heap = this process's memory"}
+  {"name": "mode", "type": "enum", "choices": ["heap", "shm"], "default": "heap",
+   "doc": "where objects live: heap = this process's memory (exact LRU, capacity in exact image bytes); shm = a named shared-memory segment that every process opening the same segment shares and that survives restarts (docs/shm.md)"},
+  {"name": "segment", "type": "string", "default": "libtier-cpu",
+   "doc": "shm mode: name of the segment (/dev/shm/<segment>; 1-200 of [A-Za-z0-9._-]); processes that name the same segment share one pool"},
+  {"name": "block_size", "type": "size", "default": "16KiB", "min": 4096, "max": 67108864,
+   "doc": "shm mode: allocation unit, a power of two; an object takes ceil(image / block_size) blocks, and capacity is rounded down to whole blocks"},
+  {"name": "max_objects", "type": "uint", "default": 0, "max": 4294967294,
+   "doc": "shm mode: index entries (objects the segment can hold at once); 0 = one per block"},
+  {"name": "prefault", "type": "bool", "default": false,
+   "doc": "shm mode: allocate every page of the segment when this process creates it, and map every page into this process when it opens an existing one, so puts and gets never page-fault (commits the whole capacity in memory up front)"}
 ])JSON";
 constexpr tier_plugin_v1 kCpu = tier::make_backend_plugin<tier::cpu::CpuBackend>(
-    "cpu", "host-memory tier with exact LRU eviction", kCpuOptions);
+    "cpu", "host-memory tier with LRU eviction, in the heap or in shared memory", kCpuOptions);
 }  // namespace
 
 TIER_REGISTER_PLUGIN(cpu, kCpu)

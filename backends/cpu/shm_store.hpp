@@ -1,0 +1,151 @@
+#pragma once
+// ShmStore: the object store behind the CPU tier's "shm" mode. Object images and their index live
+// in one named Boost.Interprocess managed segment (/dev/shm/<name>), so every process of a host
+// that opens the same name (the TP ranks of one engine, a restarted engine, tierctl) sees the same
+// objects. docs/shm.md describes the layout and the crash-safety protocol; in short:
+//
+//  - One robust, process-shared pthread mutex guards the index. A process killed while holding it
+//    hands the next locker EOWNERDEAD; that locker rebuilds every derived structure (hash chains,
+//    LRU list, free lists, counters) from the entry table, which is the source of truth, and
+//    carries on. Boost.Interprocess's own (non-robust) mutexes are never taken after the segment
+//    is published: creation happens under a private name and is published by an atomic rename.
+//  - Bytes are copied outside the lock. A put reserves blocks and an entry in state kWriting,
+//    copies, then publishes (kReady) under the lock; a get pins the entry (recorded in its client
+//    slot), copies, and unpins. Readers never see a kWriting entry, and a pinned entry is never
+//    evicted nor its blocks reused, so no torn object is ever visible.
+//  - Each open store holds a client slot (pid + process start time). The reservations and pins of
+//    a process that died are released when another process notices (on open, when space runs
+//    out, on a put of the same key, in verify()).
+//
+// Threads: one ShmStore is used by one thread at a time (like the Backend that owns it); any
+// number of stores, in any number of processes, may use one segment at once.
+// Data path calls never throw.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tier/key.hpp"
+#include "tier/status.hpp"
+
+namespace tier::cpu {
+
+struct ShmConfig {
+  std::string segment;                // segment name (no slash): /dev/shm/<segment>
+  std::uint64_t capacity = 0;         // bytes of object storage (rounded down to whole blocks)
+  std::uint64_t block_bytes = 16384;  // allocation unit, a power of two in [4KiB, 64MiB]
+  std::uint64_t max_objects = 0;      // index entries; 0 = one per block
+  bool prefault = false;  // populate the arena's pages at creation, and map them all at open
+};
+
+// A snapshot of a segment for usage(), describe() and `tierctl shm inspect`.
+struct ShmStats {
+  std::string segment;
+  std::uint64_t capacity_bytes = 0;  // blocks * block_bytes
+  std::uint64_t block_bytes = 0;
+  std::uint64_t max_objects = 0;
+  std::uint64_t used_bytes = 0;      // bytes of the blocks held by stored and reserved objects
+  std::uint64_t image_bytes = 0;     // exact image bytes of stored (ready) objects
+  std::uint64_t objects = 0;         // ready objects
+  std::uint64_t writing = 0;         // reserved by a put that has not published yet
+  std::uint64_t doomed = 0;          // removed while a reader still copies them
+  std::uint64_t clients = 0;         // open stores (client slots in use)
+  std::uint64_t recoveries = 0;      // lock-holder deaths repaired since creation
+  std::uint64_t reaped_clients = 0;  // dead clients whose reservations and pins were released
+  std::uint64_t segment_bytes = 0;   // size of the whole segment
+};
+
+struct ShmClientInfo {
+  std::int32_t pid = 0;
+  bool alive = false;
+  bool pinning = false;  // holds a pin (a get is copying)
+};
+
+// One object as `tierctl shm inspect --objects` lists it.
+struct ShmObjectInfo {
+  ObjectKey key;
+  std::uint64_t image_bytes = 0;
+  std::uint32_t blocks = 0;
+  const char* state = "";  // "ready", "writing" or "doomed"
+};
+
+// What verify() found.
+struct ShmVerifyReport {
+  std::uint64_t checked = 0;  // ready objects whose image was verified
+  std::uint64_t corrupt = 0;  // failed verification; removed
+  std::uint64_t reaped_clients = 0;
+  std::vector<std::string> problems;  // one line per corrupt object or structural repair
+};
+
+// Points where a test child process can kill itself to exercise recovery (testing::set_crash_hook).
+enum class ShmCrashPoint {
+  kPutHoldingLock,    // put: blocks taken off the free list, entry not yet written, lock held
+  kPutCopying,        // put: half of the image copied, entry kWriting, lock free
+  kGetCopying,        // get: entry pinned, half copied, lock free
+  kEvictHoldingLock,  // put: a victim half unlinked during eviction, lock held
+};
+
+class ShmStore {
+ public:
+  // Called for each object evicted for capacity, after the lock is released (keys only).
+  using EvictFn = std::function<void(const ObjectKey&, std::uint64_t image_bytes)>;
+
+  // Opens the segment `cfg.segment`, creating it with `cfg`'s geometry when it does not exist.
+  // An existing segment must have the same geometry. Takes a client slot.
+  // Errors: InvalidArgument (bad config, geometry mismatch), NoSpace (no client slot, /dev/shm
+  // full), IoError.
+  static Result<std::unique_ptr<ShmStore>> open(const ShmConfig& cfg);
+  // Opens an existing segment with whatever geometry it has (tierctl). Errors: NotFound, IoError.
+  static Result<std::unique_ptr<ShmStore>> attach(const std::string& segment);
+  // Removes the segment's name (and leftovers of interrupted creations). Processes that have it
+  // open keep their mapping; the next open creates a fresh one. Errors: NotFound.
+  static Status remove_segment(const std::string& segment);
+
+  ~ShmStore();
+  ShmStore(const ShmStore&) = delete;
+  ShmStore& operator=(const ShmStore&) = delete;
+
+  // Put-if-absent of a complete image. Returns: Ok, AlreadyExists (ready or being written by
+  // another client; a ready one has its recency refreshed), NoSpace, BadState.
+  Status put(const ObjectKey& key, std::span<const std::byte> image, const EvictFn& on_evict);
+
+  struct GetResult {
+    Status status;            // Ok, NotFound, InvalidArgument (out too small), ChecksumMismatch,
+                              // BadState
+    std::uint64_t bytes = 0;  // image bytes copied, or needed when `out` is too small
+  };
+  // Copies the image into `out`, verifying it on the way (tier/object.hpp copy_verified: header,
+  // `key`, length, payload checksum; on a mismatch `out` holds no valid header), and refreshes
+  // recency.
+  GetResult get(const ObjectKey& key, std::span<std::byte> out);
+  // The image size of a ready object. Does not refresh recency. Returns: NotFound, BadState.
+  Result<std::uint64_t> contains(const ObjectKey& key);
+  // Returns: Ok, NotFound (absent, or not yet published), BadState.
+  Status remove(const ObjectKey& key);
+
+  // Counters read without the lock (each one is consistent; together they are approximate).
+  ShmStats stats() const noexcept;
+  // Under the lock: counts states and lists clients and objects (tierctl).
+  Result<ShmStats> inspect(std::vector<ShmClientInfo>* clients,
+                           std::vector<ShmObjectInfo>* objects);
+  // Releases what dead clients held, checks the index, and verifies every ready image (header,
+  // key, length, checksum); corrupt objects are removed.
+  Result<ShmVerifyReport> verify();
+
+ private:
+  struct Impl;
+  explicit ShmStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+namespace testing {
+// Installs a hook called at each ShmCrashPoint (nullptr: none). Only tests install one, in a
+// child process, to die with SIGKILL at a chosen instant.
+void set_crash_hook(void (*hook)(ShmCrashPoint));
+}  // namespace testing
+
+}  // namespace tier::cpu

@@ -1,0 +1,452 @@
+// The cpu tier's shm mode with real processes on real shared memory: several writers and readers
+// on one segment, kill -9 of writers at random instants and at chosen crash points, restart and
+// reattach, two namespaces side by side. Children are fork()ed, talk to the segment through the
+// registry-created backend (so the core verifies every get), and report through exit codes.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "shm_store.hpp"
+#include "support/test_util.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
+
+using namespace tier;
+using tier::cpu::ShmCrashPoint;
+using tier::cpu::ShmStore;
+using tier::test::key_of;
+using tier::test::make_image;
+using tier::test::run;
+
+namespace {
+
+constexpr std::uint64_t kCapacity = 16ull << 20;
+
+// A segment name unique to this test run, removed when the test case ends.
+struct Segment {
+  std::string name;
+  Segment() {
+    static int counter = 0;
+    name = fmt::format("libtier-unit-{}-{}", ::getpid(), counter++);
+  }
+  ~Segment() { ShmStore::remove_segment(name).ignore(); }
+};
+
+Json shm_options(const std::string& segment, bool prefault = false) {
+  return Json{{"mode", "shm"}, {"segment", segment}, {"block_size", 16384}, {"prefault", prefault}};
+}
+
+PluginPtr<Backend> open_backend(const std::string& segment, std::uint64_t capacity = kCapacity,
+                                bool prefault = false) {
+  auto b = Registry::global().create_backend(
+      "cpu", BackendContext{"cpu", capacity, shm_options(segment, prefault)});
+  if (!b) {
+    std::fprintf(stderr, "open %s: %s\n", segment.c_str(), b.status().to_string().c_str());
+    return PluginPtr<Backend>(nullptr, {});
+  }
+  return std::move(b).value();
+}
+
+// Deterministic payload size of a key: 1 KiB .. ~200 KiB.
+std::size_t payload_of(const ObjectKey& k) { return 1024 + (k.id.lo * 7919 + k.ns.lo) % 200'000; }
+
+// Exit codes of children.
+constexpr int kChildOk = 0, kChildCorrupt = 3, kChildSetup = 4, kChildError = 5;
+
+// Runs `fn` in a child process; returns the child's pid.
+pid_t spawn(const std::function<int()>& fn) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(60);  // a hung child dies instead of hanging the suite
+    int rc = fn();
+    ::_exit(rc);
+  }
+  return pid;
+}
+
+// Waits for a child: its exit code, or 128 + signal.
+int wait_child(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// Puts `count` objects of namespace `ns` starting at id `first`, forever when `count` is 0.
+int writer(const std::string& segment, std::uint64_t ns, std::uint64_t first, std::uint64_t count,
+           std::uint64_t seed = 0) {
+  auto b = open_backend(segment);
+  if (!b) return kChildSetup;
+  for (std::uint64_t i = 0; count == 0 || i < count; ++i) {
+    auto k = key_of(first + (count == 0 ? i % 5000 : i), ns);
+    auto img = make_image(k, payload_of(k), seed);
+    Completion c = run(*b, Op::kPut, k, host_region(img));
+    if (!c.status.is_ok() && c.status.code() != Code::kAlreadyExists) {
+      std::fprintf(stderr, "writer put: %s\n", c.status.to_string().c_str());
+      return kChildError;
+    }
+  }
+  return kChildOk;
+}
+
+// Reads random keys of [first, first + span) in namespace `ns` for `ms` milliseconds; every hit
+// must be bit-exact. Returns kChildCorrupt on any wrong byte or checksum failure.
+int reader(const std::string& segment, std::uint64_t ns, std::uint64_t first, std::uint64_t span,
+           int ms, std::uint64_t seed = 0, std::uint64_t* hits_out = nullptr) {
+  auto b = open_backend(segment);
+  if (!b) return kChildSetup;
+  std::mt19937_64 rng(::getpid());
+  std::vector<std::byte> buf(300'000);
+  std::uint64_t hits = 0;
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    auto k = key_of(first + rng() % span, ns);
+    Completion c = run(*b, Op::kGet, k, host_region(buf));
+    if (c.status.code() == Code::kNotFound) continue;
+    if (!c.status.is_ok()) {
+      std::fprintf(stderr, "reader get: %s\n", c.status.to_string().c_str());
+      return c.status.code() == Code::kChecksumMismatch ? kChildCorrupt : kChildError;
+    }
+    auto want = make_image(k, payload_of(k), seed);
+    if (c.bytes != want.size() || std::memcmp(buf.data(), want.data(), want.size()) != 0) {
+      std::fprintf(stderr, "reader: wrong bytes for %s\n", k.to_string().c_str());
+      return kChildCorrupt;
+    }
+    ++hits;
+  }
+  if (hits_out != nullptr) *hits_out = hits;
+  return kChildOk;
+}
+
+// Checks every object of the segment and that nothing is left reserved or pinned.
+void check_segment(const std::string& segment) {
+  auto store = ShmStore::attach(segment);
+  REQUIRE_MESSAGE(store.is_ok(), store.status().to_string());
+  auto report = (*store)->verify();
+  REQUIRE(report.is_ok());
+  CHECK(report->corrupt == 0);
+  for (const auto& p : report->problems) MESSAGE(p);
+  auto st = (*store)->inspect(nullptr, nullptr);
+  REQUIRE(st.is_ok());
+  CHECK(st->used_bytes <= st->capacity_bytes);
+  CHECK(st->writing == 0);
+  CHECK(st->doomed == 0);
+  CHECK(st->clients == 1);  // this store only: every child's slot was released or reaped
+}
+
+// Fills the whole segment from this process: proves no lock is stuck and no space leaked.
+void fill_segment(const std::string& segment) {
+  auto b = open_backend(segment);
+  REQUIRE(b != nullptr);
+  const std::size_t payload = 512 * 1024;
+  for (std::uint64_t i = 0; i < 2 * kCapacity / payload; ++i) {
+    auto k = key_of(900'000 + i, 77);
+    auto img = make_image(k, payload);
+    Completion c = run(*b, Op::kPut, k, host_region(img));
+    REQUIRE_MESSAGE(c.status.is_ok(), c.status.to_string());
+  }
+  CHECK(b->usage().used_bytes <= kCapacity);
+}
+
+}  // namespace
+
+TEST_CASE("shm: several writer and reader processes share one segment") {
+  Segment seg;
+  ::alarm(120);
+  {  // create it first so that all children agree on the geometry
+    auto b = open_backend(seg.name);
+    REQUIRE(b != nullptr);
+  }
+  std::vector<pid_t> writers, readers;
+  for (std::uint64_t w = 0; w < 3; ++w)
+    writers.push_back(spawn([&, w] { return writer(seg.name, 1, w * 400, 400); }));
+  for (int r = 0; r < 2; ++r)
+    readers.push_back(spawn([&] { return reader(seg.name, 1, 0, 1200, 1500); }));
+  for (pid_t p : writers) CHECK(wait_child(p) == kChildOk);
+  for (pid_t p : readers) CHECK(wait_child(p) == kChildOk);
+  // 3 x 400 objects of ~100 KiB do not fit in 16 MiB: evictions happened, and the newest of
+  // each writer is still there for a fresh process.
+  auto b = open_backend(seg.name);
+  REQUIRE(b != nullptr);
+  CHECK(b->usage().used_bytes <= kCapacity);
+  CHECK(b->usage().objects > 0);
+  std::uint64_t hits = 0;
+  CHECK(reader(seg.name, 1, 0, 1200, 200, 0, &hits) == kChildOk);
+  CHECK(hits > 0);
+  b.reset();
+  check_segment(seg.name);
+  ::alarm(0);
+}
+
+TEST_CASE("shm: kill -9 of writers at random instants leaves no torn object and no stuck lock") {
+  Segment seg;
+  ::alarm(120);
+  { REQUIRE(open_backend(seg.name) != nullptr); }
+  pid_t watcher = spawn([&] { return reader(seg.name, 2, 0, 5000, 2500); });
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 16; ++round) {
+    pid_t a = spawn([&] { return writer(seg.name, 2, 0, 0, 0); });
+    pid_t b = spawn([&] { return writer(seg.name, 2, 2500, 0, 0); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 60));
+    ::kill(a, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    ::kill(b, SIGKILL);
+    CHECK(wait_child(a) == 128 + SIGKILL);
+    CHECK(wait_child(b) == 128 + SIGKILL);
+  }
+  CHECK(wait_child(watcher) == kChildOk);
+  auto stats = ShmStore::attach(seg.name).value()->stats();
+  MESSAGE(fmt::format("{} objects, {} lock-holder deaths repaired, {} dead clients reaped",
+                      stats.objects, stats.recoveries, stats.reaped_clients));
+  CHECK(stats.reaped_clients + stats.recoveries > 0);
+  check_segment(seg.name);
+  fill_segment(seg.name);
+  ::alarm(0);
+}
+
+namespace {
+ShmCrashPoint g_die_at;
+void die_at(ShmCrashPoint p) {
+  if (p == g_die_at) ::raise(SIGKILL);
+}
+}  // namespace
+
+TEST_CASE("shm: a process killed at each critical instant is recovered from") {
+  for (ShmCrashPoint point : {ShmCrashPoint::kPutHoldingLock, ShmCrashPoint::kPutCopying,
+                              ShmCrashPoint::kGetCopying, ShmCrashPoint::kEvictHoldingLock}) {
+    CAPTURE(static_cast<int>(point));
+    Segment seg;
+    ::alarm(60);
+    auto b = open_backend(seg.name);
+    REQUIRE(b != nullptr);
+    // Fill the segment completely so that the next put must evict.
+    const std::size_t payload = 1024 * 1024 - kObjectHeaderBytes;  // exactly 64 blocks
+    for (std::uint64_t i = 0; i < kCapacity / (payload + kObjectHeaderBytes); ++i) {
+      auto k = key_of(i, 3);
+      auto img = make_image(k, payload);
+      REQUIRE(run(*b, Op::kPut, k, host_region(img)).status.is_ok());
+    }
+    const std::uint64_t recoveries_before = ShmStore::attach(seg.name).value()->stats().recoveries;
+    auto victim = key_of(0, 3);   // the least recently used object
+    auto fresh = key_of(100, 3);  // what the dying child puts
+    pid_t child = spawn([&] {
+      auto cb = open_backend(seg.name);
+      if (!cb) return kChildSetup;
+      g_die_at = point;
+      cpu::testing::set_crash_hook(&die_at);
+      if (point == ShmCrashPoint::kGetCopying) {
+        std::vector<std::byte> buf(payload + kObjectHeaderBytes);
+        (void)run(*cb, Op::kGet, victim, host_region(buf));
+      } else {
+        auto img = make_image(fresh, payload);
+        (void)run(*cb, Op::kPut, fresh, host_region(img));
+      }
+      return kChildOk;  // not reached: the hook kills the child
+    });
+    REQUIRE(wait_child(child) == 128 + SIGKILL);
+
+    // This process goes on: the lock is free (or recovered) and nothing torn is visible.
+    CHECK(run(*b, Op::kContains, fresh).status.code() == Code::kNotFound);
+    if (point == ShmCrashPoint::kGetCopying) {
+      // The dead reader's pin must not keep the object forever: a remove dooms it, the reap frees.
+      CHECK(run(*b, Op::kRemove, victim).status.is_ok());
+    }
+    auto img = make_image(fresh, payload);
+    Completion c = run(*b, Op::kPut, fresh, host_region(img));
+    CHECK_MESSAGE(c.status.is_ok(), c.status.to_string());
+    std::vector<std::byte> buf(img.size());
+    CHECK(run(*b, Op::kGet, fresh, host_region(buf)).status.is_ok());
+    CHECK(std::memcmp(buf.data(), img.data(), img.size()) == 0);
+    auto stats = ShmStore::attach(seg.name).value()->stats();
+    bool held_lock =
+        point == ShmCrashPoint::kPutHoldingLock || point == ShmCrashPoint::kEvictHoldingLock;
+    CHECK(stats.recoveries == recoveries_before + (held_lock ? 1 : 0));
+    b.reset();
+    check_segment(seg.name);
+    fill_segment(seg.name);
+    ::alarm(0);
+  }
+}
+
+TEST_CASE("shm: a restarted process finds what it stored before") {
+  Segment seg;
+  ::alarm(60);
+  // First life: store 40 objects, then die without closing anything.
+  pid_t first = spawn([&] {
+    int rc = writer(seg.name, 4, 0, 40);
+    if (rc != kChildOk) return rc;
+    ::raise(SIGKILL);
+    return kChildOk;
+  });
+  CHECK(wait_child(first) == 128 + SIGKILL);
+  // Second life: every object is there, bit-exact (prefault maps the pages, keeping the bytes).
+  pid_t second = spawn([&] {
+    auto b = open_backend(seg.name, kCapacity, true);
+    if (!b) return kChildSetup;
+    std::vector<std::byte> buf(300'000);
+    for (std::uint64_t i = 0; i < 40; ++i) {
+      auto k = key_of(i, 4);
+      Completion c = run(*b, Op::kGet, k, host_region(buf));
+      if (!c.status.is_ok()) return kChildError;
+      auto want = make_image(k, payload_of(k));
+      if (c.bytes != want.size() || std::memcmp(buf.data(), want.data(), want.size()) != 0)
+        return kChildCorrupt;
+    }
+    return kChildOk;
+  });
+  CHECK(wait_child(second) == kChildOk);
+  // A tier that asks for another geometry is refused with the way out in the message.
+  auto other = Registry::global().create_backend(
+      "cpu", BackendContext{"cpu", 2 * kCapacity, shm_options(seg.name)});
+  REQUIRE_FALSE(other.is_ok());
+  CHECK(std::string(other.status().message()).find("tierctl shm remove") != std::string::npos);
+  check_segment(seg.name);
+  // After removal the next open starts empty.
+  REQUIRE(ShmStore::remove_segment(seg.name).is_ok());
+  auto b = open_backend(seg.name);
+  REQUIRE(b != nullptr);
+  CHECK(b->usage().objects == 0);
+  CHECK(run(*b, Op::kContains, key_of(0, 4)).status.code() == Code::kNotFound);
+  ::alarm(0);
+}
+
+TEST_CASE("shm: two namespaces side by side never see each other") {
+  Segment seg;
+  ::alarm(60);
+  { REQUIRE(open_backend(seg.name) != nullptr); }
+  // Same ids, different namespaces and contents, written and read at the same time.
+  auto side = [&](std::uint64_t ns, std::uint64_t seed) {
+    return spawn([&, ns, seed] {
+      int rc = writer(seg.name, ns, 0, 30, seed);
+      if (rc != kChildOk) return rc;
+      return reader(seg.name, ns, 0, 30, 300, seed);
+    });
+  };
+  pid_t a = side(10, 1), b = side(20, 2);
+  CHECK(wait_child(a) == kChildOk);
+  CHECK(wait_child(b) == kChildOk);
+  auto store = ShmStore::attach(seg.name);
+  REQUIRE(store.is_ok());
+  std::vector<cpu::ShmObjectInfo> objects;
+  REQUIRE((*store)->inspect(nullptr, &objects).is_ok());
+  std::size_t in_a = 0, in_b = 0;
+  for (const auto& o : objects) {
+    in_a += o.key.ns.lo == 10;
+    in_b += o.key.ns.lo == 20;
+  }
+  CHECK(in_a == 30);
+  CHECK(in_b == 30);
+  // A key of namespace 10 never answers for namespace 30, which holds nothing.
+  auto be = open_backend(seg.name);
+  REQUIRE(be != nullptr);
+  CHECK(run(*be, Op::kContains, key_of(0, 30)).status.code() == Code::kNotFound);
+  ::alarm(0);
+}
+
+TEST_CASE("shm: bytes damaged in the segment are never served, and verify removes them") {
+  Segment seg;
+  auto b = open_backend(seg.name);
+  REQUIRE(b != nullptr);
+  auto k = key_of(1, 5), intact = key_of(2, 5);
+  auto img = make_image(k, 100'000);
+  auto img2 = make_image(intact, 100'000);
+  REQUIRE(run(*b, Op::kPut, k, host_region(img)).status.is_ok());
+  REQUIRE(run(*b, Op::kPut, intact, host_region(img2)).status.is_ok());
+  {  // Flip one payload byte through a mapping of the segment's file.
+    int fd = ::open(("/dev/shm/" + seg.name).c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    struct stat st {};
+    REQUIRE(::fstat(fd, &st) == 0);
+    auto* p = static_cast<std::byte*>(::mmap(nullptr, static_cast<std::size_t>(st.st_size),
+                                             PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ::close(fd);
+    REQUIRE(p != MAP_FAILED);
+    void* at = ::memmem(p, static_cast<std::size_t>(st.st_size), img.data(), kObjectHeaderBytes);
+    REQUIRE(at != nullptr);
+    auto* payload = static_cast<std::byte*>(at) + kObjectHeaderBytes + 5000;
+    *payload = ~*payload;
+    ::munmap(p, static_cast<std::size_t>(st.st_size));
+  }
+  std::vector<std::byte> buf(img.size());
+  Completion c = run(*b, Op::kGet, k, host_region(buf));
+  CHECK(c.status.code() == Code::kChecksumMismatch);
+  CHECK(parse_object_header(buf).status().code() == Code::kChecksumMismatch);  // no valid header
+  CHECK(b->metrics().checksum_failures.get() == 1);
+  CHECK(run(*b, Op::kGet, intact, host_region(buf)).status.is_ok());
+  auto store = ShmStore::attach(seg.name);
+  REQUIRE(store.is_ok());
+  auto report = (*store)->verify();
+  REQUIRE(report.is_ok());
+  CHECK(report->checked == 2);
+  CHECK(report->corrupt == 1);
+  CHECK(run(*b, Op::kContains, k).status.code() == Code::kNotFound);
+  CHECK(run(*b, Op::kContains, intact).status.is_ok());
+}
+
+TEST_CASE("shm: a restarted engine's TierStack finds its prefix warm") {
+  Segment seg;
+  ::alarm(60);
+  const std::string profile = fmt::format(
+      R"({{"tiers": [{{"name": "host", "capacity": "16MiB",
+           "backend": {{"type": "cpu", "mode": "shm", "segment": "{}"}}}}]}})",
+      seg.name);
+  auto data_of = [](std::uint64_t n) {
+    std::vector<std::byte> d(50'000);
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::byte>((n * 131 + i) & 0xff);
+    return d;
+  };
+  // One engine life: opens a stack on the profile, saves a prefix of 8 chunks, then crashes.
+  auto life = [&](bool save) {
+    return spawn([&, save] {
+      auto p = parse_profile(Json::parse(profile), Registry::global(), "<t>");
+      if (!p) return kChildSetup;
+      auto stack = TierStack::open(*p);
+      auto codec = Registry::global().create_codec("identity", Json::object());
+      if (!stack || !codec) return kChildSetup;
+      std::vector<ObjectKey> keys;
+      for (std::uint64_t i = 0; i < 8; ++i) keys.push_back(key_of(i, 6));
+      if (save) {
+        for (std::uint64_t i = 0; i < 8; ++i) {
+          auto d = data_of(i);
+          Region r = host_region(d);
+          Status out;
+          SaveItem item{keys[i], RegionList(&r, 1)};
+          if (!(*stack)->save(std::span(&item, 1), **codec, std::span(&out, 1)) || !out)
+            return kChildError;
+        }
+        ::raise(SIGKILL);
+      }
+      auto prefix = (*stack)->lookup_prefix(keys);
+      if (!prefix || *prefix != 8) return kChildError;
+      for (std::uint64_t i = 0; i < 8; ++i) {
+        std::vector<std::byte> got(50'000);
+        Region r = host_region(got);
+        LoadResult out;
+        LoadItem item{keys[i], RegionList(&r, 1)};
+        if (!(*stack)->load(std::span(&item, 1), **codec, std::span(&out, 1)) || !out.status)
+          return kChildError;
+        if (got != data_of(i)) return kChildCorrupt;
+      }
+      return kChildOk;
+    });
+  };
+  CHECK(wait_child(life(true)) == 128 + SIGKILL);
+  CHECK(wait_child(life(false)) == kChildOk);
+  ::alarm(0);
+}

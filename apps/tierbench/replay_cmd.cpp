@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "bench_util.hpp"
+#include "replay_engine.hpp"
 #include "cli.hpp"
 #include "tier/codec.hpp"
 #include "tier/key.hpp"
@@ -35,6 +36,7 @@ bool check_block(const std::byte* p, std::size_t n, const Key128& k, std::vector
 }
 
 int run_replay(cli::Args& args) {
+  if (auto engine = args.get("engine")) return run_replay_engine(args, *engine);
   auto profile_path = args.get("profile");
   auto trace = args.get("trace");
   std::uint64_t block_bytes = args.size("block-bytes").value_or(64 * 1024);
@@ -202,7 +204,7 @@ int run_replay(cli::Args& args) {
 
 TIER_CLI_COMMAND(replay,
                  "replay --profile P [--trace FILE] [--block-bytes B] [--limit N] [--sessions N] "
-                 "[--json]",
+                 "[--json] [--engine dsv4 --preset NAME ...]",
                  "replay a multi-turn conversation workload (a Mooncake-format trace, or the "
                  "built-in generator) through the profile's tiers: hit rate per tier, bytes, "
                  "GB/s, p99 latency",

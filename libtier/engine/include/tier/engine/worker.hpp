@@ -1,0 +1,150 @@
+#pragma once
+// Worker: the worker-side half of the offload engine, one per TP rank. It moves PAGE chunks and
+// SLOT sidecars between the rank's KV memory and its TierStack, and reports every operation.
+//
+//   worker.submit(plan)          the step's plan (same on every rank); never blocks
+//   worker.progress()            runs queued loads, then queued saves, on the caller's thread;
+//                                the engine calls it every step and when idle
+//   reports = take_reports()     to the scheduler (Scheduler::process)
+//
+// Loads (all or nothing on this rank): every PAGE chunk of [hbm, lmc) must load (a missing
+// chunk or an unaligned floor is `page_unavailable`, and the SLOT is then never fetched); then
+// the SLOT of the boundary is decoded by a codec bound to the boundary's identity, which checks
+// it before writing any byte of the state group. A missing sidecar is `sidecar_unavailable`; a
+// corrupt or foreign one is `sidecar_corrupt` and its key is invalidated in every tier.
+//
+// Saves: accepted only while fewer than `max_pending_saves` are queued or running (else rejected
+// at once with `max_pending_saves`, never waited for). A SLOT save snapshots the state group at
+// submit(), before the next forward can change it. At run time: PAGE chunks are stored (any
+// failure: `page_store`, and the SLOT is not published); the PAGE prefix must be visible through
+// the boundary (`page_visibility`); a key fenced by a failed invalidation must be removed first
+// (`sidecar_invalidation`); then the sidecar is stored and must be visible (`sidecar_visibility`).
+//
+// Corruption fence: when an invalidation cannot remove a corrupt sidecar from every tier, its key
+// stays fenced and every later put of it first retries the removal; it is refused while that
+// fails, because tiers are put-if-absent and the corrupt copy would otherwise stay.
+//
+// Threads: the methods lock an internal mutex, so a rank thread may run progress() while the
+// scheduler thread uses this worker as its TierView (rank 0). The TierStack is used only under
+// that lock.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "tier/codec.hpp"
+#include "tier/engine/config.hpp"
+#include "tier/engine/plan.hpp"
+#include "tier/engine/scheduler.hpp"
+#include "tier/region.hpp"
+#include "tier/tier_stack.hpp"
+
+namespace tier::engine {
+
+// The identity a SLOT sidecar is framed with and checked against (the AOS1 header fields).
+struct SlotIdentity {
+  std::uint64_t boundary_tokens = 0;
+  std::uint64_t boundary_hash = 0;  // Boundary::key.lo
+  std::uint32_t tp_size = 1;
+  std::uint32_t tp_rank = 0;
+};
+
+// The model's KV memory on one rank and the codecs that move it. The DSV4 implementation binds
+// the DSV4 geometry and codecs; tests and tierbench use the same interface.
+class KvLayout {
+ public:
+  virtual ~KvLayout() = default;
+  // Codec of one PAGE chunk; its payload is the chunk's image.
+  virtual const Codec& page_codec() const noexcept = 0;
+  // The regions of the PAGE chunk made of `block_ids` (in order), as page_codec() takes them.
+  // Errors: InvalidArgument (an id out of the pool, a duplicate).
+  virtual Result<std::vector<Region>> page_regions(
+      std::span<const std::uint32_t> block_ids) const = 0;
+  // The regions of state group `group` (one request's live SLOT). Errors: InvalidArgument.
+  virtual Result<std::vector<Region>> slot_regions(std::int32_t group) const = 0;
+  // A codec bound to one sidecar's identity: encode frames the SLOT image, decode checks the
+  // frame against `id` (and the layout) before any byte is written. Errors: InvalidArgument.
+  virtual Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const = 0;
+};
+
+struct WorkerCounters {
+  Counter loads_ok, loads_failed, page_chunks_loaded, slot_restores;
+  Counter saves_ok, saves_failed, page_chunks_saved, slot_publishes;
+  Counter saves_rejected;      // max_pending_saves
+  Counter slot_invalidations;  // corrupt sidecars removed from every tier
+  Counter fenced_refusals;     // puts refused because a fenced key could not be removed
+};
+
+class Worker final : public TierView {
+ public:
+  // `stack` and `layout` must outlive the worker. Errors: InvalidArgument (config, rank).
+  static Result<std::unique_ptr<Worker>> create(const EngineConfig& config, std::uint32_t rank,
+                                                TierStack& stack, KvLayout& layout);
+
+  void submit(const StepPlan& plan);
+  // Runs every queued load, then up to `max_saves` queued saves. Returns operations finished.
+  std::size_t progress(std::size_t max_saves = SIZE_MAX);
+  std::vector<OpReport> take_reports();
+  std::size_t queued_saves() const;
+  std::size_t queued_loads() const;
+
+  // TierView (the scheduler uses rank 0's worker).
+  Result<std::size_t> lookup_prefix(std::span<const Key128> chunk_keys) override;
+  Result<bool> has_commit(const Boundary& b) override;
+  Status put_commit(const Boundary& b) override;
+  Status remove_commit(const Boundary& b) override;
+
+  // Object keys on this rank.
+  ObjectKey page_key(const Key128& chunk) const noexcept;
+  ObjectKey slot_key(const Boundary& b) const noexcept;
+  ObjectKey commit_key(const Boundary& b) const noexcept;
+  bool fenced(const ObjectKey& key) const;
+
+  std::uint32_t rank() const noexcept { return rank_; }
+  const WorkerCounters& counters() const noexcept { return counters_; }
+  // Bytes of PAGE and SLOT payload loaded, by the tier that served them (index = tier).
+  std::vector<std::uint64_t> loaded_bytes_by_tier() const;
+  // Runs `fn(stack)` under the worker's lock (metrics, flush, tests).
+  template <class F>
+  auto with_stack(F&& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fn(stack_);
+  }
+
+ private:
+  struct QueuedSave {
+    SaveOp op;
+    std::vector<std::byte> staging;  // the SLOT codec's payload, encoded at submit()
+    std::uint32_t layout_id = 0;     // that codec's layout id
+    std::string_view early_failure;  // set when the snapshot failed
+  };
+  Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
+         PluginPtr<Codec> identity);
+  void report(Channel c, const OperationId& id, bool ok, std::string_view reason);
+  std::string_view run_load(const LoadOp& op);
+  void run_save(QueuedSave& q);
+  std::string_view save_slot(QueuedSave& q);
+  // Removes `key` from every tier; fences it while that fails. True when removed.
+  bool invalidate(const ObjectKey& key);
+
+  EngineConfig config_;
+  std::uint32_t rank_;
+  TierStack& stack_;
+  KvLayout& layout_;
+  PluginPtr<Codec> identity_;
+  Key128 slot_ns_, commit_ns_;
+  mutable std::mutex mu_;
+  std::deque<LoadOp> loads_;
+  std::deque<QueuedSave> saves_;
+  std::vector<OpReport> reports_;
+  std::unordered_set<ObjectKey> fenced_;
+  std::vector<std::uint64_t> loaded_by_tier_;
+  WorkerCounters counters_;
+};
+
+}  // namespace tier::engine

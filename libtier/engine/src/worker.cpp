@@ -1,0 +1,352 @@
+#include "tier/engine/worker.hpp"
+
+#include <array>
+#include <cstring>
+
+#include "tier/registry.hpp"
+
+namespace tier::engine {
+namespace {
+
+// The persisted commit record of one boundary (identity codec payload, little-endian):
+//   "LTCR" | u32 version 1 | u64 boundary tokens | u64 key.lo | u64 key.hi | u32 tp_size | u32 0
+constexpr std::size_t kCommitRecordBytes = 40;
+constexpr std::uint32_t kCommitRecordVersion = 1;
+
+void put_u32(std::byte* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+void put_u64(std::byte* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+std::array<std::byte, kCommitRecordBytes> commit_record(const Boundary& b, std::uint32_t tp) {
+  std::array<std::byte, kCommitRecordBytes> r{};
+  std::memcpy(r.data(), "LTCR", 4);
+  put_u32(r.data() + 4, kCommitRecordVersion);
+  put_u64(r.data() + 8, b.tokens);
+  put_u64(r.data() + 16, b.key.lo);
+  put_u64(r.data() + 24, b.key.hi);
+  put_u32(r.data() + 32, tp);
+  return r;
+}
+
+// Stores a payload some codec already made (the SLOT frame snapshotted at submit) under that
+// codec's layout id, so a load decodes it with the codec itself. Save only.
+class PreEncoded final : public Codec {
+ public:
+  explicit PreEncoded(std::uint32_t layout_id) : layout_id_(layout_id) {}
+  std::string_view name() const noexcept override { return "pre_encoded"; }
+  std::uint32_t layout_id() const noexcept override { return layout_id_; }
+  Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+    return total_bytes(src);
+  }
+  Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
+    if (dst.size() < total_bytes(src)) return Status::invalid("pre_encoded: buffer too small");
+    std::size_t off = 0;
+    for (const Region& r : src) {
+      std::memcpy(dst.data() + off, r.data, r.size);
+      off += r.size;
+    }
+    return off;
+  }
+  Status decode(std::span<const std::byte>, RegionList) const noexcept override {
+    return Status(Code::kNotSupported, "pre_encoded payloads are decoded by their own codec");
+  }
+
+ private:
+  std::uint32_t layout_id_;
+};
+
+}  // namespace
+
+Worker::Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
+               PluginPtr<Codec> identity)
+    : config_(config),
+      rank_(rank),
+      stack_(stack),
+      layout_(layout),
+      identity_(std::move(identity)),
+      loaded_by_tier_(stack.tier_count(), 0) {
+  const std::string ns = config.page_namespace.hex();
+  slot_ns_ = namespace_id(Json{{"page_namespace", ns}, {"object", "slot-sidecar"}}).value();
+  commit_ns_ =
+      namespace_id(
+          Json{{"page_namespace", ns}, {"object", "slot-commit"}, {"tp_size", config.tp_size}})
+          .value();
+}
+
+Result<std::unique_ptr<Worker>> Worker::create(const EngineConfig& config, std::uint32_t rank,
+                                               TierStack& stack, KvLayout& layout) {
+  TIER_RETURN_IF_ERROR(config.validate());
+  if (rank >= config.tp_size)
+    return Status::invalid("worker rank " + std::to_string(rank) + " >= tp_size " +
+                           std::to_string(config.tp_size));
+  auto identity = Registry::global().create_codec("identity", Json::object());
+  if (!identity) return identity.status();
+  return std::unique_ptr<Worker>(
+      new Worker(config, rank, stack, layout, std::move(identity).value()));
+}
+
+ObjectKey Worker::page_key(const Key128& chunk) const noexcept {
+  return ObjectKey{config_.page_namespace, chunk, rank_};
+}
+// Sidecar and commit ids are derived from the boundary key within their own namespace, so they
+// never equal a PAGE chunk id (some tiers key by id alone).
+ObjectKey Worker::slot_key(const Boundary& b) const noexcept {
+  return ObjectKey{slot_ns_, chunk_key(slot_ns_, b.key, {}), rank_};
+}
+ObjectKey Worker::commit_key(const Boundary& b) const noexcept {
+  return ObjectKey{commit_ns_, chunk_key(commit_ns_, b.key, {}), 0};
+}
+
+bool Worker::fenced(const ObjectKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fenced_.count(key) != 0;
+}
+
+void Worker::report(Channel c, const OperationId& id, bool ok, std::string_view reason) {
+  reports_.push_back(OpReport{c, id, rank_, ok, ok ? std::string_view() : reason});
+}
+
+void Worker::submit(const StepPlan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const LoadOp& op : plan.loads) loads_.push_back(op);
+  for (const SaveOp& op : plan.saves) {
+    if (saves_.size() >= config_.max_pending_saves) {
+      counters_.saves_rejected.add();
+      counters_.saves_failed.add();
+      report(Channel::kPageSave, op.id, false, "max_pending_saves");
+      if (op.slot) report(Channel::kSlotSave, op.id, false, "max_pending_saves");
+      continue;
+    }
+    QueuedSave q;
+    q.op = op;
+    if (op.slot) {
+      // Snapshot now, framed: the next forward may change the live state group.
+      auto codec = layout_.slot_codec(
+          SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+      auto regions = layout_.slot_regions(op.slot_group);
+      q.early_failure = "snapshot";
+      if (codec && regions) {
+        q.layout_id = (*codec)->layout_id();
+        auto size = (*codec)->encoded_size(*regions);
+        if (size) {
+          q.staging.resize(*size);
+          auto n = (*codec)->encode(*regions, q.staging);
+          if (n) {
+            q.staging.resize(*n);
+            q.early_failure = {};
+          }
+        }
+      }
+    }
+    saves_.push_back(std::move(q));
+  }
+}
+
+std::size_t Worker::progress(std::size_t max_saves) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t done = 0;
+  while (!loads_.empty()) {
+    LoadOp op = std::move(loads_.front());
+    loads_.pop_front();
+    std::string_view reason = run_load(op);
+    (reason.empty() ? counters_.loads_ok : counters_.loads_failed).add();
+    report(Channel::kLoad, op.id, reason.empty(), reason);
+    ++done;
+  }
+  while (!saves_.empty() && max_saves-- > 0) {
+    run_save(saves_.front());
+    saves_.pop_front();
+    ++done;
+  }
+  stack_.progress();
+  return done;
+}
+
+std::vector<OpReport> Worker::take_reports() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<OpReport> out;
+  out.swap(reports_);
+  return out;
+}
+
+std::size_t Worker::queued_saves() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return saves_.size();
+}
+std::size_t Worker::queued_loads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loads_.size();
+}
+
+std::vector<std::uint64_t> Worker::loaded_bytes_by_tier() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loaded_by_tier_;
+}
+
+std::string_view Worker::run_load(const LoadOp& op) {
+  const std::uint64_t chunk = config_.chunk_tokens;
+  if (op.hbm_tokens % chunk != 0 || op.lmc_tokens <= op.hbm_tokens) return "page_unavailable";
+  const std::size_t blocks_per_chunk = chunk / config_.block_tokens;
+  if (op.block_ids.size() != op.chunk_keys.size() * blocks_per_chunk) return "page_unavailable";
+  // PAGE first; the SLOT is fetched only when every chunk loaded.
+  std::vector<std::vector<Region>> regions(op.chunk_keys.size());
+  std::vector<LoadItem> items;
+  items.reserve(op.chunk_keys.size());
+  for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
+    auto r = layout_.page_regions(
+        std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
+    if (!r) return "page_unavailable";
+    regions[i] = std::move(r).value();
+    items.push_back(LoadItem{page_key(op.chunk_keys[i]), regions[i]});
+  }
+  std::vector<LoadResult> results(items.size());
+  if (!stack_.load(items, layout_.page_codec(), results).is_ok()) return "page_unavailable";
+  bool all = true;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].status.is_ok()) {
+      all = false;
+      continue;
+    }
+    counters_.page_chunks_loaded.add();
+    loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] += total_bytes(regions[i]);
+  }
+  if (!all) return "page_unavailable";
+  if (!op.slot) return {};
+  auto dst = layout_.slot_regions(op.slot_group);
+  if (!dst) return "missing_destination_group";
+  auto codec =
+      layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+  if (!codec) return "sidecar_codec";
+  const ObjectKey key = slot_key(*op.slot);
+  LoadItem item{key, *dst};
+  LoadResult res;
+  if (!stack_.load(std::span(&item, 1), **codec, std::span(&res, 1)).is_ok())
+    return "sidecar_unavailable";
+  if (res.status.is_ok()) {
+    counters_.slot_restores.add();
+    loaded_by_tier_[static_cast<std::size_t>(res.tier)] += total_bytes(*dst);
+    return {};
+  }
+  if (res.status == Code::kNotFound) return "sidecar_unavailable";
+  if (res.status == Code::kChecksumMismatch || res.status == Code::kInvalidArgument) {
+    invalidate(key);
+    return "sidecar_corrupt";
+  }
+  return "sidecar_unavailable";
+}
+
+bool Worker::invalidate(const ObjectKey& key) {
+  fenced_.insert(key);  // fence first: no put of this key until the corrupt copy is gone
+  if (!stack_.remove(key).is_ok()) return false;
+  fenced_.erase(key);
+  counters_.slot_invalidations.add();
+  return true;
+}
+
+void Worker::run_save(QueuedSave& q) {
+  const SaveOp& op = q.op;
+  const std::uint64_t chunk = config_.chunk_tokens;
+  const std::size_t blocks_per_chunk = chunk / config_.block_tokens;
+  std::string_view page_failure;
+  if (op.block_ids.size() != op.chunk_keys.size() * blocks_per_chunk) {
+    page_failure = "page_store";
+  } else if (!op.chunk_keys.empty()) {
+    std::vector<std::vector<Region>> regions(op.chunk_keys.size());
+    std::vector<SaveItem> items;
+    for (std::size_t i = 0; i < op.chunk_keys.size() && page_failure.empty(); ++i) {
+      auto r = layout_.page_regions(
+          std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
+      if (!r) {
+        page_failure = "page_store";
+        break;
+      }
+      regions[i] = std::move(r).value();
+      items.push_back(SaveItem{page_key(op.chunk_keys[i]), regions[i]});
+    }
+    if (page_failure.empty()) {
+      std::vector<Status> out(items.size());
+      if (!stack_.save(items, layout_.page_codec(), out).is_ok()) page_failure = "page_store";
+      for (const Status& st : out) {
+        if (st.is_ok()) {
+          counters_.page_chunks_saved.add();
+        } else {
+          page_failure = "page_store";
+        }
+      }
+    }
+  }
+  report(Channel::kPageSave, op.id, page_failure.empty(), page_failure);
+  std::string_view slot_failure = page_failure;
+  if (op.slot) {
+    if (slot_failure.empty()) slot_failure = save_slot(q);
+    if (slot_failure.empty()) counters_.slot_publishes.add();
+    report(Channel::kSlotSave, op.id, slot_failure.empty(), slot_failure);
+  }
+  (slot_failure.empty() ? counters_.saves_ok : counters_.saves_failed).add();
+}
+
+std::string_view Worker::save_slot(QueuedSave& q) {
+  const SaveOp& op = q.op;
+  if (!q.early_failure.empty()) return q.early_failure;
+  // PAGE must be visible through the boundary before the SLOT may be published.
+  std::vector<ObjectKey> prefix;
+  prefix.reserve(op.prefix_keys.size());
+  for (const Key128& k : op.prefix_keys) prefix.push_back(page_key(k));
+  auto visible = stack_.lookup_prefix(prefix);
+  if (!visible || *visible < prefix.size() ||
+      prefix.size() * config_.chunk_tokens != op.slot->tokens)
+    return "page_visibility";
+  const ObjectKey key = slot_key(*op.slot);
+  if (fenced_.count(key) != 0 && !invalidate(key)) {
+    counters_.fenced_refusals.add();
+    return "sidecar_invalidation";
+  }
+  const PreEncoded codec(q.layout_id);
+  const Region src = host_region(q.staging);
+  SaveItem item{key, std::span(&src, 1)};
+  Status st;
+  if (!stack_.save(std::span(&item, 1), codec, std::span(&st, 1)).is_ok() || !st.is_ok())
+    return "sidecar_submission";
+  auto where = stack_.locate(key);
+  if (!where || *where < 0) return "sidecar_visibility";
+  return {};
+}
+
+Result<std::size_t> Worker::lookup_prefix(std::span<const Key128> chunk_keys) {
+  std::vector<ObjectKey> keys;
+  keys.reserve(chunk_keys.size());
+  for (const Key128& k : chunk_keys) keys.push_back(page_key(k));
+  std::lock_guard<std::mutex> lock(mu_);
+  return stack_.lookup_prefix(keys);
+}
+
+Result<bool> Worker::has_commit(const Boundary& b) {
+  std::array<std::byte, kCommitRecordBytes> buf{};
+  Region dst = host_region(buf);
+  LoadItem item{commit_key(b), std::span(&dst, 1)};
+  LoadResult res;
+  std::lock_guard<std::mutex> lock(mu_);
+  TIER_RETURN_IF_ERROR(stack_.load(std::span(&item, 1), *identity_, std::span(&res, 1)));
+  if (!res.status.is_ok()) return false;
+  return buf == commit_record(b, config_.tp_size);
+}
+
+Status Worker::put_commit(const Boundary& b) {
+  auto rec = commit_record(b, config_.tp_size);
+  Region src = host_region(rec);
+  SaveItem item{commit_key(b), std::span(&src, 1)};
+  Status st;
+  std::lock_guard<std::mutex> lock(mu_);
+  TIER_RETURN_IF_ERROR(stack_.save(std::span(&item, 1), *identity_, std::span(&st, 1)));
+  return st;
+}
+
+Status Worker::remove_commit(const Boundary& b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stack_.remove(commit_key(b));
+}
+
+}  // namespace tier::engine

@@ -1,0 +1,281 @@
+#pragma once
+// A simulated inference engine for the offload engine's tests: one Scheduler, TP ranks each with
+// its own real TierStack (CPU tiers, or the mock plugin for fault injection), a Dsv4Layout over a
+// small real DSV4 geometry, and a Worker per rank. Every step runs each rank's submit+progress on
+// its own thread, as TP workers do. A "forward" writes deterministic KV derived from the prefix
+// content, so a restore can be checked bit for bit against a recomputation.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "tier/engine/dsv4_layout.hpp"
+#include "tier/engine/scheduler.hpp"
+#include "tier/engine/worker.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
+
+namespace tier::engine::test {
+
+// Tokens of a synthetic prompt: `n` tokens from stream `seed`.
+inline std::vector<std::uint32_t> tokens(std::uint64_t seed, std::size_t n) {
+  std::vector<std::uint32_t> t(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : t) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = static_cast<std::uint32_t>(x % 100000);
+  }
+  return t;
+}
+inline std::vector<std::uint32_t> concat(std::vector<std::uint32_t> a,
+                                         const std::vector<std::uint32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A small DSV4 geometry (2 compressed layers, narrow heads) with `block` tokens per block.
+inline dsv4::Geometry small_geometry(std::uint32_t block, std::uint64_t blocks,
+                                     std::uint64_t slots) {
+  dsv4::ModelConfig m;
+  m.compress_ratios = {4, 128, 0};
+  m.kv_head_dim = 64;
+  m.rope_head_dim = 16;
+  m.index_head_dim = 32;
+  m.block_size = block;
+  m.sliding_window = 8;
+  m.num_blocks = blocks;
+  m.num_slots = slots;
+  return dsv4::Geometry::compute(m).value();
+}
+
+inline Json cpu_profile(const std::string& capacity = "256MiB") {
+  return Json{{"tiers",
+               Json::array({Json{
+                   {"name", "cpu"}, {"capacity", capacity}, {"backend", Json{{"type", "cpu"}}}}})}};
+}
+// A mock tier (tests/plugins) that fails every request of `op`.
+inline Json failing_profile(const std::string& op) {
+  return Json{
+      {"plugins", Json::array({"mock"})},
+      {"tiers", Json::array({Json{
+                    {"name", "mock"},
+                    {"capacity", "256MiB"},
+                    {"backend", Json{{"type", "mock"}, {"fail_every", 1u}, {"fail_op", op}}}}})}};
+}
+
+struct SimOptions {
+  EngineConfig config;
+  std::uint64_t num_blocks = 512;
+  std::uint64_t num_slots = 4;
+  std::uint64_t prefill_chunk = 4096;
+  // Per rank: the profile of that rank's stack (default: a CPU tier).
+  std::function<Json(std::uint32_t rank)> profile = [](std::uint32_t) { return cpu_profile(); };
+};
+
+inline EngineConfig default_config(std::uint32_t tp = 2) {
+  EngineConfig c;
+  c.block_tokens = 128;
+  c.chunk_tokens = 1024;
+  c.checkpoint_interval_tokens = 8192;
+  c.min_load_tokens = 1024;
+  c.tp_size = tp;
+  c.max_pending_saves = 4;
+  c.page_namespace = namespace_id(Json{{"model", "sim-dsv4"}, {"block", 128}}).value();
+  return c;
+}
+
+class SimEngine {
+ public:
+  explicit SimEngine(SimOptions o) : o_(std::move(o)) {
+    const auto geo = small_geometry(o_.config.block_tokens, o_.num_blocks, o_.num_slots);
+    for (std::uint32_t r = 0; r < o_.config.tp_size; ++r) {
+      auto profile = parse_profile(o_.profile(r), Registry::global(), "<sim>");
+      REQUIRE_MESSAGE(profile.is_ok(), profile.status().to_string());
+      auto stack = TierStack::open(*profile);
+      REQUIRE_MESSAGE(stack.is_ok(), stack.status().to_string());
+      stacks.push_back(std::move(stack).value());
+      layouts.push_back(
+          Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r).value());
+      workers.push_back(Worker::create(o_.config, r, *stacks.back(), *layouts.back()).value());
+    }
+    restart_scheduler();
+    for (std::uint32_t b = 0; b < o_.num_blocks; ++b) free_blocks_.push_back(b);
+    // The last group is scratch space for expected digests.
+    for (std::int32_t g = 0; g + 1 < static_cast<std::int32_t>(o_.num_slots); ++g)
+      free_groups_.push_back(g);
+  }
+
+  // A new scheduler over the same workers and tiers: what a process restart keeps.
+  void restart_scheduler() { sched = Scheduler::create(o_.config, *workers[0]).value(); }
+
+  // Runs `fn(rank)` on one thread per rank and joins.
+  void on_ranks(const std::function<void(std::uint32_t)>& fn) {
+    std::vector<std::thread> ts;
+    for (std::uint32_t r = 0; r < workers.size(); ++r) ts.emplace_back(fn, r);
+    for (auto& t : ts) t.join();
+  }
+
+  // One engine step: plan, dispatch to every rank, progress, aggregate.
+  StepEvents step(bool progress = true) {
+    last_plan = sched->build_step();
+    on_ranks([&](std::uint32_t r) {
+      workers[r]->submit(last_plan);
+      if (progress) workers[r]->progress();
+    });
+    return collect();
+  }
+  StepEvents collect() {
+    std::vector<OpReport> all;
+    for (auto& w : workers) {
+      auto rs = w->take_reports();
+      all.insert(all.end(), rs.begin(), rs.end());
+    }
+    return absorb(sched->process(all));
+  }
+  StepEvents absorb(StepEvents ev) {
+    for (SeqHandle h : ev.freeable) release(h);
+    for (SeqHandle h : ev.loaded) loaded_.push_back(h);
+    for (SeqHandle h : ev.load_failed) failed_.push_back(h);
+    return ev;
+  }
+
+  struct Live {
+    SeqHandle h = 0;
+    std::vector<std::uint32_t> prompt;
+    std::vector<std::uint32_t> blocks;
+    std::int32_t group = -1;
+    std::uint64_t computed = 0;
+  };
+  struct Outcome {
+    MatchResult match;
+    LoadDecision decision;
+    bool loaded = false, load_failed = false, freed_now = false;
+    SeqHandle h = 0;
+    std::uint64_t resumed_from = 0;  // tokens restored by the load
+  };
+
+  // Admits a request: add, lookup, allocate, after_alloc. The load (if any) runs in step().
+  Live admit(RequestId id, const std::vector<std::uint32_t>& prompt, Outcome& out,
+             std::uint64_t hbm = 0, bool with_group = true) {
+    Live l;
+    l.prompt = prompt;
+    l.h = sched->add_request(id, prompt);
+    out.h = l.h;
+    auto m = sched->lookup(l.h);
+    REQUIRE(m.is_ok());
+    out.match = *m;
+    const std::size_t nblocks =
+        (prompt.size() + o_.config.block_tokens - 1) / o_.config.block_tokens;
+    REQUIRE(free_blocks_.size() >= nblocks);
+    l.blocks.assign(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
+    free_blocks_.erase(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
+    if (with_group) {
+      REQUIRE(!free_groups_.empty());
+      l.group = free_groups_.front();
+      free_groups_.erase(free_groups_.begin());
+    }
+    for (auto& lay : layouts) lay->zero_slot(l.group);
+    if (hbm > 0) forward(l, 0, hbm);
+    out.decision = sched->after_alloc(l.h, hbm, l.blocks, l.group);
+    l.computed = hbm;
+    owned_[l.h] = l;
+    return l;
+  }
+
+  // The KV a forward pass writes for tokens [start, end) on every rank: each completed block
+  // from its chunk key; the state group from the prefix at `end`.
+  void forward(Live& l, std::uint64_t start, std::uint64_t end) {
+    const auto keys = chunk_keys(o_.config.page_namespace, l.prompt, o_.config.block_tokens, true);
+    const std::uint64_t bt = o_.config.block_tokens;
+    for (std::uint64_t b = start / bt; b < (end + bt - 1) / bt; ++b)
+      for (auto& lay : layouts) lay->fill_block(l.blocks[b], keys[b].lo);
+    for (auto& lay : layouts) lay->fill_slot(l.group, state_seed(l.prompt, end));
+    l.computed = end;
+    owned_[l.h] = l;
+  }
+  std::uint64_t state_seed(const std::vector<std::uint32_t>& prompt, std::uint64_t end) const {
+    auto k = chunk_keys(o_.config.page_namespace, std::span(prompt).first(end), end, false);
+    return k.empty() ? 0 : k[0].lo;
+  }
+  // The digest the state group must have after a restore at `tokens` of `prompt` (rank r).
+  std::uint64_t expected_slot_digest(std::uint32_t r, const std::vector<std::uint32_t>& prompt,
+                                     std::uint64_t tokens) {
+    const auto scratch = static_cast<std::int32_t>(o_.num_slots - 1);
+    layouts[r]->fill_slot(scratch, state_seed(prompt, tokens));
+    return layouts[r]->digest_slot(scratch);
+  }
+
+  // Runs a whole request: admit, wait for its load, prefill the rest with cuts, finish, and step
+  // until its blocks are freed.
+  Outcome run(RequestId id, const std::vector<std::uint32_t>& prompt, std::uint64_t hbm = 0) {
+    Outcome out;
+    Live l = admit(id, prompt, out, hbm);
+    if (out.decision.action == LoadAction::kLoad) {
+      for (int i = 0; i < 8 && !done(l.h); ++i) step();
+      out.loaded = std::count(loaded_.begin(), loaded_.end(), l.h) > 0;
+      out.load_failed = std::count(failed_.begin(), failed_.end(), l.h) > 0;
+      if (out.loaded) {
+        l.computed = out.decision.load_end;
+        out.resumed_from = l.computed;
+      }
+    }
+    prefill(l);
+    finish(l.h);
+    return out;
+  }
+  void prefill(Live& l) {
+    while (l.computed < l.prompt.size()) {
+      std::uint64_t n = std::min<std::uint64_t>(o_.prefill_chunk, l.prompt.size() - l.computed);
+      n = sched->cut_prefill_chunk(l.h, l.computed, n);
+      forward(l, l.computed, l.computed + n);
+      sched->on_computed(l.h, l.computed);
+      step();
+    }
+  }
+  bool finish(SeqHandle h, int max_steps = 16) {
+    if (sched->finish(h)) {
+      release(h);
+      return true;
+    }
+    for (int i = 0; i < max_steps && owned_.count(h); ++i) step();
+    return owned_.count(h) == 0;
+  }
+  bool done(SeqHandle h) const {
+    return std::count(loaded_.begin(), loaded_.end(), h) +
+               std::count(failed_.begin(), failed_.end(), h) >
+           0;
+  }
+  bool freed(SeqHandle h) const { return owned_.count(h) == 0; }
+  Live& live(SeqHandle h) { return owned_.at(h); }
+
+  void release(SeqHandle h) {
+    auto it = owned_.find(h);
+    if (it == owned_.end()) return;
+    free_blocks_.insert(free_blocks_.end(), it->second.blocks.begin(), it->second.blocks.end());
+    if (it->second.group >= 0) free_groups_.push_back(it->second.group);
+    owned_.erase(it);
+  }
+
+  SimOptions o_;
+  std::vector<std::unique_ptr<TierStack>> stacks;
+  std::vector<std::unique_ptr<Dsv4Layout>> layouts;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::unique_ptr<Scheduler> sched;
+  StepPlan last_plan;
+
+ private:
+  std::vector<std::uint32_t> free_blocks_;
+  std::vector<std::int32_t> free_groups_;
+  std::map<SeqHandle, Live> owned_;
+  std::vector<SeqHandle> loaded_, failed_;
+};
+
+}  // namespace tier::engine::test

@@ -112,7 +112,6 @@ class RedisBackend final : public Backend, private ConnectionOwner {
   std::mutex done_mu_;  // I/O thread -> owner thread
   std::condition_variable done_cv_;
   std::deque<Completion> done_;
-  std::atomic<std::size_t> done_count_{0};  // done_.size(), for polling without the lock
   bool poller_waiting_ = false;
 
   std::size_t outstanding_ = 0;  // owner thread: submitted, not yet handed out by do_poll

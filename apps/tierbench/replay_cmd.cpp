@@ -49,15 +49,9 @@ int run_replay(cli::Args& args) {
                      "[--limit N] [--sessions N] [--json]", 2);
   if (block_bytes == 0) return cli::fail("--block-bytes must be > 0", 2);
 
-  std::vector<Request> requests;
-  if (trace) {
-    auto r = load_trace(*trace, limit);
-    if (!r) return cli::fail(r.status().to_string());
-    requests = std::move(r).value();
-  } else {
-    requests = generate_conversations(42, sessions, 8);
-    if (limit && requests.size() > limit) requests.resize(limit);
-  }
+  auto workload = load_workload(trace, limit, sessions);
+  if (!workload) return cli::fail(workload.status().to_string());
+  std::vector<Request> requests = std::move(workload).value();
 
   ConfigErrors errors;
   auto profile = load_profile(*profile_path, Registry::global(), &errors);

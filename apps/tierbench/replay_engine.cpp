@@ -118,15 +118,9 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
         2);
   if (tp == 0 || tp > 64) return cli::fail("--tp must be in [1, 64]", 2);
 
-  std::vector<Request> requests;
-  if (trace) {
-    auto r = load_trace(*trace, limit);
-    if (!r) return cli::fail(r.status().to_string());
-    requests = std::move(r).value();
-  } else {
-    requests = generate_conversations(42, sessions, 8);
-    if (limit && requests.size() > limit) requests.resize(limit);
-  }
+  auto workload = load_workload(trace, limit, sessions);
+  if (!workload) return cli::fail(workload.status().to_string());
+  std::vector<Request> requests = std::move(workload).value();
   std::uint64_t max_tokens = 0, prompt_tokens = 0;
   for (const auto& r : requests) {
     const std::uint64_t n = std::min<std::uint64_t>(

@@ -86,4 +86,12 @@ std::vector<Request> generate_conversations(std::uint64_t seed, std::size_t sess
   return out;
 }
 
+Result<std::vector<Request>> load_workload(const std::optional<std::string>& trace,
+                                           std::size_t limit, std::size_t sessions) {
+  if (trace) return load_trace(*trace, limit);
+  std::vector<Request> requests = generate_conversations(42, sessions, 8);
+  if (limit && requests.size() > limit) requests.resize(limit);
+  return requests;
+}
+
 }  // namespace tier::bench

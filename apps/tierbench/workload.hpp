@@ -4,6 +4,7 @@
 // trace); equal leading block ids mean a reusable prefix.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,10 @@ Result<std::vector<Request>> load_trace(const std::string& path, std::size_t lim
 // prompt, each turn resending its history plus new tokens, interleaved in time.
 std::vector<Request> generate_conversations(std::uint64_t seed, std::size_t sessions,
                                             std::size_t turns_per_session);
+
+// The trace when `trace` names one, else the built-in generator with `sessions` conversations of
+// 8 turns. `limit` > 0 keeps the first `limit` requests.
+Result<std::vector<Request>> load_workload(const std::optional<std::string>& trace,
+                                           std::size_t limit, std::size_t sessions);
 
 }  // namespace tier::bench

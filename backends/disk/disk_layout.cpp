@@ -1,4 +1,5 @@
 #include "disk_layout.hpp"
+#include "tier/endian.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,18 +18,6 @@
 namespace tier::disk {
 namespace {
 
-template <class T>
-void put_le(std::byte* p, T v) noexcept {
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    p[i] = static_cast<std::byte>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
-}
-template <class T>
-T get_le(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
-  return static_cast<T>(v);
-}
 std::uint64_t check_of(const std::byte* p, std::size_t n) noexcept { return XXH3_64bits(p, n); }
 
 // Superblock and region header: fields in [0, 56), XXH3-64 of them at 56.

@@ -1,4 +1,5 @@
 #include "aos1.hpp"
+#include "tier/endian.hpp"
 
 #include <zlib.h>
 
@@ -12,18 +13,6 @@ namespace {
 
 constexpr std::byte kMagic[4] = {std::byte{'A'}, std::byte{'O'}, std::byte{'S'}, std::byte{'1'}};
 
-template <class T>
-void put_le(std::byte* p, T v) noexcept {
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    p[i] = static_cast<std::byte>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
-}
-template <class T>
-T get_le(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
-  return static_cast<T>(v);
-}
 
 }  // namespace
 

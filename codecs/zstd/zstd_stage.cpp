@@ -1,4 +1,5 @@
 #include "zstd_stage.hpp"
+#include "tier/endian.hpp"
 
 #include <zstd.h>
 
@@ -9,18 +10,6 @@ namespace {
 
 constexpr std::uint32_t kMagic = 0x315A544Cu;  // "LTZ1" read little-endian
 
-template <class T>
-void put_le(std::byte* p, T v) noexcept {
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    p[i] = static_cast<std::byte>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
-}
-template <class T>
-T get_le(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
-  return static_cast<T>(v);
-}
 
 struct CCtxDeleter {
   void operator()(ZSTD_CCtx* c) const noexcept { ZSTD_freeCCtx(c); }

@@ -1,5 +1,7 @@
 #include "tier/object.hpp"
 
+#include "tier/endian.hpp"
+
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 #include <immintrin.h>
@@ -13,24 +15,12 @@ namespace {
 
 constexpr std::size_t kHeaderChecksumOffset = 88;
 
-template <class T>
-void store_le(std::byte* p, T v) noexcept {
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    p[i] = static_cast<std::byte>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
-}
-template <class T>
-T load_le(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
-  return static_cast<T>(v);
-}
 void store_key(std::byte* p, const Key128& k) noexcept {
-  store_le(p, k.lo);
-  store_le(p + 8, k.hi);
+  put_le(p, k.lo);
+  put_le(p + 8, k.hi);
 }
 Key128 load_key(const std::byte* p) noexcept {
-  return Key128{load_le<std::uint64_t>(p), load_le<std::uint64_t>(p + 8)};
+  return Key128{get_le<std::uint64_t>(p), get_le<std::uint64_t>(p + 8)};
 }
 
 }  // namespace
@@ -42,18 +32,18 @@ std::uint64_t payload_checksum(std::span<const std::byte> payload) noexcept {
 void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noexcept {
   std::byte* p = image.data();
   std::memset(p, 0, kObjectHeaderBytes);
-  store_le<std::uint32_t>(p + 0, kObjectMagic);
-  store_le<std::uint16_t>(p + 4, kObjectVersion);
-  store_le<std::uint16_t>(p + 6, static_cast<std::uint16_t>(kObjectHeaderBytes));
-  store_le<std::uint32_t>(p + 8, h.layout_id);
-  store_le<std::uint32_t>(p + 12, h.stage_id);
+  put_le<std::uint32_t>(p + 0, kObjectMagic);
+  put_le<std::uint16_t>(p + 4, kObjectVersion);
+  put_le<std::uint16_t>(p + 6, static_cast<std::uint16_t>(kObjectHeaderBytes));
+  put_le<std::uint32_t>(p + 8, h.layout_id);
+  put_le<std::uint32_t>(p + 12, h.stage_id);
   store_key(p + 16, h.key.ns);
   store_key(p + 32, h.key.id);
-  store_le<std::uint32_t>(p + 48, h.key.rank);
-  store_le<std::uint32_t>(p + 52, 0);
-  store_le<std::uint64_t>(p + 56, h.payload_bytes);
-  store_le<std::uint64_t>(p + 64, h.payload_checksum);
-  store_le<std::uint64_t>(p + kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
+  put_le<std::uint32_t>(p + 48, h.key.rank);
+  put_le<std::uint32_t>(p + 52, 0);
+  put_le<std::uint64_t>(p + 56, h.payload_bytes);
+  put_le<std::uint64_t>(p + 64, h.payload_checksum);
+  put_le<std::uint64_t>(p + kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
 }
 
 void seal_object(std::span<std::byte> image, std::uint32_t layout_id, std::uint32_t stage_id,
@@ -68,23 +58,23 @@ Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexc
     return Status(Code::kChecksumMismatch,
                   fmt::format("image of {} bytes is shorter than its header", image.size()));
   const std::byte* p = image.data();
-  if (load_le<std::uint32_t>(p) != kObjectMagic)
+  if (get_le<std::uint32_t>(p) != kObjectMagic)
     return Status(Code::kChecksumMismatch, "bad object magic");
-  if (load_le<std::uint16_t>(p + 4) != kObjectVersion ||
-      load_le<std::uint16_t>(p + 6) != kObjectHeaderBytes)
+  if (get_le<std::uint16_t>(p + 4) != kObjectVersion ||
+      get_le<std::uint16_t>(p + 6) != kObjectHeaderBytes)
     return Status(Code::kChecksumMismatch, "unsupported object header version");
-  if (load_le<std::uint64_t>(p + kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
+  if (get_le<std::uint64_t>(p + kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
     return Status(Code::kChecksumMismatch, "object header checksum mismatch");
-  if (load_le<std::uint32_t>(p + 52) != 0)
+  if (get_le<std::uint32_t>(p + 52) != 0)
     return Status(Code::kChecksumMismatch, "unknown object header flags");
   ObjectHeader h;
-  h.layout_id = load_le<std::uint32_t>(p + 8);
-  h.stage_id = load_le<std::uint32_t>(p + 12);
+  h.layout_id = get_le<std::uint32_t>(p + 8);
+  h.stage_id = get_le<std::uint32_t>(p + 12);
   h.key.ns = load_key(p + 16);
   h.key.id = load_key(p + 32);
-  h.key.rank = load_le<std::uint32_t>(p + 48);
-  h.payload_bytes = load_le<std::uint64_t>(p + 56);
-  h.payload_checksum = load_le<std::uint64_t>(p + 64);
+  h.key.rank = get_le<std::uint32_t>(p + 48);
+  h.payload_bytes = get_le<std::uint64_t>(p + 56);
+  h.payload_checksum = get_le<std::uint64_t>(p + 64);
   return h;
 }
 

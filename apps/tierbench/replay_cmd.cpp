@@ -59,6 +59,8 @@ int run_replay(cli::Args& args) {
   auto opened = TierStack::open(*profile);
   if (!opened) return cli::fail(opened.status().to_string());
   TierStack& stack = **opened;
+  for (const auto& skipped : stack.skipped_tiers())
+    fmt::print(stderr, "note: optional tier left out: {}\n", skipped);
   auto codec = Registry::global().create_codec("identity", Json::object());
   if (!codec) return cli::fail(codec.status().to_string());
 

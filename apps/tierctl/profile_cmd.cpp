@@ -52,11 +52,12 @@ int run_explain(tier::cli::Args& args) {
   fmt::print("  foreground timeout: {} ms\n", p->op_timeout_us / 1000);
   for (std::size_t i = 0; i < p->tiers.size(); ++i) {
     const auto& t = p->tiers[i];
-    fmt::print("  tier {} \"{}\": backend {} ({}), capacity {}, {}{}, on eviction {}\n", i, t.name,
+    fmt::print("  tier {} \"{}\": backend {} ({}), capacity {}, {}{}, on eviction {}{}\n", i, t.name,
                t.backend_type, j["tiers"][i]["backend_source"].get<std::string>(),
                tier::format_size(t.capacity_bytes), t.read ? "read" : "",
                t.write ? (t.read ? "+write" : "write") : "",
-               t.on_evict == tier::EvictPolicy::kDemote ? "demote" : "drop");
+               t.on_evict == tier::EvictPolicy::kDemote ? "demote" : "drop",
+               t.optional ? ", optional (left out where its backend cannot run)" : "");
     fmt::print("    backend options: {}\n", t.backend_options.dump());
     fmt::print("    stage: {}\n", t.stage_type.empty()
                                       ? std::string("none (raw payload)")

@@ -11,7 +11,7 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"version", "description", "plugins", "stack", "tiers"};
 const std::vector<std::string> kTierKeys = {"name", "capacity", "backend", "stage",
-                                            "read", "write", "on_evict"};
+                                            "read", "write", "optional", "on_evict"};
 
 const std::vector<OptionSpec>& stack_specs() {
   static const std::vector<OptionSpec> specs = parse_option_specs(R"JSON([
@@ -110,6 +110,7 @@ Json Profile::to_json() const {
                {"backend", backend},
                {"read", t.read},
                {"write", t.write},
+               {"optional", t.optional},
                {"on_evict", t.on_evict == EvictPolicy::kDemote ? "demote" : "drop"}};
     if (!t.stage_type.empty()) {
       Json stage = t.stage_options;
@@ -227,13 +228,14 @@ Result<Profile> parse_profile(const Json& doc, Registry& registry, std::string s
       plugin_ref(t["stage"], path + "/stage", PluginKind::kStage, registry, spec.stage_type,
                  spec.stage_options, errors);
     }
-    for (const char* flag : {"read", "write"}) {
+    for (auto [flag, field] : {std::pair<const char*, bool*>{"read", &spec.read},
+                               {"write", &spec.write}, {"optional", &spec.optional}}) {
       if (!t.contains(flag)) continue;
       if (!t[flag].is_boolean()) {
         errors.add(path + "/" + flag, "expected true or false, got " + describe_json(t[flag]));
         continue;
       }
-      (std::string_view(flag) == "read" ? spec.read : spec.write) = t[flag].get<bool>();
+      *field = t[flag].get<bool>();
     }
     if (t.contains("on_evict")) {
       const Json& e = t["on_evict"];

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tier/object.hpp"
 
@@ -54,6 +55,10 @@ Result<std::unique_ptr<TierStack>> TierStack::open(const Profile& profile, Regis
     t.spec = spec;
     BackendContext ctx{spec.name, spec.capacity_bytes, spec.backend_options};
     auto backend = registry.create_backend(spec.backend_type, ctx);
+    if (!backend && spec.optional && backend.status().code() == Code::kNotSupported) {
+      stack->skipped_.push_back(fmt::format("{}: {}", spec.name, backend.status().message()));
+      continue;
+    }
     if (!backend)
       return Status(backend.status().code(),
                     fmt::format("/tiers/{}/backend: {}", i, backend.status().message()));
@@ -65,10 +70,14 @@ Result<std::unique_ptr<TierStack>> TierStack::open(const Profile& profile, Regis
                       fmt::format("/tiers/{}/stage: {}", i, stage.status().message()));
       t.stage = std::move(stage).value();
     }
-    t.sink = std::make_unique<EvictSink>(stack.get(), static_cast<int>(i));
+    t.sink = std::make_unique<EvictSink>(stack.get(), static_cast<int>(stack->tiers_.size()));
     t.backend->set_eviction_handler(t.sink.get());
     stack->tiers_.push_back(std::move(t));
   }
+  if (std::none_of(stack->tiers_.begin(), stack->tiers_.end(),
+                   [](const Tier& t) { return t.spec.write; }))
+    return Status(Code::kNotSupported,
+                  fmt::format("no writable tier can run here ({})", fmt::join(stack->skipped_, "; ")));
   for (std::size_t i = 0; i < stack->tiers_.size(); ++i) {
     if (stack->tiers_[i].spec.on_evict != EvictPolicy::kDemote) continue;
     for (std::size_t j = i + 1; j < stack->tiers_.size(); ++j) {

@@ -13,6 +13,8 @@ class MockBackend final : public tier::Backend {
   static tier::Result<std::unique_ptr<MockBackend>> create(const tier::BackendContext& ctx) {
     if (ctx.options.at("refuse_start").get<bool>())
       return tier::Status::invalid("asked to refuse to start");
+    if (ctx.options.at("unsupported").get<bool>())
+      return tier::Status(tier::Code::kNotSupported, "this machine lacks what the mock needs");
     return std::make_unique<MockBackend>(ctx);
   }
   explicit MockBackend(const tier::BackendContext& ctx)
@@ -95,6 +97,8 @@ constexpr const char kOptions[] = R"JSON([
   {"name": "fail_op", "type": "enum", "choices": ["any", "put", "get", "contains", "remove"],
    "default": "any", "doc": "which operation fail_every applies to"},
   {"name": "refuse_start", "type": "bool", "default": false, "doc": "make create() fail"},
+  {"name": "unsupported", "type": "bool", "default": false,
+   "doc": "make create() report not_supported, as a backend missing kernel or device support"},
   {"name": "corrupt_stored", "type": "bool", "default": false,
    "doc": "flip a bit of every stored object's last byte (corruption at rest)"}
 ])JSON";

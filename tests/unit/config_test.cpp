@@ -147,6 +147,11 @@ TEST_CASE("read/write flags must be booleans") {
         R"(/tiers/1/read: expected true or false, got string "yes")");
 }
 
+TEST_CASE("optional must be a boolean") {
+  CHECK(errors_of(with_tier(R"({"name":"b","capacity":"1GiB","backend":"cpu","optional":1})")) ==
+        "/tiers/1/optional: expected true or false, got 1");
+}
+
 TEST_CASE("a tier neither read nor written") {
   CHECK(errors_of(with_tier(R"({"name":"b","capacity":"1GiB","backend":"cpu","read":false,"write":false})")) ==
         "/tiers/1: a tier that is neither read nor written does nothing; remove it");

@@ -267,3 +267,21 @@ TEST_CASE("metrics are exported as JSON and Prometheus text") {
   CHECK(prom.find(R"(libtier_ops_total{tier="cpu",op="get",result="miss"} 1)") != std::string::npos);
   CHECK(prom.find(R"(libtier_checksum_failures_total{tier="cpu"} 0)") != std::string::npos);
 }
+
+TEST_CASE("an optional tier whose backend cannot run here is left out; a required one fails") {
+  const std::string tiers = R"({"name":"cpu","capacity":"1MiB","backend":"cpu"},
+      {"name":"x","capacity":"1MiB","backend":{"type":"mock","unsupported":true})";
+  Harness h(R"({"plugins":["mock"],"tiers":[)" + tiers + R"(,"optional":true}]})");
+  CHECK(h.stack->tier_count() == 1);
+  REQUIRE(h.stack->skipped_tiers().size() == 1);
+  CHECK(h.stack->skipped_tiers()[0] ==
+        R"(x: backend "mock" failed to start: this machine lacks what the mock needs)");
+  CHECK(h.save(key_of(1), 1).is_ok());
+
+  auto p = parse_profile(Json::parse(R"({"plugins":["mock"],"tiers":[)" + tiers + "}]}"),
+                         Registry::global(), "<t>");
+  REQUIRE(p.is_ok());
+  auto required = TierStack::open(*p);
+  CHECK(required.status().code() == Code::kNotSupported);
+  CHECK(std::string(required.status().message()).rfind("/tiers/1/backend: ", 0) == 0);
+}

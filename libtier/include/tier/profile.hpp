@@ -10,7 +10,8 @@
 //     { "name": "cpu", "capacity": "${TIER_CPU_CAPACITY:-4GiB}",
 //       "backend": { "type": "cpu", ...backend options... },
 //       "stage": { "type": "zstd", "level": 3 },          // optional, per tier
-//       "read": true, "write": true, "on_evict": "demote" }   // "demote" | "drop"
+//       "read": true, "write": true, "on_evict": "demote",   // "demote" | "drop"
+//       "optional": false }   // true: left out when the backend cannot run here
 //   ]
 // }
 
@@ -35,6 +36,9 @@ struct TierSpec {
   Json stage_options;
   bool read = true;
   bool write = true;
+  // Left out of the stack (instead of failing it) when its backend cannot run on this machine
+  // (create() reports not_supported: no io_uring, no GPU).
+  bool optional = false;
   EvictPolicy on_evict = EvictPolicy::kDemote;
 };
 

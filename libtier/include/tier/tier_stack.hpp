@@ -60,6 +60,8 @@ class TierStack {
   Backend& tier(std::size_t i) noexcept { return *tiers_[i].backend; }
   const TierSpec& spec(std::size_t i) const noexcept { return tiers_[i].spec; }
   int find_tier(std::string_view name) const;
+  // Optional tiers left out because their backend cannot run here: "name: reason".
+  const std::vector<std::string>& skipped_tiers() const noexcept { return skipped_; }
 
   // The bytes a stored image of `payload_bytes` of raw payload takes in tier `i` (header
   // included, before any stage), for capacity planning.
@@ -163,6 +165,7 @@ class TierStack {
   Completion take(std::uint64_t id);
 
   std::vector<Tier> tiers_;
+  std::vector<std::string> skipped_;
   std::uint64_t max_inflight_bytes_;
   std::chrono::microseconds op_timeout_;
   std::unordered_map<std::uint64_t, Pending> pending_;

@@ -451,14 +451,14 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
                        std::span<LoadResult> out) {
   if (out.size() != items.size()) return Status::invalid("load: out.size() != items.size()");
   std::vector<std::size_t> raw_size(items.size(), 0);
-  std::vector<char> todo(items.size(), 1);
+  std::vector<char> unserved(items.size(), 1);
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.loads.add();
     out[i] = LoadResult{Status::not_found(), -1};
     auto size = codec.encoded_size(items[i].dst);
     if (!size) {
       out[i].status = size.status();
-      todo[i] = 0;
+      unserved[i] = 0;
       continue;
     }
     raw_size[i] = *size;
@@ -469,7 +469,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
     std::vector<Image> bufs(items.size());
     bool any = false;
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (!todo[i]) continue;
+      if (!unserved[i]) continue;
       bufs[i] = acquire(max_image_bytes(static_cast<int>(t), raw_size[i]));
       Pending p;
       p.image = bufs[i];
@@ -513,7 +513,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
         continue;
       }
       out[i] = LoadResult{Status::ok(), static_cast<int>(t)};
-      todo[i] = 0;
+      unserved[i] = 0;
       counters_.loaded_bytes.add(raw->size());
       // Promote into the faster writable tiers.
       for (std::size_t u = 0; u < t; ++u) {

@@ -95,12 +95,4 @@ TEST_CASE("tierctl disk verify finds flipped bytes; repair drops them") {
   CHECK(tierctl("disk verify /nonexistent-dir").rc == 2);
 }
 
-int main(int argc, char** argv) {
-  std::string why;
-  if (!disk_tier_available(&why)) {
-    std::fprintf(stderr, "skipped: %s\n", why.c_str());
-    return kSkip;
-  }
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
-}
+int main(int argc, char** argv) { return run_disk_tests(argc, argv); }

@@ -143,12 +143,4 @@ TEST_CASE("acknowledged puts survive kill -9 at random instants; nothing corrupt
   CHECK(killed_busy >= kIterations / 4);
 }
 
-int main(int argc, char** argv) {
-  std::string why;
-  if (!disk_tier_available(&why)) {
-    std::fprintf(stderr, "skipped: %s\n", why.c_str());
-    return kSkip;
-  }
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
-}
+int main(int argc, char** argv) { return run_disk_tests(argc, argv); }

@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <doctest/doctest.h>
 
 #include "disk_backend.hpp"
 #include "support/test_util.hpp"
@@ -103,6 +106,18 @@ inline bool disk_tier_available(std::string* why) {
   if (b) return true;
   *why = b.status().to_string();
   return b.status().code() != Code::kNotSupported;
+}
+
+// main() of the disk test binaries (they define DOCTEST_CONFIG_IMPLEMENT before including
+// doctest): exit 77 where the disk tier cannot run, else run the doctest cases.
+inline int run_disk_tests(int argc, char** argv) {
+  std::string why;
+  if (!disk_tier_available(&why)) {
+    std::fprintf(stderr, "skipped: %s\n", why.c_str());
+    return kSkip;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
 }
 
 }  // namespace tier::test

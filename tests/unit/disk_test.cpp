@@ -390,12 +390,4 @@ TEST_CASE("after a restart the disk tier serves the same hits (TierStack)") {
   CHECK(with_restart == without_restart);
 }
 
-int main(int argc, char** argv) {
-  std::string why;
-  if (!disk_tier_available(&why)) {
-    std::fprintf(stderr, "skipped: %s\n", why.c_str());
-    return kSkip;
-  }
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
-}
+int main(int argc, char** argv) { return run_disk_tests(argc, argv); }

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <boost/asio/post.hpp>
 #include <charconv>
 
 #include "tier/object.hpp"
@@ -33,8 +32,8 @@ RedisBackend::RedisBackend(std::string tier_name, std::uint64_t capacity, RedisC
     : Backend(std::move(tier_name)),
       cfg_(std::move(cfg)),
       capacity_(capacity),
+      io_(1),  // one thread drives it: the owner's
       work_(asio::make_work_guard(io_)),
-      sweep_timer_(io_),
       refresh_timer_(io_),
       sweep_interval_(std::clamp(cfg_.timeout / 10, std::chrono::microseconds(1000),
                                  std::chrono::microseconds(20'000))) {
@@ -46,32 +45,14 @@ RedisBackend::RedisBackend(std::string tier_name, std::uint64_t capacity, RedisC
   }
   node_for(cfg_.seed);
   if (cfg_.mode == Mode::kCluster) slots_.assign(kClusterSlots, nullptr);
-  asio::post(io_, [this] {
-    if (cfg_.mode == Mode::kCluster)
-      refresh_map();
-    else
-      for (auto& c : nodes_[0]->pool) c->connect();
-    sweep();
-  });
-  thread_ = std::thread([this] {
-    // A handler that cannot allocate throws out of run(); the loop goes on (the request it was
-    // handling ends by its deadline).
-    for (;;) {
-      try {
-        io_.run();
-        return;
-      } catch (const std::exception&) {
-        continue;
-      }
-    }
-  });
+  // Connecting starts now (non-blocking); the handshake goes on in the owner's next calls.
+  if (cfg_.mode == Mode::kCluster)
+    refresh_map();
+  else
+    for (auto& c : nodes_[0]->pool) c->connect();
 }
 
-RedisBackend::~RedisBackend() {
-  work_.reset();
-  io_.stop();
-  if (thread_.joinable()) thread_.join();
-}
+RedisBackend::~RedisBackend() = default;
 
 Capabilities RedisBackend::capabilities() const noexcept {
   Capabilities c;
@@ -98,18 +79,14 @@ std::string RedisBackend::describe() const {
       stats_.map_refreshes.get());
 }
 
-// ---- owner thread ----------------------------------------------------------------------------
-
 Result<std::size_t> RedisBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
   std::size_t room = cfg_.max_in_flight > outstanding_ ? cfg_.max_in_flight - outstanding_ : 0;
   std::size_t n = std::min(room, reqs.size());
-  if (n == 0) return std::size_t{0};
-  std::vector<RequestPtr> batch;
+  std::size_t sent = 0;
   try {
-    batch.reserve(n);
     const auto deadline = Clock::now() + cfg_.timeout;
-    for (std::size_t i = 0; i < n; ++i) {
-      const IoRequest& in = reqs[i];
+    for (; sent < n; ++sent) {
+      const IoRequest& in = reqs[sent];
       auto r = std::make_unique<Request>();
       r->user_data = in.user_data;
       r->op = in.op;
@@ -142,33 +119,46 @@ Result<std::size_t> RedisBackend::do_submit(std::span<const IoRequest> reqs) noe
           r->head = encode_command({"UNLINK", key});
           break;
       }
-      batch.push_back(std::move(r));
+      ++outstanding_;
+      dispatch(std::move(r));  // the write starts here when the connection is ready
     }
-  } catch (const std::bad_alloc&) {
-    if (batch.empty()) return Status(Code::kRetry, "out of memory building redis commands");
-    n = batch.size();
+  } catch (const std::exception&) {
+    // Out of memory building or queueing a command: what was sent so far stays accepted.
+    if (sent == 0) return Status(Code::kRetry, "out of memory building redis commands");
   }
-  bool post = false;
-  {
-    std::lock_guard lk(submit_mu_);
-    for (auto& r : batch) submitted_.push_back(std::move(r));
-    if (!drain_posted_) drain_posted_ = post = true;
-  }
-  if (post) asio::post(io_, [this] { drain_submissions(); });
-  outstanding_ += n;
-  return n;
+  return sent;
 }
 
 Result<std::size_t> RedisBackend::do_poll(std::span<Completion> out, std::size_t min,
                                           std::chrono::microseconds wait) noexcept {
-  // No spinning before the wait: on a machine with few cores a spinning caller takes the CPU
-  // that the I/O thread and the server need (measured: 64KiB GET at 0.41x redis-benchmark with
-  // a 100 us spin, 0.97x without).
-  std::unique_lock lk(done_mu_);
-  if (done_.size() < min && wait.count() > 0) {
-    poller_waiting_ = true;
-    done_cv_.wait_for(lk, wait, [&] { return done_.size() >= min; });
-    poller_waiting_ = false;
+  const auto until = Clock::now() + std::min<std::chrono::microseconds>(wait, std::chrono::hours(1));
+  // Runs handlers that are ready now: all of them when the caller wants none in particular (a
+  // progress call), else only until `min` requests have finished, so the caller gets them (and
+  // sends its next requests) without first reading every other reply that has arrived: a server
+  // whose next request is already on the wire is never idle while this client reads (64 KiB GETs
+  // at 4 clients: 0.65x redis-benchmark when every ready reply was read first, 1.05x this way).
+  // At least one ready handler runs in every call, so connects, reconnects and timers move on
+  // even while completions that are already waiting satisfy `min`.
+  auto run_ready = [&] {
+    if (min == 0) {
+      io_.poll();
+      return;
+    }
+    if (io_.poll_one() == 0) return;
+    while (done_.size() < min && io_.poll_one() > 0) {
+    }
+  };
+  try {
+    run_ready();
+    sweep(Clock::now());
+    while (done_.size() < min) {
+      if (Clock::now() >= until) break;
+      // Blocks in epoll_wait until an event, the next sweep or the end of the wait.
+      if (io_.run_one_until(std::min(until, next_sweep_)) > 0) run_ready();
+      sweep(Clock::now());
+    }
+  } catch (const std::exception&) {
+    // A handler could not allocate; the request it served ends by its deadline.
   }
   std::size_t n = std::min(out.size(), done_.size());
   for (std::size_t i = 0; i < n; ++i) {
@@ -179,41 +169,14 @@ Result<std::size_t> RedisBackend::do_poll(std::span<Completion> out, std::size_t
   return n;
 }
 
-// ---- I/O thread ------------------------------------------------------------------------------
+// ---- handlers (run inside submit and poll) ---------------------------------------------------
 
 void RedisBackend::complete(RequestPtr r, Status s, std::size_t bytes) {
   if (s.is_ok() && r->op == Op::kPut) {
     stored_bytes_.add(bytes);
     stored_objects_.add();
   }
-  {
-    std::lock_guard lk(done_mu_);
-    done_.push_back(Completion{r->user_data, std::move(s), bytes});
-  }
-  // One wake-up for everything the current handler finishes (a read often completes many
-  // pipelined replies): the posted flush runs after this handler returns.
-  if (!wake_posted_) {
-    wake_posted_ = true;
-    asio::post(io_, [this] {
-      wake_posted_ = false;
-      bool wake;
-      {
-        std::lock_guard lk(done_mu_);
-        wake = poller_waiting_;
-      }
-      if (wake) done_cv_.notify_one();
-    });
-  }
-}
-
-void RedisBackend::drain_submissions() {
-  std::vector<RequestPtr> batch;
-  {
-    std::lock_guard lk(submit_mu_);
-    batch.swap(submitted_);
-    drain_posted_ = false;
-  }
-  for (auto& r : batch) dispatch(std::move(r));
+  done_.push_back(Completion{r->user_data, std::move(s), bytes});
 }
 
 void RedisBackend::dispatch(RequestPtr r) {
@@ -390,8 +353,9 @@ void RedisBackend::apply_slot_map(const Reply& reply, const Endpoint& from) {
   }
 }
 
-void RedisBackend::sweep() {
-  const auto now = Clock::now();
+void RedisBackend::sweep(Clock::time_point now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + sweep_interval_;
   for (std::size_t i = 0; i < nodes_.size(); ++i)
     for (auto& c : nodes_[i]->pool) c->check_deadlines(now);
   for (auto it = waiting_for_map_.begin(); it != waiting_for_map_.end();) {
@@ -404,10 +368,6 @@ void RedisBackend::sweep() {
     complete(std::move(r), Status(Code::kTimedOut, "redis cluster: no slot map within the timeout"),
              0);
   }
-  sweep_timer_.expires_after(sweep_interval_);
-  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) sweep();
-  });
 }
 
 }  // namespace tier::redis

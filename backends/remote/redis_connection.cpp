@@ -82,6 +82,9 @@ void Connection::on_connected() {
   socket_.set_option(asio::socket_base::send_buffer_size(kSocketBuffer), ec);
   state_ = State::kReady;
   stats_.connects.add();
+  // The handshake has its own connect_timeout from here: the owner may have driven the connect's
+  // completion late (handlers run only inside submit and poll).
+  connect_deadline_ = Clock::now() + cfg_.connect_timeout;
   push_handshake();
   start_read();
   maybe_write();

@@ -1,5 +1,6 @@
 #pragma once
-// One TCP connection to one Redis server, driven only on the backend's I/O thread.
+// One TCP connection to one Redis server, driven only by the backend's owner thread (its handlers
+// run inside the backend's submit() and poll()).
 //
 // Requests are pipelined: enqueue() appends to the write queue, a single gathered async_write
 // sends as many as fit (SET values go out of the caller's buffer, never copied), and replies are
@@ -36,7 +37,7 @@ namespace tier::redis {
 using Clock = std::chrono::steady_clock;
 
 // One command. A user request finishes through ConnectionOwner::complete(); a control request
-// (AUTH, SELECT, CLUSTER SLOTS) has `on_reply`, called on the I/O thread with the reply or with
+// (AUTH, SELECT, CLUSTER SLOTS) has `on_reply`, called from a handler with the reply or with
 // the error that ended the connection.
 struct Request {
   std::uint64_t user_data = 0;  // the core's slot id, returned in the Completion
@@ -67,7 +68,7 @@ struct RedisStats {
   Counter map_refreshes;     // cluster slot maps applied
 };
 
-// The connection's owner (the backend's router); called on the I/O thread only.
+// The connection's owner (the backend's router); called from the connection's handlers.
 class ConnectionOwner {
  public:
   virtual ~ConnectionOwner() = default;
@@ -97,7 +98,8 @@ class Connection {
   void connect();
   // Queues a request; starts connecting when idle; fails it at once while in backoff.
   void enqueue(RequestPtr r);
-  // Enforces request and connect deadlines (called by the backend's sweep timer).
+  // Enforces request and connect deadlines. The backend calls it from poll() after running every
+  // ready handler, so a reply that has arrived is never mistaken for a late one.
   void check_deadlines(Clock::time_point now);
 
  private:

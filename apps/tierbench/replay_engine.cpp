@@ -4,6 +4,8 @@
 // rank's Worker -> process), and finish. PAGE chunks are real DSV4 PAGE images and every
 // committed boundary has a real AOS1 SLOT sidecar, from a DSV4 geometry scaled down to
 // --block-bytes when the preset's blocks are larger. Restores are checked bit for bit.
+// --kv-memory device puts every rank's KV memory on a GPU, so PAGE chunks and SLOT sidecars are
+// saved from and restored into device memory through the GPU copy executor.
 #include "replay_engine.hpp"
 
 #include <fmt/format.h>
@@ -106,6 +108,8 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
   const std::uint64_t chunk_tokens = args.uint("chunk-tokens").value_or(512);
   const std::uint64_t min_load = args.uint("min-load-tokens").value_or(512);
   const std::uint64_t prefill_chunk = args.uint("prefill-chunk").value_or(8192);
+  const std::string kv_memory = args.get_or("kv-memory", "host");
+  const std::uint64_t device = args.uint("device").value_or(0);
   const bool json = args.flag("json");
   args.finish();
   if (engine_name != "dsv4") return cli::fail("--engine: only \"dsv4\" exists", 2);
@@ -114,9 +118,12 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
         "usage: tierbench replay --engine dsv4 --profile P [--preset NAME] "
         "[--trace FILE] [--block-bytes B] [--tp N] [--interval N|0|-1] "
         "[--chunk-tokens N] [--min-load-tokens N] [--prefill-chunk N] [--limit N] "
-        "[--json]",
+        "[--kv-memory host|device] [--device N] [--json]",
         2);
   if (tp == 0 || tp > 64) return cli::fail("--tp must be in [1, 64]", 2);
+  auto layout_opts = engine::Dsv4LayoutOptions::from_json(
+      Json{{"memory", kv_memory}, {"device", device}}, "--kv-memory/--device");
+  if (!layout_opts) return cli::fail(layout_opts.status().to_string(), 2);
 
   auto workload = load_workload(trace, limit, sessions);
   if (!workload) return cli::fail(workload.status().to_string());
@@ -167,7 +174,8 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
     auto s = TierStack::open(*profile);
     if (!s) return cli::fail(s.status().to_string());
     stacks.push_back(std::move(s).value());
-    auto l = engine::Dsv4Layout::create(*geometry, cfg.page_namespace, cfg.tp_size, r);
+    auto l =
+        engine::Dsv4Layout::create(*geometry, cfg.page_namespace, cfg.tp_size, r, *layout_opts);
     if (!l) return cli::fail(l.status().to_string());
     layouts.push_back(std::move(l).value());
     auto w = engine::Worker::create(cfg, r, *stacks.back(), *layouts.back());
@@ -181,6 +189,16 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
 
   Figures fig;
   std::uint64_t wrong_data = 0, checked_blocks = 0;
+  // Writes into the KV memory (a forward pass): a failure (device memory) ends the replay.
+  Status kv_error;
+  auto write_kv = [&](Status st) {
+    if (!st.is_ok() && kv_error.is_ok()) kv_error = std::move(st);
+  };
+  // A restored unit is right when its digest equals the digest after rewriting the expected
+  // content; an unreadable unit counts as wrong.
+  auto same = [&](const Result<std::uint64_t>& got, const Result<std::uint64_t>& want) {
+    return got.is_ok() && want.is_ok() && *got == *want;
+  };
   std::vector<std::uint32_t> free_blocks;
   for (std::uint32_t b = 0; b < num_blocks; ++b) free_blocks.push_back(b);
   std::vector<std::int32_t> free_groups = {0, 1};
@@ -253,13 +271,13 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
         computed = d.load_end;
         // Bit-exact: the restored state group and the first and last restored blocks.
         for (auto& lay : layouts) {
-          const std::uint64_t got = lay->digest_slot(o.group);
-          lay->fill_slot(2, block_keys[computed / bt - 1].lo);
-          wrong_data += got == lay->digest_slot(2) ? 0 : 1;
+          const auto got = lay->digest_slot(o.group);
+          write_kv(lay->fill_slot(2, block_keys[computed / bt - 1].lo));
+          wrong_data += same(got, lay->digest_slot(2)) ? 0 : 1;
           for (std::uint64_t b : {std::uint64_t{0}, computed / bt - 1}) {
-            const std::uint64_t g = lay->digest_block(o.blocks[b]);
-            lay->fill_block(o.blocks[b], block_keys[b].lo);
-            wrong_data += g == lay->digest_block(o.blocks[b]) ? 0 : 1;
+            const auto g = lay->digest_block(o.blocks[b]);
+            write_kv(lay->fill_block(o.blocks[b], block_keys[b].lo));
+            wrong_data += same(g, lay->digest_block(o.blocks[b])) ? 0 : 1;
             ++checked_blocks;
           }
         }
@@ -272,8 +290,8 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
       const std::uint64_t end = computed + n;
       for (auto& lay : layouts) {
         for (std::uint64_t b = computed / bt; b < (end + bt - 1) / bt; ++b)
-          lay->fill_block(o.blocks[b], block_keys[b].lo);
-        if (end % bt == 0) lay->fill_slot(o.group, block_keys[end / bt - 1].lo);
+          write_kv(lay->fill_block(o.blocks[b], block_keys[b].lo));
+        if (end % bt == 0) write_kv(lay->fill_slot(o.group, block_keys[end / bt - 1].lo));
       }
       computed = end;
       sched.on_computed(h, computed);
@@ -284,6 +302,7 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
     } else {
       release(h);
     }
+    if (!kv_error.is_ok()) return cli::fail("KV memory: " + kv_error.to_string());
     if (bar) bar->update(++done);
   }
   while (sched.saves_pending() > 0 || sched.loads_pending() > 0) step();
@@ -316,6 +335,7 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
       {"engine", engine_name},
       {"preset", preset},
       {"geometry", note},
+      {"kv_memory", layout_opts->to_json()},
       {"page_bytes_per_block", geometry->page_bytes_per_block},
       {"slot_bytes", geometry->slot_bytes},
       {"requests", requests.size()},
@@ -342,9 +362,14 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
     const Json& e = metrics["engine"];
     fmt::print("replay --engine dsv4 ({}; {}): {} requests, {} prompt tokens, TP {}, {:.1f} s\n",
                preset, note, requests.size(), prompt_tokens, tp, seconds);
-    fmt::print("PAGE {} per 256-token block, SLOT {} per boundary; chunk {} tokens, interval {}\n",
-               format_size(geometry->page_bytes_per_block), format_size(geometry->slot_bytes),
-               cfg.chunk_tokens, cfg.checkpoint_interval_tokens);
+    fmt::print(
+        "PAGE {} per 256-token block, SLOT {} per boundary; chunk {} tokens, interval {}; KV in "
+        "{}\n",
+        format_size(geometry->page_bytes_per_block), format_size(geometry->slot_bytes),
+        cfg.chunk_tokens, cfg.checkpoint_interval_tokens,
+        layout_opts->memory == engine::KvMemoryKind::kDevice
+            ? fmt::format("GPU {} memory", layout_opts->device)
+            : std::string("host memory"));
     fmt::print("hit rate {:.2f}% (loaded tokens / prompt tokens); PAGE prefix found {:.2f}%\n",
                100 * out["hit_rate"].get<double>(), 100 * out["page_hit_rate"].get<double>());
     fmt::print("{:<16} {:>14} {:>14}\n", "counter", "engine", "replay");

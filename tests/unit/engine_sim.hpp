@@ -3,7 +3,8 @@
 // its own real TierStack (CPU tiers, or the mock plugin for fault injection), a Dsv4Layout over a
 // small real DSV4 geometry, and a Worker per rank. Every step runs each rank's submit+progress on
 // its own thread, as TP workers do. A "forward" writes deterministic KV derived from the prefix
-// content, so a restore can be checked bit for bit against a recomputation.
+// content, so a restore can be checked bit for bit against a recomputation. SimOptions::layout
+// puts every rank's KV in host or GPU memory.
 
 #include <doctest/doctest.h>
 
@@ -56,6 +57,13 @@ inline dsv4::Geometry small_geometry(std::uint32_t block, std::uint64_t blocks,
   return dsv4::Geometry::compute(m).value();
 }
 
+inline void require_ok(const Status& s) { REQUIRE_MESSAGE(s.is_ok(), s.to_string()); }
+template <class T>
+T require_value(Result<T> r) {
+  REQUIRE_MESSAGE(r.is_ok(), r.status().to_string());
+  return std::move(r).value();
+}
+
 inline Json cpu_profile(const std::string& capacity = "256MiB") {
   return Json{{"tiers",
                Json::array({Json{
@@ -76,6 +84,7 @@ struct SimOptions {
   std::uint64_t num_blocks = 512;
   std::uint64_t num_slots = 4;
   std::uint64_t prefill_chunk = 4096;
+  Dsv4LayoutOptions layout;  // where each rank's KV memory lives (host or GPU)
   // Per rank: the profile of that rank's stack (default: a CPU tier).
   std::function<Json(std::uint32_t rank)> profile = [](std::uint32_t) { return cpu_profile(); };
 };
@@ -102,8 +111,8 @@ class SimEngine {
       auto stack = TierStack::open(*profile);
       REQUIRE_MESSAGE(stack.is_ok(), stack.status().to_string());
       stacks.push_back(std::move(stack).value());
-      layouts.push_back(
-          Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r).value());
+      layouts.push_back(require_value(
+          Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r, o_.layout)));
       workers.push_back(Worker::create(o_.config, r, *stacks.back(), *layouts.back()).value());
     }
     restart_scheduler();
@@ -182,7 +191,8 @@ class SimEngine {
       l.group = free_groups_.front();
       free_groups_.erase(free_groups_.begin());
     }
-    for (auto& lay : layouts) lay->zero_slot(l.group);
+    if (l.group >= 0)
+      for (auto& lay : layouts) require_ok(lay->zero_slot(l.group));
     if (hbm > 0) forward(l, 0, hbm);
     out.decision = sched->after_alloc(l.h, hbm, l.blocks, l.group);
     l.computed = hbm;
@@ -193,11 +203,13 @@ class SimEngine {
   // The KV a forward pass writes for tokens [start, end) on every rank: each completed block
   // from its chunk key; the state group from the prefix at `end`.
   void forward(Live& l, std::uint64_t start, std::uint64_t end) {
+    REQUIRE(end <= l.prompt.size());
     const auto keys = chunk_keys(o_.config.page_namespace, l.prompt, o_.config.block_tokens, true);
     const std::uint64_t bt = o_.config.block_tokens;
     for (std::uint64_t b = start / bt; b < (end + bt - 1) / bt; ++b)
-      for (auto& lay : layouts) lay->fill_block(l.blocks[b], keys[b].lo);
-    for (auto& lay : layouts) lay->fill_slot(l.group, state_seed(l.prompt, end));
+      for (auto& lay : layouts) require_ok(lay->fill_block(l.blocks[b], keys[b].lo));
+    if (l.group >= 0)
+      for (auto& lay : layouts) require_ok(lay->fill_slot(l.group, state_seed(l.prompt, end)));
     l.computed = end;
     owned_[l.h] = l;
   }
@@ -209,8 +221,8 @@ class SimEngine {
   std::uint64_t expected_slot_digest(std::uint32_t r, const std::vector<std::uint32_t>& prompt,
                                      std::uint64_t tokens) {
     const auto scratch = static_cast<std::int32_t>(o_.num_slots - 1);
-    layouts[r]->fill_slot(scratch, state_seed(prompt, tokens));
-    return layouts[r]->digest_slot(scratch);
+    require_ok(layouts[r]->fill_slot(scratch, state_seed(prompt, tokens)));
+    return require_value(layouts[r]->digest_slot(scratch));
   }
 
   // Runs a whole request: admit, wait for its load, prefill the rest with cuts, finish, and step

@@ -2,13 +2,12 @@
 // TierStack per rank, real DSV4 PAGE/SLOT codecs. Each TEST_CASE ports a scenario of the
 // reference's section 6.1 (same intent, recognisable name) or covers a libtier decision
 // (docs/engine.md).
-#include "engine_sim.hpp"
-
 #include <doctest/doctest.h>
 
 #include <map>
 #include <set>
 
+#include "engine_scenarios.hpp"
 #include "tier/engine/export.hpp"
 
 using namespace tier;
@@ -17,32 +16,10 @@ using namespace tier::engine::test;
 
 namespace {
 
-Boundary boundary_of(const SimEngine& sim, const std::vector<std::uint32_t>& prompt,
-                     std::uint64_t tokens) {
-  auto keys = chunk_keys(sim.o_.config.page_namespace, prompt, sim.o_.config.chunk_tokens);
-  return Boundary{tokens, keys[tokens / sim.o_.config.chunk_tokens - 1]};
-}
-
 SimOptions opts(std::uint32_t tp = 2) {
   SimOptions o;
   o.config = default_config(tp);
   return o;
-}
-
-// Every rank's blocks [0, tokens) and state group hold what a recomputation would write.
-void check_restored(SimEngine& sim, SeqHandle h, std::uint64_t tokens) {
-  auto& l = sim.live(h);
-  const auto keys =
-      chunk_keys(sim.o_.config.page_namespace, l.prompt, sim.o_.config.block_tokens, true);
-  for (std::uint32_t r = 0; r < sim.layouts.size(); ++r) {
-    auto& lay = *sim.layouts[r];
-    for (std::uint64_t b = 0; b < tokens / sim.o_.config.block_tokens; ++b) {
-      const auto got = lay.digest_block(l.blocks[b]);
-      lay.fill_block(l.blocks[b], keys[b].lo);
-      REQUIRE(got == lay.digest_block(l.blocks[b]));
-    }
-    CHECK(lay.digest_slot(l.group) == sim.expected_slot_digest(r, l.prompt, tokens));
-  }
 }
 
 std::size_t slot_saves_in(const StepPlan& p) {
@@ -54,31 +31,7 @@ std::size_t slot_saves_in(const StepPlan& p) {
 }  // namespace
 
 TEST_CASE("stateful page hit shrinks from 16k to committed 8k sidecar") {
-  SimEngine sim(opts());
-  const auto a = tokens(1, 16384 + 8);
-  sim.run(1, a);
-  CHECK(sim.sched->is_committed(boundary_of(sim, a, 8192)));
-  CHECK(sim.sched->is_committed(boundary_of(sim, a, 16384)));
-  // Lose the 16k commit, restart: only 8k is rediscovered from the tiers.
-  REQUIRE(sim.workers[0]->remove_commit(boundary_of(sim, a, 16384)).is_ok());
-  sim.restart_scheduler();
-  const auto b = concat(std::vector<std::uint32_t>(a.begin(), a.begin() + 16384), tokens(2, 8192));
-  REQUIRE(b.size() == 24576);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, b, out);
-  CHECK(out.match.page_hit == 16384);
-  CHECK(out.match.tokens == 8192);
-  CHECK(out.match.park);
-  REQUIRE(sim.sched->pending_slot_load(l.h));
-  CHECK(*sim.sched->pending_slot_load(l.h) == boundary_of(sim, b, 8192));
-  CHECK(out.decision.action == LoadAction::kLoad);
-  CHECK(out.decision.reason == "aligned_large_hit");
-  auto ev = sim.step();
-  REQUIRE(ev.loaded.size() == 1);
-  check_restored(sim, l.h, 8192);
-  CHECK(sim.sched->counters().load_requests.get() == 1);
-  CHECK(sim.sched->counters().loaded_tokens.get() == 8192);
-  CHECK(sim.sched->counters().commits_rediscovered.get() >= 1);
+  page_hit_shrinks_to_committed_sidecar(opts());
 }
 
 TEST_CASE("stateful page hit without sidecar is rejected and lookup cleared") {
@@ -365,7 +318,8 @@ TEST_CASE("sidecar save emits at regular checkpoint boundary") {
   auto l = sim.admit(1, tokens(21, 20000), out);
   std::vector<std::uint64_t> slots;
   while (l.computed < 20000) {
-    auto n = sim.sched->cut_prefill_chunk(l.h, l.computed, 3000);
+    auto n = sim.sched->cut_prefill_chunk(l.h, l.computed,
+                                          std::min<std::uint64_t>(3000, 20000 - l.computed));
     sim.forward(l, l.computed, l.computed + n);
     sim.sched->on_computed(l.h, l.computed);
     sim.step();
@@ -486,94 +440,15 @@ TEST_CASE("deferred free while a save still reads the request's blocks") {
 }
 
 TEST_CASE("missing or corrupt sidecar fails whole load and invalidates once") {
-  SimEngine sim(opts());
-  const auto a = tokens(31, 8192 + 8);
-  sim.run(1, a);
-  const Boundary b = boundary_of(sim, a, 8192);
-  // Rank 1's sidecar is replaced by a foreign one: a valid AOS1 frame of another boundary.
-  auto& w1 = *sim.workers[1];
-  auto foreign = sim.layouts[1]->slot_codec(SlotIdentity{1024, 12345, 2, 1}).value();
-  auto src = sim.layouts[1]->slot_regions(0).value();
-  REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.slot_key(b)); }).is_ok());
-  Status put;
-  SaveItem item{w1.slot_key(b), src};
-  REQUIRE(w1.with_stack([&](TierStack& s) {
-              return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
-            }).is_ok());
-  REQUIRE(put.is_ok());
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
-  const auto before = sim.layouts[1]->digest_slot(l.group);
-  auto ev = sim.step();
-  REQUIRE(ev.load_failed.size() == 1);
-  REQUIRE(ev.terminals.size() == 1);  // exactly one terminal for the load
-  CHECK(ev.terminals[0].reason == "sidecar_corrupt");
-  CHECK(sim.layouts[1]->digest_slot(l.group) == before);  // the group was never written
-  CHECK(w1.counters().slot_invalidations.get() == 1);
-  CHECK(*w1.with_stack([&](TierStack& s) { return s.locate(w1.slot_key(b)); }) == -1);
-  CHECK_FALSE(w1.fenced(w1.slot_key(b)));
-  CHECK_FALSE(sim.sched->is_committed(b));
-  CHECK(sim.sched->counters().loaded_tokens.get() == 0);
+  foreign_sidecar_fails_whole_load(opts());
 }
 
 TEST_CASE("corrupt sidecar bytes fail the load like a foreign one") {
-  SimEngine sim(opts());
-  const auto a = tokens(32, 8192 + 8);
-  sim.run(1, a);
-  const Boundary b = boundary_of(sim, a, 8192);
-  auto& w1 = *sim.workers[1];
-  // Flip one payload byte of the stored object in rank 1's CPU tier.
-  w1.with_stack([&](TierStack& s) {
-    Backend& be = s.tier(0);
-    std::vector<std::byte> img(1 << 20);
-    IoRequest get{Op::kGet, w1.slot_key(b), host_region(img), 1};
-    REQUIRE(*be.submit(std::span(&get, 1)) == 1);
-    Completion c;
-    REQUIRE(*be.poll(std::span(&c, 1), 1, std::chrono::microseconds(100000)) == 1);
-    REQUIRE(c.status.is_ok());
-    img.resize(c.bytes);
-    img[img.size() - 7] ^= std::byte{0x40};
-    IoRequest rm{Op::kRemove, w1.slot_key(b), {}, 2};
-    REQUIRE(*be.submit(std::span(&rm, 1)) == 1);
-    REQUIRE(*be.poll(std::span(&c, 1), 1, std::chrono::microseconds(100000)) == 1);
-    IoRequest put{Op::kPut, w1.slot_key(b), host_region(img), 3};
-    REQUIRE(*be.submit(std::span(&put, 1)) == 1);
-    REQUIRE(*be.poll(std::span(&c, 1), 1, std::chrono::microseconds(100000)) == 1);
-    return 0;
-  });
-  auto out = sim.run(2, a);
-  CHECK(out.load_failed);
-  CHECK_FALSE(out.loaded);
-  CHECK(sim.sched->counters().load_failures.get() == 1);
-  // The recomputed request republished a good sidecar.
-  CHECK(sim.run(3, a).loaded);
+  corrupt_sidecar_bytes_fail_the_load(opts());
 }
 
 TEST_CASE("failed corruption invalidation cannot fake later commit") {
-  auto o = opts();
-  o.profile = [](std::uint32_t r) { return r == 1 ? failing_profile("remove") : cpu_profile(); };
-  SimEngine sim(o);
-  const auto a = tokens(33, 8192 + 8);
-  const Boundary b = boundary_of(sim, a, 8192);
-  auto& w1 = *sim.workers[1];
-  // A foreign sidecar already sits under rank 1's key; tiers are put-if-absent.
-  auto foreign = sim.layouts[1]->slot_codec(SlotIdentity{1024, 777, 2, 1}).value();
-  auto src = sim.layouts[1]->slot_regions(0).value();
-  Status put;
-  SaveItem item{w1.slot_key(b), src};
-  REQUIRE(w1.with_stack([&](TierStack& s) {
-              return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
-            }).is_ok());
-  sim.run(1, a);  // its SLOT "put" found the key present: committed, though rank 1 is foreign
-  REQUIRE(sim.sched->is_committed(b));
-  auto out = sim.run(2, a);  // the load detects it; the removal fails; the key stays fenced
-  CHECK(out.load_failed);
-  CHECK(w1.fenced(w1.slot_key(b)));
-  // The recompute tried to republish: refused, never committed.
-  CHECK_FALSE(sim.sched->is_committed(b));
-  CHECK(w1.counters().fenced_refusals.get() >= 1);
-  auto again = sim.run(3, a);
-  CHECK(again.match.tokens == 0);
+  failed_invalidation_cannot_fake_commit(opts());
 }
 
 TEST_CASE("page retrieve failure prevents sidecar fetch") {
@@ -635,31 +510,10 @@ TEST_CASE("max pending saves bounds running plus queued before snapshot") {
   CHECK(sim.sched->saves_pending() == 0);
 }
 
-TEST_CASE("commits survive a scheduler restart") {
-  SimEngine sim(opts());
-  const auto a = tokens(50, 16384 + 100);
-  sim.run(1, a);
-  sim.restart_scheduler();
-  CHECK(sim.sched->committed_count() == 0);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, concat(a, tokens(51, 100)), out);
-  CHECK(out.match.tokens == 16384);
-  REQUIRE(sim.step().loaded.size() == 1);
-  check_restored(sim, l.h, 16384);
-  CHECK(sim.sched->counters().commits_rediscovered.get() == 1);
-}
+TEST_CASE("commits survive a scheduler restart") { commits_survive_restart(opts()); }
 
 TEST_CASE("tp8 resume restores page and slot bit exact on every rank") {
-  SimEngine sim(opts(8));
-  const auto a = tokens(52, 8192 + 100);
-  sim.run(1, a);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, concat(a, tokens(53, 500)), out);
-  REQUIRE(out.decision.action == LoadAction::kLoad);
-  auto ev = sim.step();
-  REQUIRE(ev.loaded.size() == 1);
-  check_restored(sim, l.h, 8192);
-  for (auto& w : sim.workers) CHECK(w->counters().slot_restores.get() == 1);
+  resume_bit_exact_on_every_rank(opts(8));
 }
 
 TEST_CASE("unaligned hbm handoff prefills boundary then emits load") {
@@ -750,4 +604,62 @@ TEST_CASE("nonthrowing page store requires full lookup coverage") {
   CHECK(sim.workers[1]->counters().slot_publishes.get() == 0);
   CHECK(sim.workers[0]->counters().slot_publishes.get() == 1);  // rank 0 alone cannot commit
   CHECK(sim.run(2, a).match.tokens == 0);
+}
+
+TEST_CASE("layout options are strict") {
+  auto d = Dsv4LayoutOptions::from_json(Json::object());
+  REQUIRE(d.is_ok());
+  CHECK(d->memory == KvMemoryKind::kHost);
+  CHECK(d->device == 0);
+  auto dev = Dsv4LayoutOptions::from_json(Json{{"memory", "device"}, {"device", 1}});
+  REQUIRE(dev.is_ok());
+  CHECK(dev->memory == KvMemoryKind::kDevice);
+  CHECK(dev->device == 1);
+  CHECK(dev->to_json() == Json{{"memory", "device"}, {"device", 1}});
+  auto bad = Dsv4LayoutOptions::from_json(Json{{"memory", "gpu"}}, "/layout");
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status() == Code::kInvalidArgument);
+  CHECK(bad.status().to_string().find("/layout/memory") != std::string::npos);
+  auto typo = Dsv4LayoutOptions::from_json(Json{{"memroy", "device"}});
+  REQUIRE_FALSE(typo.is_ok());
+  CHECK(typo.status().to_string().find("memroy") != std::string::npos);
+  CHECK_FALSE(Dsv4LayoutOptions::from_json(Json{{"device", -1}}).is_ok());
+  CHECK_FALSE(Dsv4LayoutOptions::from_json(Json{{"device", "0"}}).is_ok());
+  for (const OptionSpec& spec : Dsv4LayoutOptions::options()) CHECK_FALSE(spec.doc.empty());
+}
+
+TEST_CASE("device KV memory without a GPU is NotSupported") {
+  const auto geo = small_geometry(128, 16, 2);
+  const Key128 ns = default_config().page_namespace;
+  Dsv4LayoutOptions o;
+  o.memory = KvMemoryKind::kDevice;
+  auto l = Dsv4Layout::create(geo, ns, 1, 0, o);
+  if (l.is_ok()) {
+    // This machine has a GPU (engine_gpu_test covers it): the memory is device memory.
+    const std::uint32_t block = 0;
+    CHECK((*l)->page_regions(std::span(&block, 1)).value()[0].kind == MemoryKind::kDevice);
+  } else {
+    CHECK(l.status() == Code::kNotSupported);
+    CHECK(l.status().to_string().find("device KV memory needs") != std::string::npos);
+  }
+  o.device = -1;
+  auto neg = Dsv4Layout::create(geo, ns, 1, 0, o);
+  REQUIRE_FALSE(neg.is_ok());
+  CHECK(neg.status() == Code::kInvalidArgument);
+}
+
+TEST_CASE("host layout: fill, zero and digest report bad ids and see the bytes") {
+  const auto geo = small_geometry(128, 16, 2);
+  auto l = Dsv4Layout::create(geo, default_config().page_namespace, 1, 0).value();
+  const std::uint64_t zero = l->digest_block(3).value();
+  REQUIRE(l->fill_block(3, 42).is_ok());
+  const std::uint64_t filled = l->digest_block(3).value();
+  CHECK(filled != zero);
+  CHECK(l->digest_block(4).value() == zero);  // only block 3 was written
+  REQUIRE(l->zero_block(3).is_ok());
+  CHECK(l->digest_block(3).value() == zero);
+  CHECK(l->fill_block(16, 1) == Code::kInvalidArgument);
+  CHECK(l->digest_block(16).status() == Code::kInvalidArgument);
+  CHECK(l->fill_slot(-1, 1) == Code::kInvalidArgument);
+  CHECK(l->digest_slot(2).status() == Code::kInvalidArgument);
 }

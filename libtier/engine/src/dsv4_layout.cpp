@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "kv_memory.hpp"
+
 namespace tier::engine {
 namespace {
 
@@ -41,33 +43,79 @@ void fill(std::span<std::byte> out, std::uint64_t seed) {
 
 }  // namespace
 
+std::string_view kv_memory_name(KvMemoryKind k) noexcept {
+  return k == KvMemoryKind::kDevice ? "device" : "host";
+}
+
+std::span<const OptionSpec> Dsv4LayoutOptions::options() {
+  static const std::vector<OptionSpec> specs = {
+      {"memory",
+       OptionType::kEnum,
+       Json("host"),
+       "where the rank's KV memory lives: host memory, or GPU memory moved by the GPU copy "
+       "executor (NotSupported without a GPU)",
+       std::nullopt,
+       std::nullopt,
+       {"host", "device"}},
+      {"device",
+       OptionType::kUInt,
+       Json(0),
+       "GPU ordinal of the KV memory when memory is \"device\"",
+       0.0,
+       1024.0,
+       {}},
+  };
+  return specs;
+}
+
+Result<Dsv4LayoutOptions> Dsv4LayoutOptions::from_json(const Json& j, const std::string& path) {
+  ConfigErrors errors;
+  Json r = resolve_options(j, options(), path, errors);
+  if (!errors.empty()) return errors.to_status();
+  Dsv4LayoutOptions o;
+  o.memory =
+      r.at("memory").get<std::string>() == "device" ? KvMemoryKind::kDevice : KvMemoryKind::kHost;
+  o.device = r.at("device").get<int>();
+  return o;
+}
+
+Json Dsv4LayoutOptions::to_json() const {
+  return {{"memory", std::string(kv_memory_name(memory))}, {"device", device}};
+}
+
+Dsv4Layout::Dsv4Layout() = default;
+Dsv4Layout::~Dsv4Layout() = default;
+
 Result<std::unique_ptr<Dsv4Layout>> Dsv4Layout::create(const dsv4::Geometry& geometry,
                                                        const Key128& page_namespace,
-                                                       std::uint32_t tp_size,
-                                                       std::uint32_t tp_rank) {
+                                                       std::uint32_t tp_size, std::uint32_t tp_rank,
+                                                       const Dsv4LayoutOptions& options) {
   std::unique_ptr<Dsv4Layout> l(new Dsv4Layout());
   l->geometry_ = geometry;
-  std::vector<Region> regions;
-  try {
-    for (const auto& b : geometry.backings) {
-      l->backings_.emplace_back(b.bytes);
-      regions.push_back(host_region(l->backings_.back()));
-    }
-  } catch (const std::bad_alloc&) {
-    return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the KV memory");
+  l->options_ = options;
+  if (options.memory == KvMemoryKind::kDevice) {
+    TIER_ASSIGN_OR_RETURN(l->memory_, detail::make_device_memory(geometry, options.device));
+  } else {
+    TIER_ASSIGN_OR_RETURN(l->memory_, detail::make_host_memory(geometry));
   }
-  TIER_ASSIGN_OR_RETURN(auto bound, dsv4::bind_layout(geometry, regions));
-  TIER_ASSIGN_OR_RETURN(l->page_, dsv4::PageCodec::create(bound.page, geometry.config.num_blocks));
+  CopyExecutor* exec = l->memory_->executor();
+  TIER_ASSIGN_OR_RETURN(auto bound, dsv4::bind_layout(geometry, l->memory_->backings()));
+  TIER_ASSIGN_OR_RETURN(l->page_,
+                        dsv4::PageCodec::create(bound.page, geometry.config.num_blocks, exec));
   dsv4::SlotIdentity id{dsv4::slot_fingerprint(geometry, page_namespace, tp_size, tp_rank), tp_size,
                         tp_rank};
   TIER_ASSIGN_OR_RETURN(l->slot_,
-                        dsv4::SlotCodec::create(bound.slot, geometry.config.num_slots, id));
+                        dsv4::SlotCodec::create(bound.slot, geometry.config.num_slots, id, exec));
   return l;
 }
 
 Result<std::vector<Region>> Dsv4Layout::page_regions(
     std::span<const std::uint32_t> block_ids) const {
   return page_->describe(block_ids);
+}
+
+Result<std::vector<Region>> Dsv4Layout::block_regions(std::uint32_t block) const {
+  return page_->describe(std::span(&block, 1));
 }
 
 Result<std::vector<Region>> Dsv4Layout::slot_regions(std::int32_t group) const {
@@ -83,46 +131,61 @@ Result<std::unique_ptr<Codec>> Dsv4Layout::slot_codec(const SlotIdentity& id) co
       new BoundSlotCodec(slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash})));
 }
 
-void Dsv4Layout::fill_block(std::uint32_t block, std::uint64_t seed) {
-  auto r = page_->describe(std::span(&block, 1));
-  if (!r) return;
-  std::uint64_t i = 0;
-  for (const Region& x : *r) fill(x.bytes(), seed * 1315423911ull + i++);
+namespace {
+
+using Access = detail::KvMemory::Access;
+
+Status fill_regions(detail::KvMemory& m, const std::vector<Region>& regions, std::uint64_t seed) {
+  return m.visit(regions, Access::kWrite, [&](RegionList views) {
+    std::uint64_t i = 0;
+    for (const Region& x : views) fill(x.bytes(), seed + i++);
+  });
 }
 
-void Dsv4Layout::fill_slot(std::int32_t group, std::uint64_t seed) {
-  auto r = slot_regions(group);
-  if (!r) return;
-  std::uint64_t i = 0;
-  for (const Region& x : *r) fill(x.bytes(), seed * 2654435761ull + i++);
+Status zero_regions(detail::KvMemory& m, const std::vector<Region>& regions) {
+  return m.visit(regions, Access::kWrite, [](RegionList views) {
+    for (const Region& x : views) std::memset(x.data, 0, x.size);
+  });
 }
 
-void Dsv4Layout::zero_block(std::uint32_t block) {
-  auto r = page_->describe(std::span(&block, 1));
-  if (!r) return;
-  for (const Region& x : *r) std::memset(x.data, 0, x.size);
-}
-
-void Dsv4Layout::zero_slot(std::int32_t group) {
-  auto r = slot_regions(group);
-  if (!r) return;
-  for (const Region& x : *r) std::memset(x.data, 0, x.size);
-}
-
-std::uint64_t Dsv4Layout::digest_block(std::uint32_t block) const {
-  auto r = page_->describe(std::span(&block, 1));
-  if (!r) return 0;
+Result<std::uint64_t> digest_regions(detail::KvMemory& m, const std::vector<Region>& regions) {
   std::uint64_t h = 0;
-  for (const Region& x : *r) h = XXH3_64bits_withSeed(x.data, x.size, h);
+  TIER_RETURN_IF_ERROR(m.visit(regions, Access::kRead, [&](RegionList views) {
+    for (const Region& x : views) h = XXH3_64bits_withSeed(x.data, x.size, h);
+  }));
   return h;
 }
 
-std::uint64_t Dsv4Layout::digest_slot(std::int32_t group) const {
-  auto r = slot_regions(group);
-  if (!r) return 0;
-  std::uint64_t h = 0;
-  for (const Region& x : *r) h = XXH3_64bits_withSeed(x.data, x.size, h);
-  return h;
+}  // namespace
+
+Status Dsv4Layout::fill_block(std::uint32_t block, std::uint64_t seed) {
+  TIER_ASSIGN_OR_RETURN(auto r, block_regions(block));
+  return fill_regions(*memory_, r, seed * 1315423911ull);
+}
+
+Status Dsv4Layout::fill_slot(std::int32_t group, std::uint64_t seed) {
+  TIER_ASSIGN_OR_RETURN(auto r, slot_regions(group));
+  return fill_regions(*memory_, r, seed * 2654435761ull);
+}
+
+Status Dsv4Layout::zero_block(std::uint32_t block) {
+  TIER_ASSIGN_OR_RETURN(auto r, block_regions(block));
+  return zero_regions(*memory_, r);
+}
+
+Status Dsv4Layout::zero_slot(std::int32_t group) {
+  TIER_ASSIGN_OR_RETURN(auto r, slot_regions(group));
+  return zero_regions(*memory_, r);
+}
+
+Result<std::uint64_t> Dsv4Layout::digest_block(std::uint32_t block) const {
+  TIER_ASSIGN_OR_RETURN(auto r, block_regions(block));
+  return digest_regions(*memory_, r);
+}
+
+Result<std::uint64_t> Dsv4Layout::digest_slot(std::int32_t group) const {
+  TIER_ASSIGN_OR_RETURN(auto r, slot_regions(group));
+  return digest_regions(*memory_, r);
 }
 
 }  // namespace tier::engine

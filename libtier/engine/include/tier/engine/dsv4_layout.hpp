@@ -1,7 +1,6 @@
 #pragma once
 // Dsv4Layout: the engine's KvLayout over the DSV4 geometry and codecs (codecs/dsv4), with the
-// KV memory of one rank in host memory (the GPU executor plugs in through the codecs' CopyExecutor
-// once it exists).
+// KV memory of one rank in host memory or in GPU memory (Dsv4LayoutOptions::memory).
 //
 //  - PAGE: dsv4::PageCodec; a chunk's regions are PageCodec::describe(block ids), so a chunk's
 //    payload is the reference's block-major, region-minor PAGE image.
@@ -9,27 +8,71 @@
 //    carries the boundary tokens, the boundary hash (Boundary::key.lo), the slot fingerprint and
 //    the TP geometry, and whose decode checks all of them, then the CRC, before writing a byte.
 //
-// The memory (every backing of the geometry) is allocated here and zeroed; fill_block() and
-// fill_slot() write deterministic content the way a forward pass would, and digest_*() let tests
-// and tierbench check a restore bit for bit.
+// Memory. `host`: every backing of the geometry is a host allocation and the codecs move bytes
+// with memcpy. `device`: every backing is a GPU allocation on `device` (MemoryKind::kDevice
+// regions) and both codecs move bytes through the GPU copy executor (hip/gpu.hpp
+// DeviceCopyExecutor: one kernel launch per PAGE chunk or SLOT image, zero-copy or staged as the
+// executor decides for the image's memory), so the worker saves PAGE chunks and SLOT sidecars
+// straight from GPU memory and restores into it, with the same all-or-nothing checks (a SLOT
+// frame is checked in host memory before the scatter writes a byte of the state group). This
+// header carries no GPU runtime type; a build without the GPU part (gpu=disabled, or no GPU
+// compiler) or a machine without the device refuses `device` with NotSupported.
+//
+// The memory is allocated here and zeroed; fill_block() and fill_slot() write deterministic
+// content the way a forward pass would, and digest_*() let tests and tierbench check a restore
+// bit for bit. For device memory they copy through the GPU runtime (a pinned host scratch of one
+// block or one slot, one synchronized copy per region), so they are test and benchmark tools,
+// not a data path.
+//
+// Threads: one caller at a time. The worker's calls run under its lock; fill_*, zero_* and
+// digest_* must not overlap them (as a forward pass does not overlap the worker's save of the
+// same layout in the simulated engines).
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "dsv4/geometry.hpp"
 #include "dsv4/page_codec.hpp"
 #include "dsv4/slot_codec.hpp"
 #include "tier/engine/worker.hpp"
+#include "tier/json.hpp"
+#include "tier/options.hpp"
 
 namespace tier::engine {
 
+namespace detail {
+class KvMemory;  // the backings and how to reach them (src/kv_memory.hpp)
+}
+
+// Where a layout keeps the rank's KV memory.
+enum class KvMemoryKind : std::uint8_t { kHost = 0, kDevice = 1 };
+std::string_view kv_memory_name(KvMemoryKind k) noexcept;
+
+// JSON form (strict: unknown keys, unknown values and wrong types are errors):
+//   {"memory": "host" | "device", "device": 0}
+struct Dsv4LayoutOptions {
+  KvMemoryKind memory = KvMemoryKind::kHost;
+  int device = 0;  // GPU ordinal; used when memory is kDevice
+
+  static std::span<const OptionSpec> options();
+  // Errors: InvalidArgument listing every problem with its JSON pointer (under `path`).
+  static Result<Dsv4LayoutOptions> from_json(const Json& j, const std::string& path = "");
+  Json to_json() const;
+};
+
 class Dsv4Layout final : public KvLayout {
  public:
-  // Errors: InvalidArgument (geometry, TP), or allocation failures as NoSpace.
+  // Errors: InvalidArgument (geometry, TP, device < 0); NotSupported (`device` memory in a
+  // build without the GPU part, or no such GPU on this machine); NoSpace (host allocation);
+  // DeviceError (GPU allocation or runtime failure).
   static Result<std::unique_ptr<Dsv4Layout>> create(const dsv4::Geometry& geometry,
                                                     const Key128& page_namespace,
-                                                    std::uint32_t tp_size, std::uint32_t tp_rank);
+                                                    std::uint32_t tp_size, std::uint32_t tp_rank,
+                                                    const Dsv4LayoutOptions& options = {});
+  ~Dsv4Layout() override;
 
   const Codec& page_codec() const noexcept override { return *page_; }
   Result<std::vector<Region>> page_regions(std::span<const std::uint32_t> block_ids) const override;
@@ -37,21 +80,28 @@ class Dsv4Layout final : public KvLayout {
   Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const override;
 
   const dsv4::Geometry& geometry() const noexcept { return geometry_; }
+  const Dsv4LayoutOptions& options() const noexcept { return options_; }
   std::uint64_t page_bytes_per_block() const noexcept { return page_->bytes_per_block(); }
   std::uint64_t slot_bytes() const noexcept { return slot_->slot_bytes(); }
   // Writes content derived from `seed` into every unit of block `block` / state group `group`.
-  void fill_block(std::uint32_t block, std::uint64_t seed);
-  void fill_slot(std::int32_t group, std::uint64_t seed);
-  void zero_block(std::uint32_t block);
-  void zero_slot(std::int32_t group);
-  // XXH3-64 over every unit of the block / group in region order.
-  std::uint64_t digest_block(std::uint32_t block) const;
-  std::uint64_t digest_slot(std::int32_t group) const;
+  // Errors: InvalidArgument (no such block or group), DeviceError.
+  Status fill_block(std::uint32_t block, std::uint64_t seed);
+  Status fill_slot(std::int32_t group, std::uint64_t seed);
+  Status zero_block(std::uint32_t block);
+  Status zero_slot(std::int32_t group);
+  // XXH3-64 over every unit of the block / group in region order (the same value for host and
+  // device memory holding the same bytes). Errors: InvalidArgument, DeviceError.
+  Result<std::uint64_t> digest_block(std::uint32_t block) const;
+  Result<std::uint64_t> digest_slot(std::int32_t group) const;
 
  private:
-  Dsv4Layout() = default;
+  Dsv4Layout();
+  Result<std::vector<Region>> block_regions(std::uint32_t block) const;
+
   dsv4::Geometry geometry_;
-  std::vector<std::vector<std::byte>> backings_;
+  Dsv4LayoutOptions options_;
+  // Declared before the codecs: they refer to its executor, so it is destroyed after them.
+  std::unique_ptr<detail::KvMemory> memory_;
   std::unique_ptr<dsv4::PageCodec> page_;
   std::unique_ptr<dsv4::SlotCodec> slot_;
 };

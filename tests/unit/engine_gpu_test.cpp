@@ -1,0 +1,144 @@
+// The offload engine with every rank's KV memory on GPU 0 (Dsv4LayoutOptions "memory":
+// "device"): the layout's codecs and host access against a host layout holding the same bytes,
+// then scenarios of the simulated engine (engine_scenarios.hpp) run with device memory: save and
+// resume bit exact at TP 2 and 8, foreign and corrupt sidecars never resume, the corruption
+// fence, commits rediscovered after a restart. Exits 77 (Meson: SKIP) without a GPU.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine_scenarios.hpp"
+#include "gpu.hpp"
+#include "support/test_util.hpp"
+
+using namespace tier;
+using namespace tier::engine;
+using namespace tier::engine::test;
+
+namespace {
+
+SimOptions device_opts(std::uint32_t tp = 2) {
+  SimOptions o;
+  o.config = default_config(tp);
+  o.layout.memory = KvMemoryKind::kDevice;
+  o.layout.device = 0;
+  return o;
+}
+
+std::vector<std::byte> encode(const Codec& codec, RegionList src) {
+  auto size = codec.encoded_size(src);
+  REQUIRE_MESSAGE(size.is_ok(), size.status().to_string());
+  std::vector<std::byte> out(*size);
+  auto n = codec.encode(src, out);
+  REQUIRE_MESSAGE(n.is_ok(), n.status().to_string());
+  out.resize(*n);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("device layout: codecs and host access reach the device bytes") {
+  const auto geo = small_geometry(128, 64, 4);
+  const Key128 ns = default_config().page_namespace;
+  Dsv4LayoutOptions dev_opts;
+  dev_opts.memory = KvMemoryKind::kDevice;
+  auto host = require_value(Dsv4Layout::create(geo, ns, 2, 1));
+  auto dev = require_value(Dsv4Layout::create(geo, ns, 2, 1, dev_opts));
+  CHECK(dev->options().memory == KvMemoryKind::kDevice);
+
+  const std::vector<std::uint32_t> blocks = {7, 3, 11};
+  auto dev_regions = require_value(dev->page_regions(blocks));
+  for (const Region& r : dev_regions) {
+    CHECK(r.kind == MemoryKind::kDevice);
+    CHECK(r.device == 0);
+    CHECK_FALSE(gpu::is_mapped_pinned(r.data));
+  }
+  for (const Region& r : require_value(dev->slot_regions(2))) CHECK(r.kind == MemoryKind::kDevice);
+
+  // Fresh memory is zero on both; the same fills give the same digests, unlike zero.
+  const std::uint64_t zero_block = require_value(host->digest_block(0));
+  CHECK(require_value(dev->digest_block(0)) == zero_block);
+  CHECK(require_value(dev->digest_slot(0)) == require_value(host->digest_slot(0)));
+  for (std::uint32_t b : blocks) {
+    require_ok(host->fill_block(b, 1000 + b));
+    require_ok(dev->fill_block(b, 1000 + b));
+    const std::uint64_t want = require_value(host->digest_block(b));
+    CHECK(want != zero_block);
+    CHECK(require_value(dev->digest_block(b)) == want);
+  }
+  require_ok(host->fill_slot(2, 99));
+  require_ok(dev->fill_slot(2, 99));
+  CHECK(require_value(dev->digest_slot(2)) == require_value(host->digest_slot(2)));
+  CHECK(require_value(dev->digest_slot(2)) != require_value(dev->digest_slot(0)));
+
+  // PAGE: the GPU executor's gather equals the host image; its scatter restores other blocks.
+  const auto image = encode(host->page_codec(), require_value(host->page_regions(blocks)));
+  CHECK(encode(dev->page_codec(), dev_regions) == image);
+  const std::vector<std::uint32_t> targets = {20, 21, 22};
+  require_ok(dev->page_codec().decode(image, require_value(dev->page_regions(targets))));
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    CHECK(require_value(dev->digest_block(targets[i])) ==
+          require_value(host->digest_block(blocks[i])));
+  CHECK(require_value(dev->digest_block(23)) == zero_block);  // nothing beyond the targets
+
+  // SLOT: the same AOS1 frame from both; a restore into another group is bit exact, and a
+  // frame with one flipped byte writes nothing.
+  const SlotIdentity id{1024, 0x1234, 2, 1};
+  auto host_slot = require_value(host->slot_codec(id));
+  auto dev_slot = require_value(dev->slot_codec(id));
+  const auto frame = encode(*host_slot, require_value(host->slot_regions(2)));
+  CHECK(encode(*dev_slot, require_value(dev->slot_regions(2))) == frame);
+  require_ok(dev_slot->decode(frame, require_value(dev->slot_regions(1))));
+  CHECK(require_value(dev->digest_slot(1)) == require_value(host->digest_slot(2)));
+  auto bad = frame;
+  bad[bad.size() - 5] ^= std::byte{0x10};
+  const std::uint64_t before = require_value(dev->digest_slot(0));
+  CHECK(dev_slot->decode(bad, require_value(dev->slot_regions(0))) == Code::kChecksumMismatch);
+  CHECK(require_value(dev->digest_slot(0)) == before);
+
+  // A different write is seen: the digests read the device, not a stale copy.
+  require_ok(dev->fill_block(3, 5));
+  CHECK(require_value(dev->digest_block(3)) != require_value(host->digest_block(3)));
+  require_ok(dev->zero_block(3));
+  CHECK(require_value(dev->digest_block(3)) == zero_block);
+}
+
+TEST_CASE("device KV: save then resume bit exact at TP 2") {
+  resume_bit_exact_on_every_rank(device_opts(2));
+}
+
+TEST_CASE("device KV: tp8 resume restores page and slot bit exact on every rank") {
+  resume_bit_exact_on_every_rank(device_opts(8));
+}
+
+TEST_CASE("device KV: stateful page hit shrinks from 16k to committed 8k sidecar") {
+  page_hit_shrinks_to_committed_sidecar(device_opts());
+}
+
+TEST_CASE("device KV: commits survive a scheduler restart") {
+  commits_survive_restart(device_opts());
+}
+
+TEST_CASE("device KV: missing or corrupt sidecar fails whole load and invalidates once") {
+  foreign_sidecar_fails_whole_load(device_opts());
+}
+
+TEST_CASE("device KV: corrupt sidecar bytes fail the load like a foreign one") {
+  corrupt_sidecar_bytes_fail_the_load(device_opts());
+}
+
+TEST_CASE("device KV: failed corruption invalidation cannot fake later commit") {
+  failed_invalidation_cannot_fake_commit(device_opts());
+}
+
+int main(int argc, char** argv) {
+  if (gpu::device_count() == 0) {
+    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(gpu::api_name()).c_str());
+    return tier::test::kSkip;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

@@ -121,9 +121,12 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
         "[--kv-memory host|device] [--device N] [--json]",
         2);
   if (tp == 0 || tp > 64) return cli::fail("--tp must be in [1, 64]", 2);
-  auto layout_opts = engine::Dsv4LayoutOptions::from_json(
-      Json{{"memory", kv_memory}, {"device", device}}, "--kv-memory/--device");
-  if (!layout_opts) return cli::fail(layout_opts.status().to_string(), 2);
+  auto layout_opts =
+      engine::Dsv4LayoutOptions::from_json(Json{{"memory", kv_memory}, {"device", device}});
+  if (!layout_opts)
+    return cli::fail(fmt::format("--kv-memory {} --device {}: {}", kv_memory, device,
+                                 layout_opts.status().message()),
+                     2);
 
   auto workload = load_workload(trace, limit, sessions);
   if (!workload) return cli::fail(workload.status().to_string());

@@ -88,14 +88,13 @@ std::span<std::byte> PinnedMode::arena() const noexcept {
 }
 
 Result<gpu::Stream*> PinnedMode::stream_for(int device) noexcept {
+  const auto d = static_cast<std::size_t>(device);
+  if (device >= 0 && d < streams_.size() && streams_[d]) return &*streams_[d];
   if (device < 0 || device >= gpu::device_count())
     return Status::invalid(fmt::format("device region names GPU {}, which does not exist", device));
-  const auto d = static_cast<std::size_t>(device);
+  TIER_ASSIGN_OR_RETURN(gpu::Stream s, gpu::Stream::create(device));
   if (streams_.size() <= d) streams_.resize(d + 1);
-  if (!streams_[d]) {
-    TIER_ASSIGN_OR_RETURN(gpu::Stream s, gpu::Stream::create(device));
-    streams_[d].emplace(std::move(s));
-  }
+  streams_[d].emplace(std::move(s));
   return &*streams_[d];
 }
 

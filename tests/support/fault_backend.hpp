@@ -1,8 +1,9 @@
 #pragma once
 // FaultInjectingBackend: a "faulty" backend for tests that wraps a real cpu tier and, under the
-// test's control, fails removes or puts, or rewrites images on their way in (to plant corrupt objects).
-// Every request is counted per op. Register once with register_faulty_backend(); all instances
-// share fault_control().
+// test's control, fails removes, puts or gets, rewrites images on their way in (to plant corrupt
+// objects), acknowledges puts without storing them, or hides stored objects from contains and get
+// (acknowledged but not yet visible). Every request is counted per op and can be observed in
+// order. Register once with register_faulty_backend(); all instances share fault_control().
 
 #include <array>
 #include <functional>
@@ -19,8 +20,17 @@ struct FaultControl {
   bool fail_remove = false;  // removes complete with IoError and leave the object in place
   // Puts of keys it returns true for complete with IoError and store nothing.
   std::function<bool(const ObjectKey&)> fail_put;
+  // Gets of keys it returns true for complete with IoError (a storage I/O failure).
+  std::function<bool(const ObjectKey&)> fail_get;
+  // Puts of keys it returns true for complete Ok but store nothing (a store that skips silently).
+  std::function<bool(const ObjectKey&)> drop_put;
+  // Contains and gets of keys it returns true for complete NotFound although the object may be
+  // stored (not visible yet). Called once per such request, so it can count probes.
+  std::function<bool(const ObjectKey&)> hide;
   // Called with each put's image (a private copy) before the inner tier stores it.
   std::function<void(const ObjectKey&, std::vector<std::byte>&)> mutate_put;
+  // Called with every request the tier takes, in submission order.
+  std::function<void(Op, const ObjectKey&)> observe;
   std::array<std::uint64_t, kOpCount> ops{};  // requests seen, per op
   void reset() { *this = FaultControl{}; }
   std::uint64_t count(Op op) const { return ops[static_cast<std::size_t>(op)]; }
@@ -49,12 +59,26 @@ class FaultInjectingBackend final : public Backend {
   Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override {
     FaultControl& fc = fault_control();
     std::size_t n = 0;
+    auto taken = [&](const IoRequest& r) {
+      ++fc.ops[static_cast<std::size_t>(r.op)];
+      if (fc.observe) fc.observe(r.op, r.key);
+    };
     for (const IoRequest& r : reqs) {
       IoRequest fwd = r;
+      const bool probe = r.op == Op::kContains || r.op == Op::kGet;
       if ((r.op == Op::kRemove && fc.fail_remove) ||
-          (r.op == Op::kPut && fc.fail_put && fc.fail_put(r.key))) {
-        ++fc.ops[static_cast<std::size_t>(r.op)];
+          (r.op == Op::kPut && fc.fail_put && fc.fail_put(r.key)) ||
+          (r.op == Op::kGet && fc.fail_get && fc.fail_get(r.key))) {
+        taken(r);
         ready_.push_back({r.user_data, Status::io_error("injected failure"), 0});
+        ++n;
+        continue;
+      }
+      if ((probe && fc.hide && fc.hide(r.key)) ||
+          (r.op == Op::kPut && fc.drop_put && fc.drop_put(r.key))) {
+        taken(r);
+        ready_.push_back(probe ? Completion{r.user_data, Status::not_found(), 0}
+                               : Completion{r.user_data, Status::ok(), r.buf.size});
         ++n;
         continue;
       }
@@ -70,7 +94,7 @@ class FaultInjectingBackend final : public Backend {
         copies_.erase(r.user_data);
         break;
       }
-      ++fc.ops[static_cast<std::size_t>(r.op)];
+      taken(r);
       ++n;
     }
     return n;

@@ -181,6 +181,34 @@ TEST_CASE("the reference's sidecar key test vector (§3.2)") {
   CHECK_FALSE(k == slot_key(tier::Key128{1, 2}, Boundary{64, 0x123}, id));
 }
 
+TEST_CASE("the sidecar key changes across hash, fingerprint and tp geometry") {
+  SlotIdentity id;
+  for (std::size_t i = 0; i < 16; ++i) id.fingerprint[i] = static_cast<std::byte>(i);
+  id.tp_size = 4;
+  id.tp_rank = 1;
+  const tier::Key128 ns{1, 2};
+  const Boundary b{64, 0x123};
+  const tier::ObjectKey base = slot_key(ns, b, id);
+  const std::string canonical = sidecar_canonical(b.block_hash, id);
+  CHECK(base == slot_key(ns, b, id));  // deterministic
+  CHECK(canonical == sidecar_canonical(b.block_hash, id));
+  auto differs = [&](const Boundary& b2, const SlotIdentity& id2) {
+    CHECK_FALSE(slot_key(ns, b2, id2) == base);
+    CHECK(sidecar_canonical(b2.block_hash, id2) != canonical);
+  };
+  differs({64, 0x124}, id);
+  SlotIdentity fp = id;
+  fp.fingerprint[15] ^= std::byte{1};
+  differs(b, fp);
+  SlotIdentity size = id;
+  size.tp_size = 8;
+  differs(b, size);
+  SlotIdentity rank = id;
+  rank.tp_rank = 2;
+  differs(b, rank);
+  CHECK_FALSE(slot_key(tier::Key128{1, 3}, b, id) == base);  // another PAGE namespace
+}
+
 TEST_CASE("BLAKE2b matches RFC 7693 and long inputs") {
   auto hex = [](const std::vector<std::uint8_t>& d) {
     std::string s;

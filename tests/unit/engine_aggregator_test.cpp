@@ -169,3 +169,25 @@ TEST_CASE("engine config is strict and reports the JSON pointer") {
   CHECK(ok->to_json()["checkpoint_interval_tokens"] == -1);
   for (const auto& spec : EngineConfig::options()) CHECK_FALSE(spec.doc.empty());
 }
+
+TEST_CASE("wait for publication settings are finite, non-negative and the interval positive") {
+  auto ok = EngineConfig::from_json(
+      Json::parse(R"({"publication_timeout_ms": 5000, "publication_poll_interval_ms": 10})"));
+  REQUIRE_MESSAGE(ok.is_ok(), ok.status().to_string());
+  CHECK(ok->publication_timeout_ms == 5000);
+  CHECK(ok->to_json()["publication_poll_interval_ms"] == 10);
+  CHECK(EngineConfig{}.publication_timeout_ms == 0);  // default: exactly one probe
+  CHECK(EngineConfig::from_json(Json::parse(R"({"publication_timeout_ms": 0})")).is_ok());
+  for (const char* bad : {R"({"publication_timeout_ms": -1})", R"({"publication_timeout_ms": 0.5})",
+                          R"({"publication_timeout_ms": "5"})",
+                          R"({"publication_timeout_ms": 1e300})",
+                          R"({"publication_poll_interval_ms": 0})",
+                          R"({"publication_poll_interval_ms": true})"}) {
+    auto r = EngineConfig::from_json(Json::parse(bad));
+    REQUIRE_FALSE_MESSAGE(r.is_ok(), bad);
+    CHECK(r.status().message().find("/publication_") != std::string_view::npos);
+  }
+  EngineConfig c;
+  c.publication_poll_interval_ms = 0;
+  CHECK(c.validate().message().find("/publication_poll_interval_ms") != std::string_view::npos);
+}

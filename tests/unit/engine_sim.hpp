@@ -1,7 +1,8 @@
 #pragma once
 // A simulated inference engine for the offload engine's tests: one Scheduler, TP ranks each with
-// its own real TierStack (CPU tiers, or the mock plugin for fault injection), a Dsv4Layout over a
-// small real DSV4 geometry, and a Worker per rank. Every step runs each rank's submit+progress on
+// its own real TierStack (CPU tiers, or the mock plugin / the "faulty" cpu wrapper for fault
+// injection), a Dsv4Layout over a small real DSV4 geometry (which the rank's Worker sees through
+// a FaultyLayout that can fail SLOT snapshots), and a Worker per rank. Every step runs each rank's submit+progress on
 // its own thread, as TP workers do. A "forward" writes deterministic KV derived from the prefix
 // content, so a restore can be checked bit for bit against a recomputation.
 
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/fault_backend.hpp"
 #include "tier/engine/dsv4_layout.hpp"
 #include "tier/engine/scheduler.hpp"
 #include "tier/engine/worker.hpp"
@@ -71,6 +73,58 @@ inline Json failing_profile(const std::string& op) {
                     {"backend", Json{{"type", "mock"}, {"fail_every", 1u}, {"fail_op", op}}}}})}};
 }
 
+// A real cpu tier wrapped by the "faulty" test backend (tests/support/fault_backend.hpp); its
+// faults are set through tier::test::fault_control(), shared by every rank that uses it.
+inline Json faulty_profile(const std::string& capacity = "256MiB") {
+  tier::test::register_faulty_backend();
+  return Json{{"tiers", Json::array({Json{{"name", "faulty"},
+                                          {"capacity", capacity},
+                                          {"backend", Json{{"type", "faulty"}}}}})}};
+}
+
+// Fault injection over a real layout: while `fail_snapshot` is set, the SLOT codecs it hands out
+// fail to encode (a SLOT snapshot that cannot be taken); everything else is the inner layout's.
+class FaultyLayout final : public KvLayout {
+ public:
+  explicit FaultyLayout(KvLayout& inner) : inner_(inner) {}
+  bool fail_snapshot = false;
+
+  const Codec& page_codec() const noexcept override { return inner_.page_codec(); }
+  Result<std::vector<Region>> page_regions(
+      std::span<const std::uint32_t> block_ids) const override {
+    return inner_.page_regions(block_ids);
+  }
+  Result<std::vector<Region>> slot_regions(std::int32_t group) const override {
+    return inner_.slot_regions(group);
+  }
+  Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const override {
+    auto codec = inner_.slot_codec(id);
+    if (!codec || !fail_snapshot) return codec;
+    return std::unique_ptr<Codec>(new FailingEncode(std::move(codec).value()));
+  }
+
+ private:
+  class FailingEncode final : public Codec {
+   public:
+    explicit FailingEncode(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {}
+    std::string_view name() const noexcept override { return inner_->name(); }
+    std::uint32_t layout_id() const noexcept override { return inner_->layout_id(); }
+    Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+      return inner_->encoded_size(src);
+    }
+    Result<std::size_t> encode(RegionList, std::span<std::byte>) const noexcept override {
+      return Status(Code::kDeviceError, "injected snapshot failure");
+    }
+    Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
+      return inner_->decode(payload, dst);
+    }
+
+   private:
+    std::unique_ptr<Codec> inner_;
+  };
+  KvLayout& inner_;
+};
+
 struct SimOptions {
   EngineConfig config;
   std::uint64_t num_blocks = 512;
@@ -104,7 +158,8 @@ class SimEngine {
       stacks.push_back(std::move(stack).value());
       layouts.push_back(
           Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r).value());
-      workers.push_back(Worker::create(o_.config, r, *stacks.back(), *layouts.back()).value());
+      faulty.push_back(std::make_unique<FaultyLayout>(*layouts.back()));
+      workers.push_back(Worker::create(o_.config, r, *stacks.back(), *faulty.back()).value());
     }
     restart_scheduler();
     for (std::uint32_t b = 0; b < o_.num_blocks; ++b) free_blocks_.push_back(b);
@@ -267,6 +322,7 @@ class SimEngine {
   SimOptions o_;
   std::vector<std::unique_ptr<TierStack>> stacks;
   std::vector<std::unique_ptr<Dsv4Layout>> layouts;
+  std::vector<std::unique_ptr<FaultyLayout>> faulty;  // what each rank's worker sees
   std::vector<std::unique_ptr<Worker>> workers;
   std::unique_ptr<Scheduler> sched;
   StepPlan last_plan;

@@ -6,8 +6,15 @@
 
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "tier/engine/export.hpp"
 
@@ -185,6 +192,7 @@ TEST_CASE("stateful load failure evicts committed boundary idempotently") {
   REQUIRE(ev.load_failed.size() == 1);
   REQUIRE(ev.terminals.size() == 1);
   CHECK(ev.terminals[0].reason == "sidecar_unavailable");
+  CHECK(sim.workers[1]->counters().slot_invalidations.get() == 0);  // only corrupt ones are
   CHECK_FALSE(sim.sched->is_committed(b));
   CHECK(sim.sched->saved_watermark(l.h) == 0);  // back to the HBM floor
   CHECK(sim.sched->counters().load_failures.get() == 1);
@@ -750,4 +758,484 @@ TEST_CASE("nonthrowing page store requires full lookup coverage") {
   CHECK(sim.workers[1]->counters().slot_publishes.get() == 0);
   CHECK(sim.workers[0]->counters().slot_publishes.get() == 1);  // rank 0 alone cannot commit
   CHECK(sim.run(2, a).match.tokens == 0);
+}
+
+// ---- Worker scenarios over the "faulty" cpu tier (tests/support/fault_backend.hpp) ----
+
+namespace {
+
+using tier::test::fault_control;
+
+// Clears the shared fault control before and after a test.
+struct FaultScope {
+  FaultScope() { fault_control().reset(); }
+  ~FaultScope() { fault_control().reset(); }
+};
+
+// Rank 1 on the faulty tier, the other ranks on plain cpu tiers.
+SimOptions rank1_faulty(std::uint32_t tp = 2) {
+  auto o = opts(tp);
+  o.profile = [](std::uint32_t r) { return r == 1 ? faulty_profile() : cpu_profile(); };
+  return o;
+}
+
+std::optional<Terminal> terminal_of(const StepEvents& ev, Channel c) {
+  for (const auto& t : ev.terminals)
+    if (t.channel == c) return t;
+  return std::nullopt;
+}
+
+// Admits `prompt`, computes its first `tokens` and runs one step: the save of that prefix.
+StepEvents save_prefix(SimEngine& sim, RequestId id, const std::vector<std::uint32_t>& prompt,
+                       std::uint64_t tokens, SeqHandle* h = nullptr) {
+  SimEngine::Outcome out;
+  auto l = sim.admit(id, prompt, out);
+  sim.forward(l, 0, tokens);
+  sim.sched->on_computed(l.h, tokens);
+  if (h != nullptr) *h = l.h;
+  return sim.step();
+}
+
+// Replaces rank `r`'s sidecar of `b` with a valid AOS1 frame of another boundary.
+void plant_foreign_sidecar(SimEngine& sim, std::uint32_t r, const Boundary& b) {
+  auto& w = *sim.workers[r];
+  auto foreign = sim.layouts[r]->slot_codec(SlotIdentity{1024, 4242, 2, r}).value();
+  auto src = sim.layouts[r]->slot_regions(0).value();
+  w.with_stack([&](TierStack& s) { return s.remove(w.slot_key(b)); }).ignore();
+  Status put;
+  SaveItem item{w.slot_key(b), src};
+  REQUIRE(w.with_stack([&](TierStack& s) {
+              return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
+            }).is_ok());
+  REQUIRE(put.is_ok());
+}
+
+int located(SimEngine& sim, std::uint32_t r, const ObjectKey& k) {
+  return *sim.workers[r]->with_stack([&](TierStack& s) { return s.locate(k); });
+}
+
+}  // namespace
+
+TEST_CASE("sidecar submitted but not visible times out without commit") {
+  FaultScope faults;
+  auto o = rank1_faulty();
+  o.config.publication_timeout_ms = 40;
+  o.config.publication_poll_interval_ms = 10;
+  SimEngine sim(o);
+  const auto a = tokens(60, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  const ObjectKey sidecar = sim.workers[1]->slot_key(b);
+  std::atomic<int> probes{0};
+  fault_control().hide = [&](const ObjectKey& k) {
+    if (!(k == sidecar)) return false;
+    ++probes;
+    return true;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ev = save_prefix(sim, 1, a, 8192);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  auto page = terminal_of(ev, Channel::kPageSave);
+  auto slot = terminal_of(ev, Channel::kSlotSave);
+  REQUIRE(page);
+  REQUIRE(slot);
+  CHECK(page->ok);
+  CHECK_FALSE(slot->ok);
+  CHECK(slot->reason == "sidecar_visibility_timeout");
+  CHECK_FALSE(sim.sched->is_committed(b));
+  CHECK(sim.sched->committed_count() == 0);
+  CHECK_FALSE(*sim.workers[0]->has_commit(b));
+  CHECK(sim.sched->counters().slot_save_failures.get() == 1);
+  CHECK(sim.workers[1]->counters().slot_publishes.get() == 0);
+  CHECK(sim.sched->saves_pending() == 0);
+  // It polled for the whole timeout at the interval: no busy spin, more than one probe.
+  CHECK(waited >= std::chrono::milliseconds(40));
+  CHECK(probes.load() >= 2);
+  CHECK(probes.load() <= 6);  // at most timeout / interval + 2
+  // The sidecar was submitted (rank 1 stores it), it just never showed: no resume from it.
+  fault_control().hide = nullptr;
+  CHECK(located(sim, 1, sidecar) == 0);
+  SimEngine::Outcome o2;
+  sim.admit(2, a, o2);
+  CHECK(o2.match.page_hit == 8192);
+  CHECK(o2.match.tokens == 0);
+}
+
+TEST_CASE("wait for publication with a zero timeout is exactly one probe") {
+  FaultScope faults;
+  auto o = rank1_faulty();
+  o.config.publication_timeout_ms = 0;
+  SimEngine sim(o);
+  const auto a = tokens(61, 8192 + 8);
+  const ObjectKey sidecar = sim.workers[1]->slot_key(boundary_of(sim, a, 8192));
+  std::atomic<int> probes{0};
+  fault_control().hide = [&](const ObjectKey& k) {
+    if (!(k == sidecar)) return false;
+    ++probes;
+    return true;
+  };
+  auto ev = save_prefix(sim, 1, a, 8192);
+  auto slot = terminal_of(ev, Channel::kSlotSave);
+  REQUIRE(slot);
+  CHECK(slot->reason == "sidecar_visibility_timeout");
+  CHECK(probes.load() == 1);
+  CHECK(sim.workers[1]->counters().visibility_probes.get() == 2);  // the PAGE prefix, the sidecar
+  CHECK(sim.sched->committed_count() == 0);
+}
+
+TEST_CASE("page and slot save polls partial page and sidecar visibility") {
+  FaultScope faults;
+  auto o = rank1_faulty();
+  o.config.publication_timeout_ms = 2000;
+  o.config.publication_poll_interval_ms = 1;
+  SimEngine sim(o);
+  const auto a = tokens(62, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  const ObjectKey last_chunk = w1.page_key(keys[7]), sidecar = w1.slot_key(b);
+  // The last PAGE chunk and then the sidecar each show only at their third probe.
+  std::unordered_map<ObjectKey, int> seen;
+  fault_control().hide = [&](const ObjectKey& k) {
+    if (!(k == last_chunk) && !(k == sidecar)) return false;
+    return ++seen[k] < 3;
+  };
+  std::vector<std::pair<Op, ObjectKey>> trace;
+  fault_control().observe = [&](Op op, const ObjectKey& k) { trace.emplace_back(op, k); };
+  auto ev = save_prefix(sim, 1, a, 8192);
+  auto slot = terminal_of(ev, Channel::kSlotSave);
+  REQUIRE(slot);
+  CHECK(slot->ok);
+  CHECK(sim.sched->is_committed(b));
+  CHECK(seen[last_chunk] == 3);
+  CHECK(seen[sidecar] == 3);
+  CHECK(w1.counters().visibility_probes.get() == 6);
+  // Order on rank 1: every PAGE put, the PAGE prefix probes until all 8 chunks show, then the
+  // sidecar put, then its probes.
+  auto index = [&](Op op, const ObjectKey& k, int nth = 1) {
+    for (std::size_t i = 0; i < trace.size(); ++i)
+      if (trace[i].first == op && trace[i].second == k && --nth == 0) return static_cast<long>(i);
+    return -1L;
+  };
+  const long sidecar_put = index(Op::kPut, sidecar);
+  REQUIRE(sidecar_put >= 0);
+  for (const auto& k : keys) {
+    const long put = index(Op::kPut, w1.page_key(k));
+    CHECK(put >= 0);
+    CHECK(put < index(Op::kContains, last_chunk));
+  }
+  CHECK(index(Op::kContains, last_chunk, 3) < sidecar_put);
+  CHECK(index(Op::kContains, last_chunk, 4) == -1);
+  CHECK(index(Op::kContains, sidecar) > sidecar_put);
+  CHECK(index(Op::kPut, sidecar, 2) == -1);
+}
+
+TEST_CASE("unhealthy store that skips puts cannot authorize the sidecar") {
+  FaultScope faults;
+  SimEngine sim(rank1_faulty());
+  const auto a = tokens(63, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  const ObjectKey sidecar = w1.slot_key(b);
+  // Rank 1's store acknowledges its PAGE puts without storing them (no error raised).
+  fault_control().drop_put = [&](const ObjectKey& k) {
+    return k.ns == sim.o_.config.page_namespace && k.rank == 1;
+  };
+  int sidecar_puts = 0;
+  fault_control().observe = [&](Op op, const ObjectKey& k) {
+    sidecar_puts += op == Op::kPut && k == sidecar;
+  };
+  auto ev = save_prefix(sim, 1, a, 8192);
+  auto page = terminal_of(ev, Channel::kPageSave);
+  auto slot = terminal_of(ev, Channel::kSlotSave);
+  REQUIRE(page);
+  REQUIRE(slot);
+  CHECK(page->ok);  // the store said yes
+  CHECK_FALSE(slot->ok);
+  CHECK(slot->reason == "page_visibility_timeout");
+  CHECK(sidecar_puts == 0);  // never published
+  CHECK(located(sim, 1, sidecar) == -1);
+  CHECK_FALSE(sim.sched->is_committed(b));
+  CHECK(sim.workers[0]->counters().slot_publishes.get() == 1);  // rank 0 alone cannot commit
+}
+
+TEST_CASE("snapshot failure fails the sidecar but still saves page and releases") {
+  SimEngine sim(opts());
+  const auto a = tokens(64, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  sim.faulty[1]->fail_snapshot = true;  // rank 1 cannot snapshot its state group
+  SeqHandle h = 0;
+  auto ev = save_prefix(sim, 1, a, 8192, &h);
+  sim.faulty[1]->fail_snapshot = false;
+  auto page = terminal_of(ev, Channel::kPageSave);
+  auto slot = terminal_of(ev, Channel::kSlotSave);
+  REQUIRE(page);
+  REQUIRE(slot);
+  CHECK(page->ok);
+  CHECK_FALSE(slot->ok);
+  CHECK(slot->reason == "snapshot");
+  CHECK_FALSE(sim.sched->is_committed(b));
+  CHECK(sim.sched->counters().slot_save_failures.get() == 1);
+  CHECK(sim.sched->counters().save_failures.get() == 0);
+  CHECK(sim.sched->counters().save_requests.get() == 1);
+  CHECK(sim.sched->saves_pending() == 0);
+  // PAGE is saved on every rank; rank 1 has no sidecar and holds no staging for the save.
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  for (auto& w : sim.workers) {
+    CHECK(*w->lookup_prefix(keys) == 8);
+    CHECK(w->counters().page_chunks_saved.get() == 8);
+    CHECK(w->queued_saves() == 0);
+  }
+  CHECK(located(sim, 1, sim.workers[1]->slot_key(b)) == -1);
+  CHECK(sim.workers[1]->counters().saves_failed.get() == 1);
+  // The request is released once done, and the failed boundary is not retried for it.
+  sim.prefill(sim.live(h));
+  CHECK(sim.finish(h));
+  CHECK(sim.freed(h));
+  CHECK(sim.sched->counters().slot_save_failures.get() == 1);
+  SimEngine::Outcome o2;
+  sim.admit(2, a, o2);
+  CHECK(o2.match.page_hit == 8192);
+  CHECK(o2.match.tokens == 0);
+}
+
+TEST_CASE("slot snapshot is taken at submit before the next forward changes the group") {
+  SimEngine sim(opts());
+  const auto a = tokens(65, 8192 + 8);
+  SimEngine::Outcome out;
+  auto l = sim.admit(1, a, out);
+  sim.forward(l, 0, 8192);
+  sim.sched->on_computed(l.h, 8192);
+  sim.step(/*progress=*/false);  // dispatched: snapshotted, not run
+  REQUIRE(slot_saves_in(sim.last_plan) == 1);
+  // The next forward rewrites the live state group before the workers run the save.
+  for (auto& lay : sim.layouts) lay->fill_slot(l.group, 0xdead);
+  sim.on_ranks([&](std::uint32_t r) { sim.workers[r]->progress(); });
+  sim.collect();
+  REQUIRE(sim.sched->is_committed(boundary_of(sim, a, 8192)));
+  sim.prefill(sim.live(l.h));
+  sim.finish(l.h);
+  SimEngine::Outcome o2;
+  auto l2 = sim.admit(2, a, o2);
+  REQUIRE(sim.step().loaded.size() == 1);
+  check_restored(sim, l2.h, 8192);  // the state at 8192, not the later one
+}
+
+TEST_CASE("page and slot load orders page retrieve before sidecar get, restore, then done") {
+  FaultScope faults;
+  SimEngine sim(rank1_faulty());
+  const auto a = tokens(66, 8192 + 8);
+  sim.run(1, a);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  std::vector<std::pair<Op, ObjectKey>> trace;
+  fault_control().observe = [&](Op op, const ObjectKey& k) { trace.emplace_back(op, k); };
+  SimEngine::Outcome out;
+  auto l = sim.admit(2, a, out);
+  REQUIRE(out.decision.action == LoadAction::kLoad);
+  sim.step(/*progress=*/false);
+  CHECK(w1.take_reports().empty());  // nothing is reported before the load ran
+  sim.on_ranks([&](std::uint32_t r) { sim.workers[r]->progress(); });
+  const auto& w1c = w1.counters();
+  auto ev = sim.collect();
+  REQUIRE(ev.loaded.size() == 1);
+  // Rank 1 fetched the 8 PAGE chunks in order, then the sidecar once, and nothing else.
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  REQUIRE(trace.size() == 9);
+  for (std::size_t i = 0; i < 8; ++i) {
+    CHECK(trace[i].first == Op::kGet);
+    CHECK(trace[i].second == w1.page_key(keys[i]));
+  }
+  CHECK(trace[8].first == Op::kGet);
+  CHECK(trace[8].second == w1.slot_key(b));
+  CHECK(w1c.slot_restores.get() == 1);
+  check_restored(sim, l.h, 8192);
+}
+
+TEST_CASE("same request saves serialize and release on all ops done") {
+  FaultScope faults;
+  auto o = rank1_faulty();
+  o.config.checkpoint_interval_tokens = 2048;
+  SimEngine sim(o);
+  const auto a = tokens(67, 2048 + 8);
+  SimEngine::Outcome out;
+  auto l = sim.admit(1, a, out);
+  sim.forward(l, 0, 1024);
+  sim.sched->on_computed(l.h, 1024);
+  sim.step(false);  // save g1: PAGE [0, 1024)
+  const auto g1 = sim.last_plan.saves.at(0).id;
+  sim.forward(l, 1024, 2048);
+  sim.sched->on_computed(l.h, 2048);
+  sim.step(false);  // save g2: PAGE [1024, 2048) + SLOT 2048, while g1 is queued
+  REQUIRE(sim.last_plan.saves.size() == 1);
+  REQUIRE(sim.last_plan.saves[0].slot);
+  const auto g2 = sim.last_plan.saves[0].id;
+  CHECK(g2.generation > g1.generation);
+  CHECK_FALSE(sim.sched->finish(l.h));  // the request ends with both saves in flight
+  std::vector<std::pair<Op, ObjectKey>> puts;
+  fault_control().observe = [&](Op op, const ObjectKey& k) {
+    if (op == Op::kPut) puts.emplace_back(op, k);
+  };
+  // One save per rank at a time: g1 first; the blocks stay held for g2.
+  sim.on_ranks([&](std::uint32_t r) { sim.workers[r]->progress(1); });
+  auto ev = sim.collect();
+  CHECK(ev.freeable.empty());
+  CHECK_FALSE(sim.freed(l.h));
+  CHECK(sim.sched->saves_pending() == 1);
+  CHECK(sim.sched->should_defer_free(l.h));
+  sim.on_ranks([&](std::uint32_t r) { sim.workers[r]->progress(1); });
+  ev = sim.collect();
+  CHECK(ev.freeable == std::vector<SeqHandle>{l.h});
+  CHECK(sim.freed(l.h));
+  CHECK(sim.sched->is_committed(boundary_of(sim, a, 2048)));
+  // Rank 1 stored g1's chunk, then g2's chunk, then g2's sidecar.
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  auto& w1 = *sim.workers[1];
+  REQUIRE(puts.size() >= 3);
+  CHECK(puts[0].second == w1.page_key(keys[0]));
+  CHECK(puts[1].second == w1.page_key(keys[1]));
+  CHECK(puts[2].second == w1.slot_key(boundary_of(sim, a, 2048)));
+  // Released exactly once.
+  CHECK(sim.step().freeable.empty());
+}
+
+TEST_CASE("failed corruption invalidation cannot fake later commit [retry succeeds]") {
+  FaultScope faults;
+  SimEngine sim(rank1_faulty());
+  const auto a = tokens(68, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  sim.run(1, a);
+  REQUIRE(sim.sched->is_committed(b));
+  plant_foreign_sidecar(sim, 1, b);
+  fault_control().fail_remove = true;  // the corrupt copy cannot be removed for now
+  auto failed = sim.run(2, a);
+  CHECK(failed.load_failed);
+  CHECK(w1.fenced(w1.slot_key(b)));
+  CHECK(w1.counters().fenced_refusals.get() >= 1);
+  CHECK_FALSE(sim.sched->is_committed(b));
+  // The tier recovers: the next republication retries the removal, then publishes and commits.
+  fault_control().fail_remove = false;
+  auto recompute = sim.run(3, a);
+  CHECK(recompute.match.tokens == 0);
+  CHECK_FALSE(w1.fenced(w1.slot_key(b)));
+  CHECK(w1.counters().slot_invalidations.get() == 1);
+  CHECK(sim.sched->is_committed(b));
+  auto resumed = sim.run(4, a);
+  CHECK(resumed.loaded);
+  CHECK(resumed.resumed_from == 8192);
+}
+
+TEST_CASE("borrow distinguishes malformed objects from storage io") {
+  FaultScope faults;
+  SimEngine sim(rank1_faulty());
+  const auto a = tokens(69, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  const ObjectKey sidecar = w1.slot_key(b);
+  sim.run(1, a);
+  // A storage I/O failure on the sidecar get: the load fails, nothing is invalidated.
+  fault_control().fail_get = [&](const ObjectKey& k) { return k == sidecar; };
+  SimEngine::Outcome out;
+  sim.admit(2, a, out);
+  auto ev = sim.step();
+  fault_control().fail_get = nullptr;
+  REQUIRE(ev.load_failed.size() == 1);
+  CHECK(terminal_of(ev, Channel::kLoad)->reason == "sidecar_unavailable");
+  CHECK(w1.counters().slot_invalidations.get() == 0);
+  CHECK_FALSE(w1.fenced(sidecar));
+  CHECK(located(sim, 1, sidecar) == 0);  // still stored
+  // Recompute commits the boundary again; now the object itself is malformed: invalidated.
+  CHECK(sim.run(3, a).load_failed == false);
+  REQUIRE(sim.sched->is_committed(b));
+  plant_foreign_sidecar(sim, 1, b);
+  SimEngine::Outcome o4;
+  sim.admit(4, a, o4);
+  ev = sim.step();
+  REQUIRE(ev.load_failed.size() == 1);
+  CHECK(terminal_of(ev, Channel::kLoad)->reason == "sidecar_corrupt");
+  CHECK(w1.counters().slot_invalidations.get() == 1);
+  CHECK(located(sim, 1, sidecar) == -1);
+}
+
+TEST_CASE("cache keys are deterministic and worker rank separated") {
+  SimEngine s1(opts(2)), s2(opts(2));
+  const auto a = tokens(70, 2048);
+  const auto keys = chunk_keys(s1.o_.config.page_namespace, a, 1024);
+  const Boundary b{2048, keys[1]};
+  // The same identity gives the same keys in another process (here: another engine).
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    CHECK(s1.workers[r]->page_key(keys[0]) == s2.workers[r]->page_key(keys[0]));
+    CHECK(s1.workers[r]->slot_key(b) == s2.workers[r]->slot_key(b));
+    CHECK(s1.workers[r]->commit_key(b) == s2.workers[r]->commit_key(b));
+  }
+  // PAGE and sidecar keys are rank-local; the commit record is one per boundary.
+  CHECK_FALSE(s1.workers[0]->page_key(keys[0]) == s1.workers[1]->page_key(keys[0]));
+  CHECK_FALSE(s1.workers[0]->slot_key(b) == s1.workers[1]->slot_key(b));
+  CHECK(s1.workers[0]->commit_key(b) == s1.workers[1]->commit_key(b));
+  // PAGE, sidecar and commit ids never coincide, and another boundary is another key.
+  const auto& w = *s1.workers[0];
+  CHECK_FALSE(w.page_key(keys[1]).id == w.slot_key(b).id);
+  CHECK_FALSE(w.slot_key(b).id == w.commit_key(b).id);
+  CHECK_FALSE(w.slot_key(b) == w.slot_key(Boundary{1024, keys[0]}));
+  // Another PAGE namespace (model identity) moves every key.
+  auto o = opts(2);
+  o.config.page_namespace = namespace_id(Json{{"model", "other"}}).value();
+  SimEngine s3(o);
+  CHECK_FALSE(s3.workers[0]->page_key(keys[0]) == w.page_key(keys[0]));
+  CHECK_FALSE(s3.workers[0]->slot_key(b) == w.slot_key(b));
+  CHECK_FALSE(s3.workers[0]->commit_key(b) == w.commit_key(b));
+}
+
+TEST_CASE("page and slot round trip through a real disk tier, across a process restart") {
+  if (Registry::global().find(PluginKind::kBackend, "disk") == nullptr) {
+    MESSAGE("skipped: the disk tier is not built");
+    return;
+  }
+  std::string dir = (std::filesystem::temp_directory_path() / "libtier-engine-XXXXXX").string();
+  REQUIRE(::mkdtemp(dir.data()) != nullptr);
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } cleanup{dir};
+  auto o = opts();
+  o.profile = [dir](std::uint32_t r) {
+    return Json{{"tiers", Json::array({Json{{"name", "disk"},
+                                            {"capacity", "16MiB"},
+                                            {"backend", Json{{"type", "disk"},
+                                                             {"path", dir + "/rank" +
+                                                                          std::to_string(r)},
+                                                             {"region_size", "1MiB"}}}}})}};
+  };
+  {
+    auto probe = TierStack::open(parse_profile(o.profile(0), Registry::global(), "<t>").value());
+    if (!probe && probe.status() == Code::kNotSupported) {
+      MESSAGE("skipped: ", probe.status().to_string());
+      return;
+    }
+    REQUIRE_MESSAGE(probe.is_ok(), probe.status().to_string());
+  }
+  const auto a = tokens(71, 8192 + 8);
+  {
+    SimEngine first(o);
+    first.run(1, a);
+    REQUIRE(first.sched->is_committed(boundary_of(first, a, 8192)));
+    for (auto& w : first.workers)
+      REQUIRE(w->with_stack([](TierStack& s) { return s.flush(std::chrono::seconds(5)); }));
+  }
+  // A new process: new tiers over the same directories, a new scheduler, zeroed KV memory.
+  SimEngine sim(o);
+  SimEngine::Outcome out;
+  auto l = sim.admit(2, concat(a, tokens(72, 100)), out);
+  CHECK(out.match.tokens == 8192);
+  REQUIRE(out.decision.action == LoadAction::kLoad);
+  REQUIRE(sim.step().loaded.size() == 1);
+  check_restored(sim, l.h, 8192);
+  CHECK(sim.sched->counters().commits_rediscovered.get() == 1);
+  for (auto& w : sim.workers) {
+    CHECK(w->counters().slot_restores.get() == 1);
+    CHECK(w->loaded_bytes_by_tier()[0] > 0);
+  }
 }

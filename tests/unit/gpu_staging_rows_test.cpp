@@ -1,6 +1,11 @@
 // SLOT staging-row admission (reference §2.2): smallest free id first, never blocks, release only
-// what is acquired, quarantine is permanent. Pure host logic: runs without a GPU.
+// what is acquired, quarantine is permanent, thread safe. Pure host logic: runs without a GPU.
 #include <doctest/doctest.h>
+
+#include <array>
+#include <atomic>
+#include <thread>
+#include <vector>
 
 #include "slot_staging.hpp"
 
@@ -41,4 +46,28 @@ TEST_CASE("a quarantined row is never handed out or released again") {
   CHECK_FALSE(rows.try_acquire().has_value());  // the pool shrank for good
   CHECK(rows.release(*b));
   CHECK(rows.free_rows() == 1);
+}
+
+TEST_CASE("admission is thread safe: concurrent acquire and release never share a row") {
+  constexpr std::size_t kRows = 3, kThreads = 4, kRounds = 20000;
+  StagingRows rows(kRows);
+  std::array<std::atomic<int>, kRows> holders{};
+  std::atomic<int> shared{0}, acquired{0};
+  std::vector<std::thread> ts;
+  for (std::size_t t = 0; t < kThreads; ++t)
+    ts.emplace_back([&] {
+      for (std::size_t i = 0; i < kRounds; ++i) {
+        auto id = rows.try_acquire();
+        if (!id) continue;
+        ++acquired;
+        if (holders[*id].fetch_add(1) != 0) ++shared;
+        holders[*id].fetch_sub(1);
+        if (!rows.release(*id)) ++shared;
+      }
+    });
+  for (auto& t : ts) t.join();
+  CHECK(shared.load() == 0);
+  CHECK(acquired.load() > 0);
+  CHECK(rows.free_rows() == kRows);
+  CHECK(rows.quarantined() == 0);
 }

@@ -232,6 +232,32 @@ TEST_CASE("lookup_prefix stops at the first missing key; remove clears every tie
   CHECK(h.stack->remove(key_of(77)).is_ok());  // absent everywhere: fine
 }
 
+TEST_CASE("location policy: a hit in a tier that is not readable is never served") {
+  // Puts go to the first writable tier; finds and reads use only readable tiers (the reference's
+  // store location vs retrieve locations: a CPU hit outside a disk-only policy is not served).
+  Harness h(R"({"tiers":[{"name":"staging","capacity":"1MiB","backend":"cpu","read":false},
+                         {"name":"slow","capacity":"1MiB","backend":"cpu","write":false}]})");
+  REQUIRE(h.save(key_of(1), 1).is_ok());
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  CHECK(h.stack->tier(0).usage().objects == 1);
+  CHECK(h.stack->tier(1).usage().objects == 0);
+  std::vector<std::byte> got;
+  CHECK(h.load(key_of(1), got).status.code() == Code::kNotFound);
+  CHECK_FALSE(h.has(key_of(1)));
+  const ObjectKey one = key_of(1);
+  CHECK(*h.stack->lookup_prefix(std::span(&one, 1)) == 0);
+  CHECK(h.stack->tier(0).metrics().of(Op::kGet).requests.get() == 0);
+  // Written through to a readable tier, the same object is served from there.
+  Harness d(R"({"tiers":[{"name":"staging","capacity":"1MiB","backend":"cpu","read":false},
+                         {"name":"slow","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(d.save(key_of(1), 1).is_ok());
+  REQUIRE(d.stack->flush(std::chrono::seconds(5)).is_ok());
+  LoadResult r = d.load(key_of(1), got);
+  REQUIRE(r.status.is_ok());
+  CHECK(r.tier == 1);
+  CHECK(got == Harness::data_of(1));
+}
+
 TEST_CASE("a remove that fails in some tier is reported") {
   Harness h(R"({"plugins":["mock"],"tiers":[{"name":"a","capacity":"1MiB","backend":"cpu"},
       {"name":"b","capacity":"1MiB","backend":{"type":"mock","fail_every":1,"fail_op":"remove"}}]})");

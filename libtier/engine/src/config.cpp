@@ -71,6 +71,21 @@ std::span<const OptionSpec> EngineConfig::options() {
        0.0,
        std::nullopt,
        {}},
+      {"publication_timeout_ms",
+       OptionType::kUInt,
+       Json(0),
+       "how long a SLOT save waits for the PAGE prefix, then the sidecar, to become visible "
+       "(0: one probe each)",
+       0.0,
+       3600000.0,
+       {}},
+      {"publication_poll_interval_ms",
+       OptionType::kUInt,
+       Json(10),
+       "pause between two visibility probes of a SLOT save",
+       1.0,
+       60000.0,
+       {}},
   };
   return specs;
 }
@@ -89,6 +104,8 @@ Result<EngineConfig> EngineConfig::from_json(const Json& j) {
   c.max_pending_saves = r.at("max_pending_saves").get<std::uint32_t>();
   c.commit_index_capacity = r.at("commit_index_capacity").get<std::uint64_t>();
   c.tombstone_limit = r.at("tombstone_limit").get<std::uint64_t>();
+  c.publication_timeout_ms = r.at("publication_timeout_ms").get<std::uint64_t>();
+  c.publication_poll_interval_ms = r.at("publication_poll_interval_ms").get<std::uint64_t>();
   TIER_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -102,7 +119,9 @@ Json EngineConfig::to_json() const {
           {"tp_size", tp_size},
           {"max_pending_saves", max_pending_saves},
           {"commit_index_capacity", commit_index_capacity},
-          {"tombstone_limit", tombstone_limit}};
+          {"tombstone_limit", tombstone_limit},
+          {"publication_timeout_ms", publication_timeout_ms},
+          {"publication_poll_interval_ms", publication_poll_interval_ms}};
 }
 
 Status EngineConfig::validate() const {
@@ -119,6 +138,12 @@ Status EngineConfig::validate() const {
   if (max_pending_saves == 0) e.add("/max_pending_saves", "expected a positive integer, got 0");
   if (commit_index_capacity == 0)
     e.add("/commit_index_capacity", "expected a positive integer, got 0");
+  if (publication_timeout_ms > 3600000)
+    e.add("/publication_timeout_ms",
+          fmt::format("expected an integer in [0, 3600000], got {}", publication_timeout_ms));
+  if (publication_poll_interval_ms == 0 || publication_poll_interval_ms > 60000)
+    e.add("/publication_poll_interval_ms",
+          fmt::format("expected an integer in [1, 60000], got {}", publication_poll_interval_ms));
   return e.to_status();
 }
 

@@ -43,6 +43,7 @@ constexpr WorkerField kWorkerFields[] = {
     {"saves_rejected", &WorkerCounters::saves_rejected},
     {"slot_invalidations", &WorkerCounters::slot_invalidations},
     {"fenced_refusals", &WorkerCounters::fenced_refusals},
+    {"visibility_probes", &WorkerCounters::visibility_probes},
 };
 
 std::vector<std::string> tier_names(Worker& w) {

@@ -1,7 +1,10 @@
 #include "tier/engine/worker.hpp"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "tier/registry.hpp"
 
@@ -292,13 +295,17 @@ std::string_view Worker::save_slot(QueuedSave& q) {
   const SaveOp& op = q.op;
   if (!q.early_failure.empty()) return q.early_failure;
   // PAGE must be visible through the boundary before the SLOT may be published.
+  if (op.prefix_keys.size() * config_.chunk_tokens != op.slot->tokens) return "page_visibility";
   std::vector<ObjectKey> prefix;
   prefix.reserve(op.prefix_keys.size());
   for (const Key128& k : op.prefix_keys) prefix.push_back(page_key(k));
-  auto visible = stack_.lookup_prefix(prefix);
-  if (!visible || *visible < prefix.size() ||
-      prefix.size() * config_.chunk_tokens != op.slot->tokens)
-    return "page_visibility";
+  std::string_view page = await_visible(
+      [&]() -> Result<bool> {
+        TIER_ASSIGN_OR_RETURN(std::size_t n, stack_.lookup_prefix(prefix));
+        return n == prefix.size();
+      },
+      "page_visibility", "page_visibility_timeout");
+  if (!page.empty()) return page;
   const ObjectKey key = slot_key(*op.slot);
   if (fenced_.count(key) != 0 && !invalidate(key)) {
     counters_.fenced_refusals.add();
@@ -310,9 +317,30 @@ std::string_view Worker::save_slot(QueuedSave& q) {
   Status st;
   if (!stack_.save(std::span(&item, 1), codec, std::span(&st, 1)).is_ok() || !st.is_ok())
     return "sidecar_submission";
-  auto where = stack_.locate(key);
-  if (!where || *where < 0) return "sidecar_visibility";
-  return {};
+  return await_visible(
+      [&]() -> Result<bool> {
+        TIER_ASSIGN_OR_RETURN(int where, stack_.locate(key));
+        return where >= 0;
+      },
+      "sidecar_visibility", "sidecar_visibility_timeout");
+}
+
+std::string_view Worker::await_visible(const std::function<Result<bool>()>& probe,
+                                       std::string_view failed, std::string_view timed_out) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config_.publication_timeout_ms);
+  const auto interval = std::chrono::milliseconds(config_.publication_poll_interval_ms);
+  for (;;) {
+    counters_.visibility_probes.add();
+    Result<bool> seen = probe();
+    if (!seen) return failed;  // a tier error fails at once: waiting cannot fix it
+    if (*seen) return {};
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    stack_.progress();
+    std::this_thread::sleep_for(std::min<Clock::duration>(interval, deadline - now));
+  }
+  return timed_out;
 }
 
 Result<std::size_t> Worker::lookup_prefix(std::span<const Key128> chunk_keys) {

@@ -4,7 +4,8 @@
 // JSON form (strict: unknown keys and wrong types are errors, reported with their JSON pointer):
 //   {"block_tokens": 256, "chunk_tokens": 256, "checkpoint_interval_tokens": 8192,
 //    "min_load_tokens": 8192, "stateful": true, "tp_size": 1, "max_pending_saves": 2,
-//    "commit_index_capacity": 65536, "tombstone_limit": 4096}
+//    "commit_index_capacity": 65536, "tombstone_limit": 4096, "publication_timeout_ms": 0,
+//    "publication_poll_interval_ms": 10}
 // The PAGE namespace is not part of the JSON: the caller derives it from the model identity
 // (tier::namespace_id) and sets `page_namespace`.
 
@@ -31,6 +32,12 @@ struct EngineConfig {
   std::uint32_t max_pending_saves = 2;   // per worker: queued + running saves; more are rejected
   std::uint64_t commit_index_capacity = 65536;  // in-memory LRU of committed boundaries
   std::uint64_t tombstone_limit = 4096;         // terminal ids remembered per channel
+  // Publication polling (a SLOT save, on the worker): how long the PAGE prefix and then the
+  // stored sidecar may take to become visible in a readable tier, probed every
+  // `publication_poll_interval_ms`. 0 = exactly one probe each (TierStack::save returns only
+  // after the first writable tier completed the put, so its objects are visible at once).
+  std::uint64_t publication_timeout_ms = 0;
+  std::uint64_t publication_poll_interval_ms = 10;
   Key128 page_namespace;                        // set by the caller
 
   static std::span<const OptionSpec> options();

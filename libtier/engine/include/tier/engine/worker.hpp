@@ -17,8 +17,12 @@
 // at once with `max_pending_saves`, never waited for). A SLOT save snapshots the state group at
 // submit(), before the next forward can change it. At run time: PAGE chunks are stored (any
 // failure: `page_store`, and the SLOT is not published); the PAGE prefix must be visible through
-// the boundary (`page_visibility`); a key fenced by a failed invalidation must be removed first
-// (`sidecar_invalidation`); then the sidecar is stored and must be visible (`sidecar_visibility`).
+// the boundary; a key fenced by a failed invalidation must be removed first
+// (`sidecar_invalidation`); then the sidecar is stored and must be visible. Visibility is polled
+// every `publication_poll_interval_ms` until `publication_timeout_ms` has passed (0: one probe):
+// `page_visibility_timeout` / `sidecar_visibility_timeout` when it never shows, and
+// `page_visibility` / `sidecar_visibility` at once when the probe itself fails. A save that
+// polls holds the worker for up to that timeout. A SLOT save that fails is never committed.
 //
 // Corruption fence: when an invalidation cannot remove a corrupt sidecar from every tier, its key
 // stays fenced and every later put of it first retries the removal; it is refused while that
@@ -30,6 +34,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -78,6 +83,7 @@ struct WorkerCounters {
   Counter saves_rejected;      // max_pending_saves
   Counter slot_invalidations;  // corrupt sidecars removed from every tier
   Counter fenced_refusals;     // puts refused because a fenced key could not be removed
+  Counter visibility_probes;   // PAGE-prefix and sidecar visibility probes of SLOT saves
 };
 
 class Worker final : public TierView {
@@ -129,6 +135,10 @@ class Worker final : public TierView {
   std::string_view run_load(const LoadOp& op);
   void run_save(QueuedSave& q);
   std::string_view save_slot(QueuedSave& q);
+  // Polls `probe` until it sees the object (""), the probe fails (`failed`) or the publication
+  // timeout passes (`timed_out`).
+  std::string_view await_visible(const std::function<Result<bool>()>& probe,
+                                 std::string_view failed, std::string_view timed_out);
   // Removes `key` from every tier; fences it while that fails. True when removed.
   bool invalidate(const ObjectKey& key);
 

@@ -1,5 +1,5 @@
 // tierbench gpu [--preset NAME] [--blocks 16,32,64] [--iters N] [--region-bytes 4096]
-//               [--regions-per-block 64] [--device N]
+//               [--regions-per-block 64] [--device N] [--tier-objects 65536,1048576,16777216]
 //
 // GPU PAGE save (gather, device to pinned host) and load (scatter, pinned host to device)
 // bandwidth through the device copy executor, for the DSV4 codec's plans of a scattered list of
@@ -11,6 +11,10 @@
 // choice). The second part repeats this for a synthetic layout of small regions
 // (--regions-per-block regions of --region-bytes each), where per-call overhead dominates.
 // Each figure is wall time over --iters transfers after one warm-up, stream synchronized.
+// The last part measures the cpu tier's pinned mode ("pinned": true) for objects whose payloads
+// are --tier-objects bytes: a put from device memory and a get into device memory (verified), one
+// object per request, beside one bulk copy of the same bytes between device memory and pinned
+// host memory, each followed by a stream synchronization as the tier's requests are.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -25,6 +29,8 @@
 #include "dsv4/geometry.hpp"
 #include "dsv4/page_codec.hpp"
 #include "gpu.hpp"
+#include "tier/object.hpp"
+#include "tier/registry.hpp"
 
 namespace {
 
@@ -154,6 +160,81 @@ std::vector<std::uint32_t> scattered_ids(std::uint64_t count, std::uint64_t num_
   return all;
 }
 
+// Seconds per call of a synchronous `op`, or a negative value on error.
+template <class F>
+double per_sync_call(int iters, F&& op) {
+  Status s = op();  // warm-up
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters && s; ++i) s = op();
+  if (!s) {
+    fmt::print(stderr, "tierbench gpu: {}\n", s.to_string());
+    return -1;
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+}
+
+// One request through a backend, waited for.
+Status one_request(Backend& be, Op op, const ObjectKey& key, Region buf) {
+  IoRequest req{op, key, buf, 1};
+  auto n = be.submit(std::span(&req, 1));
+  if (!n) return n.status();
+  Completion c;
+  auto got = be.poll(std::span(&c, 1), 1, std::chrono::seconds(10));
+  if (!got) return got.status();
+  if (*got != 1) return Status(Code::kTimedOut, "no completion");
+  return c.status;
+}
+
+// The cpu tier's pinned mode against bulk copies of the same bytes; returns the exit code.
+int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>& sizes,
+                         Stream& stream) {
+  fmt::print("\ncpu tier, \"pinned\": true: one object per request, from and into device memory\n");
+  fmt::print("  {:>10} {:>14} {:>14} {:>8} {:>14} {:>14} {:>8}\n", "image", "bulk D2H GB/s",
+             "put GB/s", "x bulk", "bulk H2D GB/s", "get GB/s", "x bulk");
+  for (std::uint64_t payload : sizes) {
+    const std::uint64_t n = payload + kObjectHeaderBytes;
+    auto tier = Registry::global().create_backend(
+        "cpu", BackendContext{"pinned", 2 * n, Json{{"pinned", true}}});
+    if (!tier) return cli::fail(tier.status().to_string());
+    const ObjectKey key{Key128{1, 2}, Key128{3, n}, 0};
+    std::vector<std::byte> img(n, std::byte{0x5A});
+    seal_object(img, 1, 0, key);
+    auto src = DeviceBuffer::allocate(device, n);
+    auto dst = DeviceBuffer::allocate(device, n);
+    auto host = PinnedBuffer::allocate(n);
+    if (!src || !dst || !host) return cli::fail("cannot allocate the tier benchmark's buffers");
+    Status s = copy_async(src->region(), host_region(img), stream);
+    if (s) s = stream.synchronize();
+    if (!s) return cli::fail(s.to_string());
+    Backend& be = **tier;
+    const double d2h = per_sync_call(iters, [&] {
+      Status st = copy_async(host->region(), src->region(), stream);
+      return st ? stream.synchronize() : st;
+    });
+    const double h2d = per_sync_call(iters, [&] {
+      Status st = copy_async(dst->region(), host->region(), stream);
+      return st ? stream.synchronize() : st;
+    });
+    double put_s = 0;  // puts only; each is followed by an untimed remove
+    const double put = per_sync_call(iters, [&] {
+      auto t0 = Clock::now();
+      Status st = one_request(be, Op::kPut, key, src->region());
+      put_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      return st ? one_request(be, Op::kRemove, key, {}) : st;
+    });
+    if (put < 0) return 1;
+    put_s /= iters + 1;
+    Status stored = one_request(be, Op::kPut, key, src->region());
+    if (!stored) return cli::fail(stored.to_string());
+    const double get =
+        per_sync_call(iters, [&] { return one_request(be, Op::kGet, key, dst->region()); });
+    if (d2h < 0 || h2d < 0 || get < 0) return 1;
+    fmt::print("  {:>10} {:>14.2f} {:>14.2f} {:>8.2f} {:>14.2f} {:>14.2f} {:>8.2f}\n", n,
+               gbps(n, d2h), gbps(n, put_s), d2h / put_s, gbps(n, h2d), gbps(n, get), h2d / get);
+  }
+  return 0;
+}
+
 int run_gpu(cli::Args& args) {
   const std::string preset = args.get_or("preset", "v4-pro-fp8");
   const auto block_counts = parse_list(args.get_or("blocks", "16,32,64"));
@@ -161,6 +242,7 @@ int run_gpu(cli::Args& args) {
   const std::uint64_t region_bytes = args.size("region-bytes").value_or(4096);
   const std::uint64_t regions_per_block = args.uint("regions-per-block").value_or(64);
   const int device = static_cast<int>(args.uint("device").value_or(0));
+  const auto tier_objects = parse_list(args.get_or("tier-objects", "65536,1048576,16777216"));
   args.finish();
   if (block_counts.empty() || iters < 1 || region_bytes == 0 || regions_per_block == 0)
     return cli::fail("--blocks, --iters, --region-bytes and --regions-per-block must be > 0", 2);
@@ -260,13 +342,14 @@ int run_gpu(cli::Args& args) {
                  plan->plan(), plan->plan().spans.size()))
       return 1;
   }
-  return 0;
+  return measure_pinned_tier(device, iters, tier_objects, *stream);
 }
 
 }  // namespace
 
 TIER_CLI_COMMAND(gpu,
                  "gpu [--preset NAME] [--blocks 16,32,64] [--iters N] [--region-bytes 4096] "
-                 "[--regions-per-block 64] [--device N]",
-                 "GPU PAGE save/load bandwidth vs bulk pinned copy and one copy per region",
+                 "[--regions-per-block 64] [--device N] [--tier-objects 65536,1048576,16777216]",
+                 "GPU PAGE save/load bandwidth vs bulk pinned copy and one copy per region; the "
+                 "pinned cpu tier's device puts/gets vs bulk copy",
                  run_gpu);

@@ -1,5 +1,6 @@
 #include "cpu_backend.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -10,34 +11,86 @@
 #if TIER_CPU_SHM
 #include "shm_store.hpp"
 #endif
+#if TIER_CPU_PINNED
+#include "pinned_mode.hpp"
+#endif
 
 namespace tier::cpu {
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const BackendContext& ctx) {
   if (ctx.capacity_bytes == 0)
     return Status::invalid("the cpu tier needs a capacity greater than 0");
+  const bool pinned = ctx.options.is_object() && ctx.options.value("pinned", false);
+#if !TIER_CPU_PINNED
+  if (pinned)
+    return Status(Code::kNotSupported,
+                  "pinned: true needs libtier built with a GPU runtime (meson -Dgpu=auto, cuda or "
+                  "hip); this build has none");
+#endif
   if (ctx.options.is_object() && ctx.options.value("mode", "heap") == "shm")
     return create_shm(ctx);
-  return std::make_unique<CpuBackend>(ctx.tier_name, ctx.capacity_bytes);
+  auto b = std::make_unique<CpuBackend>(ctx.tier_name, ctx.capacity_bytes);
+#if TIER_CPU_PINNED
+  if (pinned) {
+    TIER_ASSIGN_OR_RETURN(auto mode, PinnedMode::create_arena(ctx.capacity_bytes));
+    b->enable_pinned(std::move(mode));
+  }
+#endif
+  return b;
 }
 
 CpuBackend::CpuBackend(std::string tier_name, std::uint64_t capacity)
     : Backend(std::move(tier_name)), capacity_(capacity) {}
+
+CpuBackend::~CpuBackend() = default;
 
 #if !TIER_CPU_SHM
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create_shm(const BackendContext&) {
   return Status(Code::kNotSupported,
                 "mode \"shm\" needs libtier built with Boost.Interprocess (meson -Dshm=enabled)");
 }
-CpuBackend::~CpuBackend() = default;
 #endif
+
+#if TIER_CPU_PINNED
+void CpuBackend::enable_pinned(std::unique_ptr<PinnedMode> pinned) {
+  pinned_ = std::move(pinned);
+#if TIER_CPU_SHM
+  if (shm_) return;
+#endif
+  extents_.emplace(capacity_);
+}
+
+void CpuBackend::compact() {
+  std::vector<Buffer*> live;
+  live.reserve(map_.size());
+  for (auto& [key, e] : map_) live.push_back(&e.image);
+  std::sort(live.begin(), live.end(),
+            [](const Buffer* a, const Buffer* b) { return a->data < b->data; });
+  std::byte* const arena = pinned_->arena().data();
+  std::byte* cursor = arena;
+  for (Buffer* b : live) {
+    if (b->data != cursor) std::memmove(cursor, b->data, b->size);
+    b->data = cursor;
+    cursor += b->size;
+  }
+  extents_->reset(static_cast<std::uint64_t>(cursor - arena));
+  ++compactions_;
+}
+#endif
+
+MemoryKindMask CpuBackend::memory_kinds() const noexcept {
+#if TIER_CPU_PINNED
+  if (pinned_) return kHostKinds | kind_bit(MemoryKind::kDevice);
+#endif
+  return kHostKinds;
+}
 
 Capabilities CpuBackend::capabilities() const noexcept {
 #if TIER_CPU_SHM
   if (shm_) return shm_capabilities();
 #endif
   Capabilities c;
-  c.memory_kinds = kHostKinds;
+  c.memory_kinds = memory_kinds();
   c.max_object_bytes = capacity_;
   c.verifies_reads = true;
   return c;
@@ -54,11 +107,31 @@ std::string CpuBackend::describe() const {
 #if TIER_CPU_SHM
   if (shm_) return shm_describe();
 #endif
+#if TIER_CPU_PINNED
+  if (pinned_)
+    return fmt::format("cpu heap tier \"{}\" in pinned memory: {} of {} used, {} objects, {} free "
+                       "extents, {} compactions",
+                       tier_name(), format_size(used_), format_size(capacity_), map_.size(),
+                       extents_->free_extents(), compactions_);
+#endif
   return fmt::format("cpu heap tier \"{}\": {} of {} used, {} objects", tier_name(),
                      format_size(used_), format_size(capacity_), map_.size());
 }
 
 CpuBackend::Buffer CpuBackend::allocate(std::size_t bytes) {
+#if TIER_CPU_PINNED
+  if (pinned_) {
+    // put() evicted until used_ + bytes <= capacity_, so the arena has the free bytes; when they
+    // are scattered, packing the live objects makes them one extent.
+    auto offset = extents_->allocate(bytes);
+    if (!offset && extents_->free_bytes() >= bytes) {
+      compact();
+      offset = extents_->allocate(bytes);
+    }
+    if (!offset) return Buffer{};
+    return Buffer{pinned_->arena().data() + *offset, bytes, nullptr};
+  }
+#endif
   auto it = spare_.find(bytes);
   if (it != spare_.end()) {
     Buffer b = std::move(it->second);
@@ -71,11 +144,21 @@ CpuBackend::Buffer CpuBackend::allocate(std::size_t bytes) {
     spare_bytes_ -= spare_.begin()->first;
     spare_.erase(spare_.begin());
   }
-  return Buffer{std::unique_ptr<std::byte[]>(new (std::nothrow) std::byte[bytes]), bytes};
+  Buffer b;
+  b.heap.reset(new (std::nothrow) std::byte[bytes]);
+  b.data = b.heap.get();
+  b.size = bytes;
+  return b;
 }
 
 void CpuBackend::release(Buffer b) {
   if (!b.data) return;
+#if TIER_CPU_PINNED
+  if (pinned_) {
+    extents_->release(static_cast<std::uint64_t>(b.data - pinned_->arena().data()), b.size);
+    return;
+  }
+#endif
   spare_bytes_ += b.size;
   std::size_t size = b.size;
   spare_.emplace(size, std::move(b));
@@ -100,12 +183,25 @@ Completion CpuBackend::put(const IoRequest& r) {
     used_ -= image.size;
     lru_.pop_back();
     map_.erase(v);
-    notify_evicted(victim, {image.data.get(), image.size}, image.size);
+    notify_evicted(victim, {image.data, image.size}, image.size);
     release(std::move(image));
   }
   Buffer b = allocate(bytes);
   if (!b.data) return {r.user_data, Status(Code::kNoSpace, "out of host memory"), 0};
-  std::memcpy(b.data.get(), r.buf.data, bytes);
+#if TIER_CPU_PINNED
+  if (r.buf.kind == MemoryKind::kDevice) {  // accepted only in the pinned mode
+    const Piece piece{b.data, bytes};
+    Status s = pinned_->put_from_device(std::span(&piece, 1), r.buf, r.key);
+    if (!s) {
+      release(std::move(b));
+      return {r.user_data, std::move(s), 0};
+    }
+  } else {
+    std::memcpy(b.data, r.buf.data, bytes);
+  }
+#else
+  std::memcpy(b.data, r.buf.data, bytes);
+#endif
   lru_.push_front(r.key);
   used_ += bytes;
   map_.emplace(r.key, Entry{std::move(b), lru_.begin()});
@@ -122,7 +218,15 @@ Completion CpuBackend::get(const IoRequest& r) {
                                         b.size)),
             b.size};
   lru_.splice(lru_.begin(), lru_, it->second.lru);
-  Status v = copy_verified(r.buf.bytes(), {b.data.get(), b.size}, r.key);
+#if TIER_CPU_PINNED
+  if (r.buf.kind == MemoryKind::kDevice) {  // accepted only in the pinned mode
+    const Piece piece{b.data, b.size};
+    Status v = pinned_->get_to_device(r.buf, std::span(&piece, 1), r.key);
+    if (v.code() == Code::kChecksumMismatch) metrics().checksum_failures.add();
+    return {r.user_data, std::move(v), b.size};
+  }
+#endif
+  Status v = copy_verified(r.buf.bytes(), {b.data, b.size}, r.key);
   if (!v) metrics().checksum_failures.add();
   return {r.user_data, std::move(v), b.size};
 }

@@ -9,20 +9,36 @@
 //    process opening the same segment shares and that outlives the process. Capacity is counted
 //    in whole blocks; evicted objects are reported by key only (they are dropped, not demoted).
 //
-// Every request completes synchronously inside submit(); poll() hands the completions out.
+// "pinned": true (either mode; needs a GPU build and a GPU, else create() is NotSupported) keeps
+// the storage in page-locked host memory from the GPU runtime (pinned_mode.hpp): the heap mode
+// places its objects in one pinned arena of exactly the capacity (ExtentAllocator: exact bytes,
+// best fit, compaction when free bytes are scattered, so capacity stays exact in image bytes and
+// LRU is unchanged); the shm mode registers its mapping of the segment. The tier then also
+// accepts device-memory buffers (kind kDevice) for put and get, moved by GPU DMA straight between
+// the engine's GPU memory and the stored image; a get into device memory is verified (header,
+// key, length, payload checksum) on the host while it copies, and fails with ChecksumMismatch
+// and a zeroed destination header when the stored bytes are corrupt.
+//
+// Every request completes synchronously inside submit() (device copies included: submit waits
+// for their DMA); poll() hands the completions out.
 
 #include <cstddef>
 #include <list>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "extent_allocator.hpp"
 #include "tier/backend.hpp"
 
 namespace tier::cpu {
 
 #if TIER_CPU_SHM
 class ShmStore;
+#endif
+#if TIER_CPU_PINNED
+class PinnedMode;
 #endif
 
 class CpuBackend final : public Backend {
@@ -46,8 +62,9 @@ class CpuBackend final : public Backend {
 
  private:
   struct Buffer {
-    std::unique_ptr<std::byte[]> data;
+    std::byte* data = nullptr;
     std::size_t size = 0;
+    std::unique_ptr<std::byte[]> heap;  // owns `data`, unless it lies in the pinned arena
   };
   struct Entry {
     Buffer image;
@@ -61,6 +78,13 @@ class CpuBackend final : public Backend {
   Usage shm_usage() const noexcept;
   std::string shm_describe() const;
 #endif
+#if TIER_CPU_PINNED
+  // Switches to the pinned mode (before any request): the heap mode then allocates in the arena.
+  void enable_pinned(std::unique_ptr<PinnedMode> pinned);
+  // Packs every stored object to the front of the arena, in address order.
+  void compact();
+#endif
+  MemoryKindMask memory_kinds() const noexcept;
   Completion put(const IoRequest& r);
   Completion get(const IoRequest& r);
   Buffer allocate(std::size_t bytes);
@@ -75,6 +99,13 @@ class CpuBackend final : public Backend {
   std::vector<Completion> ready_;
 #if TIER_CPU_SHM
   std::unique_ptr<ShmStore> shm_;  // set in shm mode; the heap members above are then unused
+#endif
+#if TIER_CPU_PINNED
+  // Set in the pinned mode; declared after shm_ so the segment's registration ends before its
+  // mapping does.
+  std::unique_ptr<PinnedMode> pinned_;
+  std::optional<ExtentAllocator> extents_;  // pinned heap mode: placement in the arena
+  std::uint64_t compactions_ = 0;
 #endif
 };
 

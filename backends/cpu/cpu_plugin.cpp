@@ -13,10 +13,12 @@ constexpr const char kCpuOptions[] = R"JSON([
   {"name": "max_objects", "type": "uint", "default": 0, "max": 4294967294,
    "doc": "shm mode: index entries (objects the segment can hold at once); 0 = one per block"},
   {"name": "prefault", "type": "bool", "default": false,
-   "doc": "shm mode: allocate every page of the segment when this process creates it, and map every page into this process when it opens an existing one, so puts and gets never page-fault (commits the whole capacity in memory up front)"}
+   "doc": "shm mode: allocate every page of the segment when this process creates it, and map every page into this process when it opens an existing one, so puts and gets never page-fault (commits the whole capacity in memory up front)"},
+  {"name": "pinned", "type": "bool", "default": false,
+   "doc": "both modes: keep the tier's storage in page-locked host memory from the GPU runtime (heap: one pinned arena of exactly the capacity, allocated at creation; shm: this process's mapping of the segment is registered) and accept device-memory buffers for put and get, moved by GPU DMA and verified like every get; needs libtier built with a GPU runtime and a GPU (NotSupported otherwise, so an optional tier is skipped)"}
 ])JSON";
 constexpr tier_plugin_v1 kCpu = tier::make_backend_plugin<tier::cpu::CpuBackend>(
-    "cpu", "host-memory tier with LRU eviction, in the heap or in shared memory", kCpuOptions);
+    "cpu", "host-memory tier with LRU eviction, in the heap or in shared memory, optionally pinned for GPU DMA", kCpuOptions);
 }  // namespace
 
 TIER_REGISTER_PLUGIN(cpu, kCpu)

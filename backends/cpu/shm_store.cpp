@@ -490,6 +490,27 @@ struct ShmStore::Impl {
     return v;
   }
 
+  // The bytes [0, bytes) of the image stored from `first`, as runs of consecutive blocks.
+  std::vector<std::span<std::byte>> pieces(std::uint32_t first, std::uint64_t bytes) const {
+    std::vector<std::span<std::byte>> out;
+    for_each_run(first, 0, bytes,
+                 [&](std::uint64_t, std::byte* p, std::uint64_t n) { out.emplace_back(p, n); });
+    return out;
+  }
+
+  // ---- put and get (ShmStore's public calls run these) -----------------------------------------
+
+  // Reserves blocks for `image_bytes` (evicting least recently used objects as needed), calls
+  // write(first_block) outside the lock, and publishes the object when it returned Ok; abandons
+  // the reservation otherwise and returns its status.
+  template <class Write>
+  Status put(const ObjectKey& key, std::uint64_t image_bytes, const EvictFn& on_evict,
+             Write&& write);
+  // Pins the ready object, calls read(first_block, nblocks, image_bytes) outside the lock (it
+  // copies and verifies), unpins it, and returns what read returned.
+  template <class Read>
+  GetResult get(const ObjectKey& key, std::uint64_t capacity, Read&& read);
+
   // ---- setup ---------------------------------------------------------------------------------
 
   struct Geometry {
@@ -755,14 +776,15 @@ Status ShmStore::remove_segment(const std::string& segment) {
   return Status::ok();
 }
 
-Status ShmStore::put(const ObjectKey& key, std::span<const std::byte> image,
-                     const EvictFn& on_evict) {
-  Impl& s = *impl_;
+template <class Write>
+Status ShmStore::Impl::put(const ObjectKey& key, std::uint64_t image_bytes,
+                           const EvictFn& on_evict, Write&& write) {
+  Impl& s = *this;
   const std::uint64_t bb = s.h->block_bytes;
-  const auto n = static_cast<std::uint32_t>((image.size() + bb - 1) / bb);
-  if (image.empty() || n > s.h->blocks)
+  const auto n = static_cast<std::uint32_t>((image_bytes + bb - 1) / bb);
+  if (image_bytes == 0 || n > s.h->blocks)
     return Status(Code::kNoSpace,
-                  fmt::format("object of {} bytes does not fit in the segment", image.size()));
+                  fmt::format("object of {} bytes does not fit in the segment", image_bytes));
   std::vector<std::pair<ObjectKey, std::uint64_t>> evicted;
   TIER_RETURN_IF_ERROR(s.lock());
   std::uint32_t i = s.find(key);
@@ -805,7 +827,7 @@ Status ShmStore::put(const ObjectKey& key, std::span<const std::byte> image,
   e.generation = gen;
   e.key = key;
   e.nblocks = n;
-  e.image_bytes = image.size();
+  e.image_bytes = image_bytes;
   e.first_block = first;
   e.readers = 0;
   e.tick = ++s.h->tick;
@@ -816,26 +838,50 @@ Status ShmStore::put(const ObjectKey& key, std::span<const std::byte> image,
   s.unlock();
   for (auto& [k, bytes] : evicted) on_evict(k, bytes);
 
-  s.write_image(first, image);
+  Status written = write(first);
 
   TIER_RETURN_IF_ERROR(s.lock());
   if (e.state.load(std::memory_order_relaxed) != kWriting || e.owner != s.me ||
       e.generation != gen) {
     s.unlock();
-    return Status(Code::kBadState, "shm put: the reservation was released while writing");
+    return written ? Status(Code::kBadState, "shm put: the reservation was released while writing")
+                   : written;
+  }
+  if (!written) {  // abandon the reservation: the object was never visible
+    s.hash_unlink(i);
+    s.release_entry(i);
+    s.unlock();
+    return written;
   }
   e.tick = ++s.h->tick;
   e.state.store(kReady, std::memory_order_release);
   s.lru_push_front(i);
   s.h->writing.fetch_sub(1, std::memory_order_relaxed);
   s.h->objects.fetch_add(1, std::memory_order_relaxed);
-  s.h->image_bytes.fetch_add(image.size(), std::memory_order_relaxed);
+  s.h->image_bytes.fetch_add(image_bytes, std::memory_order_relaxed);
   s.unlock();
   return Status::ok();
 }
 
-ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out) {
-  Impl& s = *impl_;
+Status ShmStore::put(const ObjectKey& key, std::span<const std::byte> image,
+                     const EvictFn& on_evict) {
+  return impl_->put(key, image.size(), on_evict, [&](std::uint32_t first) {
+    impl_->write_image(first, image);
+    return Status::ok();
+  });
+}
+
+Status ShmStore::put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
+                          const EvictFn& on_evict) {
+  return impl_->put(key, image_bytes, on_evict, [&](std::uint32_t first) {
+    return fill(impl_->pieces(first, image_bytes));
+  });
+}
+
+template <class Read>
+ShmStore::GetResult ShmStore::Impl::get(const ObjectKey& key, std::uint64_t capacity,
+                                        Read&& read) {
+  Impl& s = *this;
   if (Status st = s.lock(); !st) return {st, 0};
   std::uint32_t i = s.find(key);
   if (i == kNone || s.entries[i].state.load(std::memory_order_relaxed) != kReady) {
@@ -844,10 +890,10 @@ ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out
   }
   Entry& e = s.entries[i];
   const std::uint64_t bytes = e.image_bytes;
-  if (out.size() < bytes) {
+  if (capacity < bytes) {
     s.unlock();
     return {
-        Status::invalid(fmt::format("buffer of {} bytes is too small for {}", out.size(), bytes)),
+        Status::invalid(fmt::format("buffer of {} bytes is too small for {}", capacity, bytes)),
         bytes};
   }
   Client& me = s.clients[s.me];
@@ -858,12 +904,30 @@ ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out
   const std::uint32_t first = e.first_block, nblocks = e.nblocks;
   s.unlock();
 
-  Status verified = s.read_image(key, first, nblocks, out.first(bytes));
+  Status verified = read(first, nblocks, bytes);
 
   if (Status st = s.lock(); !st) return {st, 0};
   s.unpin(s.me);
   s.unlock();
   return {std::move(verified), bytes};
+}
+
+ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out) {
+  return impl_->get(key, out.size(),
+                    [&](std::uint32_t first, std::uint32_t nblocks, std::uint64_t bytes) {
+                      return impl_->read_image(key, first, nblocks, out.first(bytes));
+                    });
+}
+
+ShmStore::GetResult ShmStore::get_with(const ObjectKey& key, std::uint64_t capacity,
+                                       const PiecesFn& drain) {
+  return impl_->get(key, capacity, [&](std::uint32_t first, std::uint32_t, std::uint64_t bytes) {
+    return drain(impl_->pieces(first, bytes));
+  });
+}
+
+std::span<std::byte> ShmStore::mapping() const noexcept {
+  return {static_cast<std::byte*>(impl_->seg->get_address()), impl_->seg->get_size()};
 }
 
 Result<std::uint64_t> ShmStore::contains(const ObjectKey& key) {

@@ -113,6 +113,16 @@ class ShmStore {
   // another client; a ready one has its recency refreshed), NoSpace, BadState.
   Status put(const ObjectKey& key, std::span<const std::byte> image, const EvictFn& on_evict);
 
+  // For images in memory the CPU cannot address (device memory, the pinned mode): the object's
+  // bytes in this process's mapping, handed over as pieces (runs of consecutive blocks, in image
+  // order, together exactly the image), while the entry is reserved (put) or pinned (get), so no
+  // other client sees or reuses them.
+  using PiecesFn = std::function<Status(std::span<const std::span<std::byte>>)>;
+  // put() whose bytes `fill` writes (and checks) into the reserved pieces. When fill fails the
+  // reservation is abandoned (the object never becomes visible) and its status returned.
+  Status put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
+                  const EvictFn& on_evict);
+
   struct GetResult {
     Status status;            // Ok, NotFound, InvalidArgument (out too small), ChecksumMismatch,
                               // BadState
@@ -122,10 +132,17 @@ class ShmStore {
   // `key`, length, payload checksum; on a mismatch `out` holds no valid header), and refreshes
   // recency.
   GetResult get(const ObjectKey& key, std::span<std::byte> out);
+  // get() into a destination of `capacity` bytes that `drain` copies the pinned pieces into. The
+  // store does not verify them: `drain` must (header, key, length, payload checksum), and its
+  // status is the result's.
+  GetResult get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain);
   // The image size of a ready object. Does not refresh recency. Returns: NotFound, BadState.
   Result<std::uint64_t> contains(const ObjectKey& key);
   // Returns: Ok, NotFound (absent, or not yet published), BadState.
   Status remove(const ObjectKey& key);
+
+  // This process's mapping of the whole segment (for page-locking it; the pinned mode).
+  std::span<std::byte> mapping() const noexcept;
 
   // Counters read without the lock (each one is consistent; together they are approximate).
   ShmStats stats() const noexcept;

@@ -450,3 +450,85 @@ TEST_CASE("shm: a restarted engine's TierStack finds its prefix warm") {
   CHECK(wait_child(life(false)) == kChildOk);
   ::alarm(0);
 }
+
+// put_with / get_with, the pinned mode's way in and out of a segment, with host copies standing in
+// for the DMA: the pieces are the object's block runs in image order, a failed fill abandons the
+// reservation, and get_with reports what its drain decided.
+TEST_CASE("shm: put_with and get_with hand over an object's pieces in image order") {
+  Segment seg;
+  cpu::ShmConfig cfg;
+  cfg.segment = seg.name;
+  cfg.capacity = 1u << 20;
+  cfg.block_bytes = 4096;
+  auto store = ShmStore::open(cfg);
+  REQUIRE(store.is_ok());
+  ShmStore& s = **store;
+  const ShmStore::EvictFn no_evict = [](const ObjectKey&, std::uint64_t) {};
+  // Six one-block objects in blocks 0..5; removing 0, 2 and 4 leaves the free list 4, 2, 0, 6, ...
+  for (std::uint64_t i = 0; i < 6; ++i) {
+    auto img = make_image(key_of(i, 9), 4096 - kObjectHeaderBytes);
+    REQUIRE(s.put(key_of(i, 9), img, no_evict).is_ok());
+  }
+  for (std::uint64_t i : {0, 2, 4}) REQUIRE(s.remove(key_of(i, 9)).is_ok());
+  const ObjectKey k = key_of(100, 9);
+  const auto img = make_image(k, 5 * 4096 + 193);  // six blocks: 4, 2, 0, then a run of three
+  std::size_t pieces_seen = 0;
+  auto fill = [&](std::span<const std::span<std::byte>> pieces) {
+    pieces_seen = pieces.size();
+    std::size_t off = 0;
+    for (auto p : pieces) {
+      std::memcpy(p.data(), img.data() + off, p.size());
+      off += p.size();
+    }
+    return off == img.size() ? Status::ok() : Status::invalid("pieces do not add up");
+  };
+  REQUIRE(s.put_with(k, img.size(), fill, no_evict).is_ok());
+  CHECK(pieces_seen == 4);
+  std::vector<std::byte> out(img.size());
+  auto g = s.get(k, out);  // the plain path reads what the pieces wrote
+  REQUIRE(g.status.is_ok());
+  CHECK(out == img);
+  std::vector<std::byte> gathered;
+  g = s.get_with(k, img.size(), [&](std::span<const std::span<std::byte>> pieces) {
+    for (auto p : pieces) gathered.insert(gathered.end(), p.begin(), p.end());
+    return verify_object(gathered, k);
+  });
+  REQUIRE(g.status.is_ok());
+  CHECK(g.bytes == img.size());
+  CHECK(gathered == img);
+  // Too small a destination is refused before the drain runs, with the size needed.
+  bool drained = false;
+  g = s.get_with(k, img.size() - 1, [&](std::span<const std::span<std::byte>>) {
+    drained = true;
+    return Status::ok();
+  });
+  CHECK(g.status.code() == Code::kInvalidArgument);
+  CHECK(g.bytes == img.size());
+  CHECK_FALSE(drained);
+  // A drain's verdict is the result.
+  g = s.get_with(k, img.size(), [](std::span<const std::span<std::byte>>) {
+    return Status(Code::kChecksumMismatch, "drain says no");
+  });
+  CHECK(g.status.code() == Code::kChecksumMismatch);
+
+  // A failed fill: nothing visible, every block and entry back.
+  const cpu::ShmStats before = s.stats();
+  const ObjectKey bad = key_of(101, 9);
+  Status st = s.put_with(bad, 3 * 4096, [](std::span<const std::span<std::byte>>) {
+    return Status::invalid("header names another key");
+  }, no_evict);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(s.contains(bad).status().code() == Code::kNotFound);
+  const cpu::ShmStats after = s.stats();
+  CHECK(after.used_bytes == before.used_bytes);
+  CHECK(after.objects == before.objects);
+  CHECK(after.writing == 0);
+  auto again = make_image(bad, 100);
+  CHECK(s.put(bad, again, no_evict).is_ok());  // the key is free to store
+  auto report = s.verify();
+  REQUIRE(report.is_ok());
+  CHECK(report->corrupt == 0);
+  CHECK(report->problems.empty());
+  // The mapping covers the whole segment (what the pinned mode registers).
+  CHECK(s.mapping().size() == s.stats().segment_bytes);
+}

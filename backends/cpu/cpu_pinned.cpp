@@ -1,0 +1,160 @@
+// The CPU tier's pinned mode: page-locked storage and device-memory puts and gets
+// (pinned_mode.hpp).
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+
+#include "pinned_mode.hpp"
+#include "tier/object.hpp"
+
+namespace tier::cpu {
+
+namespace {
+
+Region pinned_region(std::byte* p, std::size_t n) {
+  return Region{p, n, MemoryKind::kPinnedHost, -1};
+}
+
+// Enqueues the copy of image bytes [begin, end) between `pieces` and the same offsets of `dev`:
+// device to pieces when `to_host`, pieces to device otherwise.
+Status enqueue_range(std::span<const Piece> pieces, Region dev, std::size_t begin, std::size_t end,
+                     bool to_host, const gpu::Stream& s) noexcept {
+  std::size_t off = 0;
+  for (const Piece& p : pieces) {
+    const std::size_t lo = std::max(begin, off), hi = std::min(end, off + p.size());
+    if (lo < hi) {
+      Region host = pinned_region(p.data() + (lo - off), hi - lo);
+      Region device = dev.slice(lo, hi - lo);
+      if (device.data == nullptr) return Status::invalid("device region shorter than the image");
+      TIER_RETURN_IF_ERROR(to_host ? gpu::copy_async(host, device, s)
+                                   : gpu::copy_async(device, host, s));
+    }
+    off += p.size();
+  }
+  return Status::ok();
+}
+
+std::size_t total_size(std::span<const Piece> pieces) {
+  std::size_t n = 0;
+  for (const Piece& p : pieces) n += p.size();
+  return n;
+}
+
+// The first min(kObjectHeaderBytes, image) bytes of the image, gathered from its pieces.
+std::span<const std::byte> gather_header(std::span<const Piece> pieces,
+                                         std::array<std::byte, kObjectHeaderBytes>& out) {
+  std::size_t n = 0;
+  for (const Piece& p : pieces) {
+    const std::size_t take = std::min(p.size(), out.size() - n);
+    std::copy_n(p.data(), take, out.data() + n);
+    n += take;
+    if (n == out.size()) break;
+  }
+  return {out.data(), n};
+}
+
+}  // namespace
+
+Status pinned_mode_available() noexcept {
+  if (gpu::device_count() == 0)
+    return Status(Code::kNotSupported,
+                  fmt::format("pinned: true needs a GPU, and this machine has no {} device",
+                              gpu::api_name()));
+  return Status::ok();
+}
+
+Result<std::unique_ptr<PinnedMode>> PinnedMode::create_arena(std::size_t bytes) {
+  TIER_RETURN_IF_ERROR(pinned_mode_available());
+  TIER_ASSIGN_OR_RETURN(gpu::PinnedBuffer arena, gpu::PinnedBuffer::allocate(bytes));
+  std::unique_ptr<PinnedMode> m(new PinnedMode());
+  m->arena_.emplace(std::move(arena));
+  return m;
+}
+
+Result<std::unique_ptr<PinnedMode>> PinnedMode::register_mapping(std::span<std::byte> mapping) {
+  TIER_RETURN_IF_ERROR(pinned_mode_available());
+  TIER_ASSIGN_OR_RETURN(gpu::PinnedRegistration reg,
+                        gpu::PinnedRegistration::register_host(mapping));
+  std::unique_ptr<PinnedMode> m(new PinnedMode());
+  m->registration_.emplace(std::move(reg));
+  return m;
+}
+
+std::span<std::byte> PinnedMode::arena() const noexcept {
+  return arena_ ? arena_->bytes() : std::span<std::byte>();
+}
+
+Result<gpu::Stream*> PinnedMode::stream_for(int device) noexcept {
+  const auto d = static_cast<std::size_t>(device);
+  if (device >= 0 && d < streams_.size() && streams_[d]) return &*streams_[d];
+  if (device < 0 || device >= gpu::device_count())
+    return Status::invalid(fmt::format("device region names GPU {}, which does not exist", device));
+  TIER_ASSIGN_OR_RETURN(gpu::Stream s, gpu::Stream::create(device));
+  if (streams_.size() <= d) streams_.resize(d + 1);
+  streams_[d].emplace(std::move(s));
+  return &*streams_[d];
+}
+
+Status PinnedMode::put_from_device(std::span<const Piece> pieces, Region src,
+                                   const ObjectKey& key) noexcept {
+  TIER_ASSIGN_OR_RETURN(gpu::Stream * s, stream_for(src.device));
+  const std::size_t n = total_size(pieces);
+  Status st = enqueue_range(pieces, src, 0, n, true, *s);
+  // Copies already enqueued write into the pieces: wait for them whatever happened.
+  Status sync = s->synchronize();
+  TIER_RETURN_IF_ERROR(st);
+  TIER_RETURN_IF_ERROR(sync);
+  std::array<std::byte, kObjectHeaderBytes> head;
+  auto h = parse_object_header(gather_header(pieces, head));
+  if (!h)
+    return Status::invalid("put: image has no valid object header: " + h.status().to_string());
+  if (!(h->key == key))
+    return Status::invalid("put: image header names another key than the request");
+  if (h->payload_bytes + kObjectHeaderBytes > n)
+    return Status::invalid("put: image is shorter than its header declares");
+  return Status::ok();
+}
+
+Status PinnedMode::get_to_device(Region dst, std::span<const Piece> pieces,
+                                 const ObjectKey& key) noexcept {
+  const std::size_t n = total_size(pieces);
+  std::array<std::byte, kObjectHeaderBytes> head;
+  auto h = parse_object_header(gather_header(pieces, head));
+  if (!h) return h.status();
+  if (!(h->key == key)) return Status(Code::kChecksumMismatch, "object header names another key");
+  if (h->payload_bytes != n - kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch, "object length does not match its header");
+  if (dst.size < n) return Status::invalid("destination smaller than the object");
+  TIER_ASSIGN_OR_RETURN(gpu::Stream * s, stream_for(dst.device));
+
+  // The payload's DMA runs while the host hashes the same pinned bytes; the header follows only
+  // when the checksum matched.
+  Status st = enqueue_range(pieces, dst, kObjectHeaderBytes, n, false, *s);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  std::size_t off = 0;
+  for (const Piece& p : pieces) {
+    const std::size_t lo = std::max(off, kObjectHeaderBytes);
+    if (lo < off + p.size()) XXH3_64bits_update(&state, p.data() + (lo - off), off + p.size() - lo);
+    off += p.size();
+  }
+  const bool match = XXH3_64bits_digest(&state) == h->payload_checksum;
+  if (st && match) st = enqueue_range(pieces, dst, 0, kObjectHeaderBytes, false, *s);
+  Status sync = s->synchronize();
+  if (st && sync && match) return Status::ok();
+  // Whatever the destination held before (a valid header of an earlier copy, say) must not
+  // survive next to bytes that failed.
+  static constexpr std::array<std::byte, kObjectHeaderBytes> kZeros{};
+  if (gpu::copy_async(
+          dst.slice(0, kObjectHeaderBytes),
+          Region{const_cast<std::byte*>(kZeros.data()), kZeros.size(), MemoryKind::kHost, -1}, *s))
+    s->synchronize().ignore();
+  if (!st) return st;
+  if (!sync) return sync;
+  return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+}
+
+}  // namespace tier::cpu

@@ -131,7 +131,8 @@ Result<std::size_t> RedisBackend::do_submit(std::span<const IoRequest> reqs) noe
 
 Result<std::size_t> RedisBackend::do_poll(std::span<Completion> out, std::size_t min,
                                           std::chrono::microseconds wait) noexcept {
-  const auto until = Clock::now() + std::min<std::chrono::microseconds>(wait, std::chrono::hours(1));
+  const auto until =
+      Clock::now() + std::min<std::chrono::microseconds>(wait, std::chrono::hours(1));
   // Runs handlers that are ready now: all of them when the caller wants none in particular (a
   // progress call), else only until `min` requests have finished, so the caller gets them (and
   // sends its next requests) without first reading every other reply that has arrived: a server

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,5 +57,15 @@ inline Completion run(Backend& b, Op op, const ObjectKey& key, Region buf = {},
   }
   return Completion{0, Status(Code::kTimedOut, "poll"), 0};
 }
+
+// Keeps a copy of every object a backend reports evicted, in order.
+struct EvictionRecorder : EvictionHandler {
+  std::vector<ObjectKey> keys;
+  std::vector<std::vector<std::byte>> images;
+  void on_evict(const ObjectKey& k, std::span<const std::byte> image) noexcept override {
+    keys.push_back(k);
+    images.emplace_back(image.begin(), image.end());
+  }
+};
 
 }  // namespace tier::test

@@ -252,14 +252,7 @@ TEST_CASE("pinned shm tier: a flipped byte in the segment is a checksum failure,
 }
 
 TEST_CASE("pinned heap tier: exact capacity, LRU eviction and compaction as in the heap mode") {
-  struct Recorder : EvictionHandler {
-    std::vector<ObjectKey> keys;
-    std::vector<std::vector<std::byte>> images;
-    void on_evict(const ObjectKey& k, std::span<const std::byte> image) noexcept override {
-      keys.push_back(k);
-      images.emplace_back(image.begin(), image.end());
-    }
-  } rec;
+  test::EvictionRecorder rec;
   // Three images of 193 payload bytes fill the capacity exactly.
   const std::size_t image = kObjectHeaderBytes + 193;
   auto be = open_tier(3 * image);

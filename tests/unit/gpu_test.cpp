@@ -408,14 +408,7 @@ TEST_CASE("gpu tier: put/get with pageable, pinned and device buffers; LRU evict
   Backend& be = **b;
   CHECK((be.capabilities().memory_kinds & kind_bit(MemoryKind::kDevice)) != 0);
 
-  struct Recorder : EvictionHandler {
-    std::vector<ObjectKey> keys;
-    std::vector<std::vector<std::byte>> images;
-    void on_evict(const ObjectKey& k, std::span<const std::byte> image) noexcept override {
-      keys.push_back(k);
-      images.emplace_back(image.begin(), image.end());
-    }
-  } rec;
+  test::EvictionRecorder rec;
   be.set_eviction_handler(&rec);
 
   std::vector<std::vector<std::byte>> images;

@@ -140,22 +140,22 @@ Result<std::size_t> RedisBackend::do_poll(std::span<Completion> out, std::size_t
   // at 4 clients: 0.65x redis-benchmark when every ready reply was read first, 1.05x this way).
   // At least one ready handler runs in every call, so connects, reconnects and timers move on
   // even while completions that are already waiting satisfy `min`.
-  auto run_ready = [&] {
-    if (min == 0) {
-      io_.poll();
-      return;
-    }
-    if (io_.poll_one() == 0) return;
+  auto run_until_min = [&] {
     while (done_.size() < min && io_.poll_one() > 0) {
     }
   };
   try {
-    run_ready();
+    if (min == 0) {
+      io_.poll();
+    } else {
+      io_.poll_one();
+      run_until_min();
+    }
     sweep(Clock::now());
     while (done_.size() < min) {
       if (Clock::now() >= until) break;
       // Blocks in epoll_wait until an event, the next sweep or the end of the wait.
-      if (io_.run_one_until(std::min(until, next_sweep_)) > 0) run_ready();
+      if (io_.run_one_until(std::min(until, next_sweep_)) > 0) run_until_min();
       sweep(Clock::now());
     }
   } catch (const std::exception&) {

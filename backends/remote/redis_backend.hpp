@@ -4,12 +4,12 @@
 // Threads: none of its own. The backend's boost::asio::io_context is driven by the owner's
 // thread inside submit() and poll(): submit() turns requests into RESP commands and starts their
 // writes at once (Asio writes speculatively, in the calling thread, when the socket has room);
-// poll() runs the ready handlers (replies, timers, reconnects) until `min` completions are there
-// or `wait` has passed, with the thread blocked in epoll_wait meanwhile. Like the io_uring tier's
-// completions, replies wait in the kernel until the owner polls; the core calls poll() in every
-// operation and in progress(). One thread, no hand-offs: measured on 2 cores, an I/O thread with a
-// mutex/condvar hand-off both ways cost up to 30% of the GET rate of 64 KiB values
-// (docs/remote.md). Handlers never call user code.
+// poll() runs ready handlers (replies, timers, reconnects) until `min` completions are there
+// (all of them when `min` is 0) or `wait` has passed, with the thread blocked in epoll_wait
+// meanwhile. Like the io_uring tier's completions, replies wait in the kernel until the owner
+// polls; the core calls poll() in every operation and in progress(). One thread, no hand-offs:
+// measured on 2 cores, an I/O thread with a mutex/condvar hand-off both ways cost up to 30% of the
+// GET rate of 64 KiB values (docs/remote.md). Handlers never call user code.
 //
 // Commands: put = SET key image NX [PX ttl] (AlreadyExists when the key exists; recency is the
 // server's business), get = GET (streamed into the caller's buffer), contains = STRLEN,
@@ -18,7 +18,8 @@
 // Faults never block the caller beyond the configured timeout: a request with no reply within
 // `timeout` ends with TimedOut, a request for a server that is down ends at once with IoError, and
 // connections come back by themselves with backoff. The server being down when the backend is
-// created is not an error: create() succeeds and the connections keep trying in the background.
+// created is not an error: create() succeeds and the connections keep trying inside the owner's
+// calls.
 //
 // Capacity: a shared store's memory is governed by the server (maxmemory and its eviction
 // policy); the tier's capacity is advisory. usage() reports what this client knows: the image

@@ -16,7 +16,7 @@
 
 #include "bench_util.hpp"
 #include "dsv4/geometry.hpp"
-#include "tier/engine/dsv4_layout.hpp"
+#include "dsv4/layout/dsv4_layout.hpp"
 #include "tier/engine/export.hpp"
 #include "tier/engine/scheduler.hpp"
 #include "tier/engine/worker.hpp"

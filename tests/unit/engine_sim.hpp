@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "support/fault_backend.hpp"
-#include "tier/engine/dsv4_layout.hpp"
+#include "dsv4/layout/dsv4_layout.hpp"
 #include "tier/engine/scheduler.hpp"
 #include "tier/engine/worker.hpp"
 #include "tier/profile.hpp"

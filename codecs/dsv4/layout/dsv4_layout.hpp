@@ -44,7 +44,7 @@
 namespace tier::engine {
 
 namespace detail {
-class KvMemory;  // the backings and how to reach them (src/kv_memory.hpp)
+class KvMemory;  // the backings and how to reach them (kv_memory.hpp)
 }
 
 // Where a layout keeps the rank's KV memory.

@@ -1,4 +1,4 @@
-#include "tier/engine/dsv4_layout.hpp"
+#include "dsv4/layout/dsv4_layout.hpp"
 
 #include <xxhash.h>
 

@@ -16,6 +16,7 @@
 
 #include "bench_util.hpp"
 #include "dsv4/geometry.hpp"
+#include "support/kv_content.hpp"
 #include "tier/engine/dsv4_layout.hpp"
 #include "tier/engine/export.hpp"
 #include "tier/engine/scheduler.hpp"
@@ -274,13 +275,13 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
         computed = d.load_end;
         // Bit-exact: the restored state group and the first and last restored blocks.
         for (auto& lay : layouts) {
-          const auto got = lay->digest_slot(o.group);
-          write_kv(lay->fill_slot(2, block_keys[computed / bt - 1].lo));
-          wrong_data += same(got, lay->digest_slot(2)) ? 0 : 1;
+          const auto got = engine::test::digest_slot(*lay, o.group);
+          write_kv(engine::test::fill_slot(*lay, 2, block_keys[computed / bt - 1].lo));
+          wrong_data += same(got, engine::test::digest_slot(*lay, 2)) ? 0 : 1;
           for (std::uint64_t b : {std::uint64_t{0}, computed / bt - 1}) {
-            const auto g = lay->digest_block(o.blocks[b]);
-            write_kv(lay->fill_block(o.blocks[b], block_keys[b].lo));
-            wrong_data += same(g, lay->digest_block(o.blocks[b])) ? 0 : 1;
+            const auto g = engine::test::digest_block(*lay, o.blocks[b]);
+            write_kv(engine::test::fill_block(*lay, o.blocks[b], block_keys[b].lo));
+            wrong_data += same(g, engine::test::digest_block(*lay, o.blocks[b])) ? 0 : 1;
             ++checked_blocks;
           }
         }
@@ -293,8 +294,9 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
       const std::uint64_t end = computed + n;
       for (auto& lay : layouts) {
         for (std::uint64_t b = computed / bt; b < (end + bt - 1) / bt; ++b)
-          write_kv(lay->fill_block(o.blocks[b], block_keys[b].lo));
-        if (end % bt == 0) write_kv(lay->fill_slot(o.group, block_keys[end / bt - 1].lo));
+          write_kv(engine::test::fill_block(*lay, o.blocks[b], block_keys[b].lo));
+        if (end % bt == 0)
+          write_kv(engine::test::fill_slot(*lay, o.group, block_keys[end / bt - 1].lo));
       }
       computed = end;
       sched.on_computed(h, computed);

@@ -30,11 +30,12 @@ inline void check_restored(SimEngine& sim, SeqHandle h, std::uint64_t tokens) {
   for (std::uint32_t r = 0; r < sim.layouts.size(); ++r) {
     auto& lay = *sim.layouts[r];
     for (std::uint64_t b = 0; b < tokens / sim.o_.config.block_tokens; ++b) {
-      const auto got = require_value(lay.digest_block(l.blocks[b]));
-      require_ok(lay.fill_block(l.blocks[b], keys[b].lo));
-      REQUIRE(got == require_value(lay.digest_block(l.blocks[b])));
+      const auto got = require_value(digest_block(lay, l.blocks[b]));
+      require_ok(fill_block(lay, l.blocks[b], keys[b].lo));
+      REQUIRE(got == require_value(digest_block(lay, l.blocks[b])));
     }
-    CHECK(require_value(lay.digest_slot(l.group)) == sim.expected_slot_digest(r, l.prompt, tokens));
+    CHECK(require_value(digest_slot(lay, l.group)) ==
+          sim.expected_slot_digest(r, l.prompt, tokens));
   }
 }
 
@@ -86,12 +87,12 @@ inline void foreign_sidecar_fails_whole_load(SimOptions o) {
   REQUIRE(put.is_ok());
   SimEngine::Outcome out;
   auto l = sim.admit(2, a, out);
-  const auto before = require_value(sim.layouts[1]->digest_slot(l.group));
+  const auto before = require_value(digest_slot(*sim.layouts[1], l.group));
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
   REQUIRE(ev.terminals.size() == 1);  // exactly one terminal for the load
   CHECK(ev.terminals[0].reason == "sidecar_corrupt");
-  CHECK(require_value(sim.layouts[1]->digest_slot(l.group)) ==
+  CHECK(require_value(digest_slot(*sim.layouts[1], l.group)) ==
         before);  // the group was never written
   CHECK(w1.counters().slot_invalidations.get() == 1);
   CHECK(*w1.with_stack([&](TierStack& s) { return s.locate(w1.slot_key(b)); }) == -1);

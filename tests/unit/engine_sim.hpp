@@ -4,8 +4,8 @@
 // injection), a Dsv4Layout over a small real DSV4 geometry (which the rank's Worker sees through
 // a FaultyLayout that can fail SLOT snapshots), and a Worker per rank. Every step runs each rank's
 // submit+progress on its own thread, as TP workers do. A "forward" writes deterministic KV derived
-// from the prefix content, so a restore can be checked bit for bit against a recomputation.
-// SimOptions::layout puts every rank's KV in host or GPU memory.
+// from the prefix content (kv_content.hpp), so a restore can be checked bit for bit against a
+// recomputation. SimOptions::layout puts every rank's KV in host or GPU memory.
 
 #include <doctest/doctest.h>
 
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support/fault_backend.hpp"
+#include "support/kv_content.hpp"
 #include "tier/engine/dsv4_layout.hpp"
 #include "tier/engine/scheduler.hpp"
 #include "tier/engine/worker.hpp"
@@ -247,7 +248,7 @@ class SimEngine {
       free_groups_.erase(free_groups_.begin());
     }
     if (l.group >= 0)
-      for (auto& lay : layouts) require_ok(lay->zero_slot(l.group));
+      for (auto& lay : layouts) require_ok(zero_slot(*lay, l.group));
     if (hbm > 0) forward(l, 0, hbm);
     out.decision = sched->after_alloc(l.h, hbm, l.blocks, l.group);
     l.computed = hbm;
@@ -262,9 +263,9 @@ class SimEngine {
     const auto keys = chunk_keys(o_.config.page_namespace, l.prompt, o_.config.block_tokens, true);
     const std::uint64_t bt = o_.config.block_tokens;
     for (std::uint64_t b = start / bt; b < (end + bt - 1) / bt; ++b)
-      for (auto& lay : layouts) require_ok(lay->fill_block(l.blocks[b], keys[b].lo));
+      for (auto& lay : layouts) require_ok(fill_block(*lay, l.blocks[b], keys[b].lo));
     if (l.group >= 0)
-      for (auto& lay : layouts) require_ok(lay->fill_slot(l.group, state_seed(l.prompt, end)));
+      for (auto& lay : layouts) require_ok(fill_slot(*lay, l.group, state_seed(l.prompt, end)));
     l.computed = end;
     owned_[l.h] = l;
   }
@@ -276,8 +277,8 @@ class SimEngine {
   std::uint64_t expected_slot_digest(std::uint32_t r, const std::vector<std::uint32_t>& prompt,
                                      std::uint64_t tokens) {
     const auto scratch = static_cast<std::int32_t>(o_.num_slots - 1);
-    require_ok(layouts[r]->fill_slot(scratch, state_seed(prompt, tokens)));
-    return require_value(layouts[r]->digest_slot(scratch));
+    require_ok(fill_slot(*layouts[r], scratch, state_seed(prompt, tokens)));
+    return require_value(digest_slot(*layouts[r], scratch));
   }
 
   // Runs a whole request: admit, wait for its load, prefill the rest with cuts, finish, and step

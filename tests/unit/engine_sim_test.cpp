@@ -861,7 +861,7 @@ TEST_CASE("slot snapshot is taken at submit before the next forward changes the 
   sim.step(/*progress=*/false);  // dispatched: snapshotted, not run
   REQUIRE(slot_saves_in(sim.last_plan) == 1);
   // The next forward rewrites the live state group before the workers run the save.
-  for (auto& lay : sim.layouts) require_ok(lay->fill_slot(l.group, 0xdead));
+  for (auto& lay : sim.layouts) require_ok(fill_slot(*lay, l.group, 0xdead));
   sim.on_ranks([&](std::uint32_t r) { sim.workers[r]->progress(); });
   sim.collect();
   REQUIRE(sim.sched->is_committed(boundary_of(sim, a, 8192)));
@@ -1138,15 +1138,15 @@ TEST_CASE("device KV memory without a GPU is NotSupported") {
 TEST_CASE("host layout: fill, zero and digest report bad ids and see the bytes") {
   const auto geo = small_geometry(128, 16, 2);
   auto l = Dsv4Layout::create(geo, default_config().page_namespace, 1, 0).value();
-  const std::uint64_t zero = l->digest_block(3).value();
-  REQUIRE(l->fill_block(3, 42).is_ok());
-  const std::uint64_t filled = l->digest_block(3).value();
+  const std::uint64_t zero = digest_block(*l, 3).value();
+  REQUIRE(fill_block(*l, 3, 42).is_ok());
+  const std::uint64_t filled = digest_block(*l, 3).value();
   CHECK(filled != zero);
-  CHECK(l->digest_block(4).value() == zero);  // only block 3 was written
-  REQUIRE(l->zero_block(3).is_ok());
-  CHECK(l->digest_block(3).value() == zero);
-  CHECK(l->fill_block(16, 1) == Code::kInvalidArgument);
-  CHECK(l->digest_block(16).status() == Code::kInvalidArgument);
-  CHECK(l->fill_slot(-1, 1) == Code::kInvalidArgument);
-  CHECK(l->digest_slot(2).status() == Code::kInvalidArgument);
+  CHECK(digest_block(*l, 4).value() == zero);  // only block 3 was written
+  REQUIRE(zero_block(*l, 3).is_ok());
+  CHECK(digest_block(*l, 3).value() == zero);
+  CHECK(fill_block(*l, 16, 1) == Code::kInvalidArgument);
+  CHECK(digest_block(*l, 16).status() == Code::kInvalidArgument);
+  CHECK(fill_slot(*l, -1, 1) == Code::kInvalidArgument);
+  CHECK(digest_slot(*l, 2).status() == Code::kInvalidArgument);
 }

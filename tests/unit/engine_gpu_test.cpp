@@ -1,8 +1,8 @@
 // The offload engine with every rank's KV memory on GPU 0 (Dsv4LayoutOptions "memory":
 // "device"): the layout's codecs and host access against a host layout holding the same bytes,
-// then scenarios of the simulated engine (engine_scenarios.hpp) run with device memory: save and
-// resume bit exact at TP 2 and 8, foreign and corrupt sidecars never resume, the corruption
-// fence, commits rediscovered after a restart. Exits 77 (Meson: SKIP) without a GPU.
+// then scenarios of the simulated engine (tests/support/engine_scenarios.hpp) run with device
+// memory: save and resume bit exact at TP 2 and 8, foreign and corrupt sidecars never resume, the
+// corruption fence, commits rediscovered after a restart. Exits 77 (Meson: SKIP) without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine_scenarios.hpp"
 #include "gpu.hpp"
+#include "support/engine_scenarios.hpp"
 #include "support/test_util.hpp"
 
 using namespace tier;
@@ -21,8 +21,7 @@ using namespace tier::engine::test;
 namespace {
 
 SimOptions device_opts(std::uint32_t tp = 2) {
-  SimOptions o;
-  o.config = default_config(tp);
+  SimOptions o = sim_options(tp);
   o.layout.memory = KvMemoryKind::kDevice;
   o.layout.device = 0;
   return o;

@@ -156,6 +156,19 @@ inline EngineConfig default_config(std::uint32_t tp = 2) {
   return c;
 }
 
+// A simulated engine of `tp` ranks with default_config(), host KV memory and CPU tiers.
+inline SimOptions sim_options(std::uint32_t tp = 2) {
+  SimOptions o;
+  o.config = default_config(tp);
+  return o;
+}
+
+// How SimEngine::admit() allocates for a request.
+struct AdmitOptions {
+  std::uint64_t hbm = 0;   // tokens already computed in HBM at after_alloc
+  bool with_group = true;  // whether the request gets a state group
+};
+
 class SimEngine {
  public:
   explicit SimEngine(SimOptions o) : o_(std::move(o)) {
@@ -222,14 +235,18 @@ class SimEngine {
   struct Outcome {
     MatchResult match;
     LoadDecision decision;
-    bool loaded = false, load_failed = false, freed_now = false;
+    bool loaded = false, load_failed = false;
     SeqHandle h = 0;
     std::uint64_t resumed_from = 0;  // tokens restored by the load
   };
+  struct Admission {
+    Live live;    // a copy; live(h) is the engine's
+    Outcome out;  // what lookup and after_alloc decided
+  };
 
   // Admits a request: add, lookup, allocate, after_alloc. The load (if any) runs in step().
-  Live admit(RequestId id, const std::vector<std::uint32_t>& prompt, Outcome& out,
-             std::uint64_t hbm = 0, bool with_group = true) {
+  Admission admit(RequestId id, const std::vector<std::uint32_t>& prompt, AdmitOptions opt = {}) {
+    Outcome out;
     Live l;
     l.prompt = prompt;
     l.h = sched->add_request(id, prompt);
@@ -242,18 +259,18 @@ class SimEngine {
     REQUIRE(free_blocks_.size() >= nblocks);
     l.blocks.assign(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
     free_blocks_.erase(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
-    if (with_group) {
+    if (opt.with_group) {
       REQUIRE(!free_groups_.empty());
       l.group = free_groups_.front();
       free_groups_.erase(free_groups_.begin());
     }
     if (l.group >= 0)
       for (auto& lay : layouts) require_ok(zero_slot(*lay, l.group));
-    if (hbm > 0) forward(l, 0, hbm);
-    out.decision = sched->after_alloc(l.h, hbm, l.blocks, l.group);
-    l.computed = hbm;
+    if (opt.hbm > 0) forward(l, 0, opt.hbm);
+    out.decision = sched->after_alloc(l.h, opt.hbm, l.blocks, l.group);
+    l.computed = opt.hbm;
     owned_[l.h] = l;
-    return l;
+    return {l, out};
   }
 
   // The KV a forward pass writes for tokens [start, end) on every rank: each completed block
@@ -284,8 +301,7 @@ class SimEngine {
   // Runs a whole request: admit, wait for its load, prefill the rest with cuts, finish, and step
   // until its blocks are freed.
   Outcome run(RequestId id, const std::vector<std::uint32_t>& prompt, std::uint64_t hbm = 0) {
-    Outcome out;
-    Live l = admit(id, prompt, out, hbm);
+    auto [l, out] = admit(id, prompt, {.hbm = hbm});
     if (out.decision.action == LoadAction::kLoad) {
       for (int i = 0; i < 8 && !done(l.h); ++i) step();
       out.loaded = std::count(loaded_.begin(), loaded_.end(), l.h) > 0;

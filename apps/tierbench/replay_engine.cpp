@@ -522,8 +522,13 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
   const std::uint64_t num_blocks = 2 * blocks_per_req + 1;
   auto geometry = scaled_geometry(a.preset, a.block_bytes, num_blocks, 3);
   if (!geometry) return cli::fail(geometry.status().to_string());
+  // The namespace names the model's identity only, never the pool sizes, so a resized pool still
+  // finds every stored object (reference flaw 2).
+  Json model = geometry->config.to_json();
+  model.erase("num_blocks");
+  model.erase("num_slots");
   cfg.page_namespace = *namespace_id(Json{{"workload", "tierbench-replay-engine"},
-                                          {"geometry", geometry->config.to_json()},
+                                          {"model", model},
                                           {"block_tokens", cfg.block_tokens},
                                           {"chunk_tokens", cfg.chunk_tokens},
                                           {"tp_size", cfg.tp_size}});

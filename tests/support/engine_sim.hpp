@@ -111,6 +111,10 @@ class FaultyLayout final : public KvLayout {
     if (!codec || !fail_snapshot) return codec;
     return std::unique_ptr<Codec>(new FailingEncode(std::move(codec).value()));
   }
+  std::uint32_t block_tokens() const noexcept override { return inner_.block_tokens(); }
+  std::array<std::byte, 16> slot_fingerprint(std::uint32_t tp_rank) const override {
+    return inner_.slot_fingerprint(tp_rank);
+  }
 
  private:
   class FailingEncode final : public Codec {

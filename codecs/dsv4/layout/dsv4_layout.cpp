@@ -76,6 +76,8 @@ Result<std::unique_ptr<Dsv4Layout>> Dsv4Layout::create(const dsv4::Geometry& geo
                                                        const Dsv4LayoutOptions& options) {
   std::unique_ptr<Dsv4Layout> l(new Dsv4Layout());
   l->geometry_ = geometry;
+  l->page_namespace_ = page_namespace;
+  l->tp_size_ = tp_size;
   l->options_ = options;
   if (options.memory == KvMemoryKind::kDevice) {
     TIER_ASSIGN_OR_RETURN(l->memory_, detail::make_device_memory(geometry, options.device));
@@ -109,6 +111,14 @@ Result<std::unique_ptr<Codec>> Dsv4Layout::slot_codec(const SlotIdentity& id) co
     return Status::invalid("dsv4 layout: SLOT identity of another rank");
   return std::unique_ptr<Codec>(
       new BoundSlotCodec(slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash})));
+}
+
+std::uint32_t Dsv4Layout::block_tokens() const noexcept {
+  return geometry_.config.block_size * geometry_.config.dcp_size;
+}
+
+std::array<std::byte, 16> Dsv4Layout::slot_fingerprint(std::uint32_t tp_rank) const {
+  return dsv4::slot_fingerprint(geometry_, page_namespace_, tp_size_, tp_rank);
 }
 
 Status Dsv4Layout::visit_host(RegionList regions, HostAccess access,

@@ -28,6 +28,7 @@
 // overlap them (as a forward pass does not overlap the worker's save of the same layout in the
 // simulated engines).
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,6 +80,10 @@ class Dsv4Layout final : public KvLayout {
   Result<std::vector<Region>> page_regions(std::span<const std::uint32_t> block_ids) const override;
   Result<std::vector<Region>> slot_regions(std::int32_t group) const override;
   Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const override;
+  // block_size x dcp_size of the geometry.
+  std::uint32_t block_tokens() const noexcept override;
+  // dsv4::slot_fingerprint(geometry, page namespace, tp_size, tp_rank).
+  std::array<std::byte, 16> slot_fingerprint(std::uint32_t tp_rank) const override;
 
   const dsv4::Geometry& geometry() const noexcept { return geometry_; }
   const Dsv4LayoutOptions& options() const noexcept { return options_; }
@@ -100,6 +105,8 @@ class Dsv4Layout final : public KvLayout {
   Dsv4Layout();
 
   dsv4::Geometry geometry_;
+  Key128 page_namespace_;
+  std::uint32_t tp_size_ = 1;
   Dsv4LayoutOptions options_;
   // Declared before the codecs: they refer to its executor, so it is destroyed after them.
   std::unique_ptr<detail::KvMemory> memory_;

@@ -43,17 +43,18 @@ std::size_t total_size(std::span<const Piece> pieces) {
   return n;
 }
 
-// The first min(kObjectHeaderBytes, image) bytes of the image, gathered from its pieces.
-std::span<const std::byte> gather_header(std::span<const Piece> pieces,
-                                         std::array<std::byte, kObjectHeaderBytes>& out) {
+// The object header at the start of the image held by `pieces` (parse_object_header of its first
+// min(kObjectHeaderBytes, image) bytes, gathered from the pieces).
+Result<ObjectHeader> header_of(std::span<const Piece> pieces) noexcept {
+  std::array<std::byte, kObjectHeaderBytes> head;
   std::size_t n = 0;
   for (const Piece& p : pieces) {
-    const std::size_t take = std::min(p.size(), out.size() - n);
-    std::copy_n(p.data(), take, out.data() + n);
+    const std::size_t take = std::min(p.size(), head.size() - n);
+    std::copy_n(p.data(), take, head.data() + n);
     n += take;
-    if (n == out.size()) break;
+    if (n == head.size()) break;
   }
-  return {out.data(), n};
+  return parse_object_header({head.data(), n});
 }
 
 }  // namespace
@@ -101,8 +102,7 @@ Status PinnedTransfer::put_from_device(std::span<const Piece> pieces, Region src
   Status sync = s->synchronize();
   TIER_RETURN_IF_ERROR(st);
   TIER_RETURN_IF_ERROR(sync);
-  std::array<std::byte, kObjectHeaderBytes> head;
-  auto h = parse_object_header(gather_header(pieces, head));
+  auto h = header_of(pieces);
   if (!h)
     return Status::invalid("put: image has no valid object header: " + h.status().to_string());
   if (!(h->key == key))
@@ -115,8 +115,7 @@ Status PinnedTransfer::put_from_device(std::span<const Piece> pieces, Region src
 Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
                                      const ObjectKey& key) noexcept {
   const std::size_t n = total_size(pieces);
-  std::array<std::byte, kObjectHeaderBytes> head;
-  auto h = parse_object_header(gather_header(pieces, head));
+  auto h = header_of(pieces);
   if (!h) return h.status();
   if (!(h->key == key)) return Status(Code::kChecksumMismatch, "object header names another key");
   if (h->payload_bytes != n - kObjectHeaderBytes)

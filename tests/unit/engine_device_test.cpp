@@ -84,7 +84,8 @@ class SyncFaultLayout final : public KvLayout {
 };
 
 // Every rank's worker over a SyncFaultLayout around its device layout.
-std::vector<std::unique_ptr<SyncFaultLayout>> wrap_layouts(SimEngine& sim) {
+// The wrappers must outlive the workers that now see them.
+[[nodiscard]] std::vector<std::unique_ptr<SyncFaultLayout>> wrap_layouts(SimEngine& sim) {
   std::vector<std::unique_ptr<SyncFaultLayout>> out;
   for (std::uint32_t r = 0; r < sim.workers.size(); ++r) {
     out.push_back(std::make_unique<SyncFaultLayout>(*sim.layouts[r]));
@@ -159,7 +160,7 @@ TEST_CASE("device KV: a load moves PAGE then SLOT, in order, and both have lande
   auto o = device_opts(2);
   o.profile = [](std::uint32_t) { return faulty_profile(); };
   SimEngine sim(o);
-  wrap_layouts(sim);
+  auto wrapped = wrap_layouts(sim);  // kept alive: the workers see them
   const auto a = tokens(95, 8192 + 8);
   sim.run(1, a);
   const Boundary b = boundary_of(sim, a, 8192);

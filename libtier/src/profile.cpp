@@ -103,10 +103,7 @@ std::optional<std::string> read_string(const Json& v, const std::string& path,
     errors.add(path, "expected a string, got " + describe_json(v));
     return std::nullopt;
   }
-  std::string err;
-  auto s = expand_env(v.get<std::string>(), &err);
-  if (!s) errors.add(path, err);
-  return s;
+  return errors.value_or_add(path, expand_env(v.get<std::string>()));
 }
 
 std::optional<bool> read_bool(const Json& v, const std::string& path, ConfigErrors& errors) {
@@ -145,12 +142,8 @@ std::optional<PluginRef> read_plugin_ref(const Json& v, const std::string& path,
 void read_capacity(const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
   Json size = v;
   if (v.is_string()) {
-    std::string err;
-    auto expanded = expand_env(v.get<std::string>(), &err);
-    if (!expanded) {
-      errors.add(path, err);
-      return;
-    }
+    auto expanded = errors.value_or_add(path, expand_env(v.get<std::string>()));
+    if (!expanded) return;
     size = *expanded;
   }
   auto bytes = parse_size(size);

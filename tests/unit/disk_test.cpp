@@ -35,32 +35,34 @@ TEST_CASE("slot codecs round-trip and reject flipped bytes") {
   disk::Entry e{key_of(9, 3, 2), 77, 123456, 42, 0xdeadbeef};
   std::byte slot[disk::kSlotBytes]{};
   disk::encode_entry(slot, e);
-  disk::Entry d;
-  REQUIRE(disk::decode_entry(slot, &d));
-  CHECK(d.key == e.key);
-  CHECK(d.seq == 77);
-  CHECK(d.image_bytes == 123456);
-  CHECK(d.offset_blocks == 42);
-  CHECK(d.payload_check == 0xdeadbeef);
+  auto d = disk::decode_entry(slot);
+  REQUIRE(d.has_value());
+  CHECK(d->key == e.key);
+  CHECK(d->seq == 77);
+  CHECK(d->image_bytes == 123456);
+  CHECK(d->offset_blocks == 42);
+  CHECK(d->payload_check == 0xdeadbeef);
   for (std::size_t i = 0; i < disk::kSlotBytes; ++i) {
     std::byte bad[disk::kSlotBytes];
     std::memcpy(bad, slot, sizeof bad);
     bad[i] ^= std::byte{0x10};
-    CHECK_FALSE(disk::decode_entry(bad, &d));
+    CHECK_FALSE(disk::decode_entry(bad).has_value());
   }
-  disk::RegionHeader h{5, 3}, hd;
+  disk::RegionHeader h{5, 3};
   disk::encode_region_header(slot, h);
-  REQUIRE(disk::decode_region_header(slot, &hd));
-  CHECK(hd.seq == 5);
-  CHECK(hd.region == 3);
+  auto hd = disk::decode_region_header(slot);
+  REQUIRE(hd.has_value());
+  CHECK(hd->seq == 5);
+  CHECK(hd->region == 3);
   slot[9] ^= std::byte{1};
-  CHECK_FALSE(disk::decode_region_header(slot, &hd));
+  CHECK_FALSE(disk::decode_region_header(slot).has_value());
 
-  disk::Geometry g{4096, 1 << 20, 8}, gd;
+  disk::Geometry g{4096, 1 << 20, 8};
   std::vector<std::byte> block(4096);
   disk::encode_superblock(block, g);
-  REQUIRE(disk::decode_superblock(block, &gd));
-  CHECK(gd == g);
+  auto gd = disk::decode_superblock(block);
+  REQUIRE(gd.has_value());
+  CHECK(*gd == g);
   CHECK(disk::Geometry{4096, 1 << 20, 1}.check().find("at least 2") != std::string::npos);
   CHECK_FALSE(disk::Geometry{1000, 1 << 20, 4}.check().empty());
 }

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdio>
 
-#include "disk_support.hpp"
+#include "support/disk_support.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"
 #include "tier/tier_stack.hpp"

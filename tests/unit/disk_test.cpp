@@ -3,12 +3,7 @@
 // reused by a TierStack after a restart. Real io_uring on real files; exits 77 without them.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 
 #include <csignal>
 #include <cstddef>
@@ -270,39 +265,6 @@ TEST_CASE("misaligned and too small buffers are refused") {
   Completion m =
       run(*b, Op::kPut, key_of(4), Region{a.data.get() + 512, 8192, MemoryKind::kHost, -1});
   CHECK(m.status.code() == Code::kInvalidArgument);
-}
-
-TEST_CASE("a kernel that refuses io_uring makes create() fail with NotSupported") {
-  TempDir dir;
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    // As a container's seccomp profile does: io_uring_setup fails with EPERM.
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      ::_exit(2);
-    BackendContext ctx{"disk", 8ull << 20, Json{{"path", dir.store()}, {"region_size", 1 << 20}}};
-    auto b = Registry::global().create_backend("disk", ctx);
-    const bool refused = !b && b.status().code() == Code::kNotSupported &&
-                         b.status().message().find("refused io_uring") != std::string_view::npos;
-    if (!refused) std::fprintf(stderr, "create: %s\n", b ? "ok" : b.status().to_string().c_str());
-    ::_exit(refused ? 0 : 1);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 2) {
-    MESSAGE("seccomp unavailable here; not exercised");
-    return;
-  }
-  CHECK(WEXITSTATUS(status) == 0);
 }
 
 namespace {

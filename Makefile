@@ -1,7 +1,7 @@
 # The two commands: `make run` (main job) and `make test` (whole suite). `make bench` runs the
 # long benchmarks against their baselines; `make deps` installs missing Debian packages.
 BUILD ?= build
-MESON_OPTS ?=
+MESON_OPTS ?= --wrap-mode=nofallback
 TRACE ?= ../shared/data/mooncake_conversation_trace.jsonl
 PROFILE ?= profiles/default.json
 

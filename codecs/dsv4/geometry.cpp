@@ -13,6 +13,9 @@ namespace {
 
 constexpr int kCsaRatio = 4;
 constexpr int kHcaRatio = 128;
+constexpr int kFieldWindowRatio = -1;  // the layer's window lives in a state field (DSpark)
+// A field window is unquantized: bf16, whatever the KV dtype (docs/codecs.md).
+constexpr std::uint64_t kFieldWindowElemBytes = 2;
 constexpr std::uint64_t kFieldAlign = 256;  // arena field offsets
 constexpr std::uint64_t kSlotAlignRows = 2;
 constexpr std::uint32_t kIndexScaleBytes = 4;  // fp32 scale per fp8 indexer row
@@ -70,17 +73,19 @@ struct FieldSize {
 };
 
 // Compressor-state fields (fp32), in wire order. CSA windows hold two compression periods plus
-// the speculative steps; HCA windows one period plus the steps.
-std::vector<FieldSize> compressor_fields(const ModelConfig& c, std::uint64_t n_csa,
-                                         std::uint64_t n_hca) {
+// the speculative steps; HCA windows one period plus the steps. Then the field windows (every
+// field-window layer's ring of kv_head_dim, bf16), last as in the reference's list. `g` gives
+// the layer counts and the ring length.
+std::vector<FieldSize> compressor_fields(const ModelConfig& c, const Geometry& g) {
   const std::uint64_t csa_win = 2 * kCsaRatio + c.spec_steps, hca_win = kHcaRatio + c.spec_steps;
   return {
-      {"csa_main_kv", n_csa * csa_win * 2 * c.kv_head_dim * 4},
-      {"csa_main_score", n_csa * csa_win * 2 * c.kv_head_dim * 4},
-      {"csa_idx_kv", n_csa * csa_win * 2 * c.index_head_dim * 4},
-      {"csa_idx_score", n_csa * csa_win * 2 * c.index_head_dim * 4},
-      {"hca_main_kv", n_hca * hca_win * c.kv_head_dim * 4},
-      {"hca_main_score", n_hca * hca_win * c.kv_head_dim * 4},
+      {"csa_main_kv", g.n_csa * csa_win * 2 * c.kv_head_dim * 4},
+      {"csa_main_score", g.n_csa * csa_win * 2 * c.kv_head_dim * 4},
+      {"csa_idx_kv", g.n_csa * csa_win * 2 * c.index_head_dim * 4},
+      {"csa_idx_score", g.n_csa * csa_win * 2 * c.index_head_dim * 4},
+      {"hca_main_kv", g.n_hca * hca_win * c.kv_head_dim * 4},
+      {"hca_main_score", g.n_hca * hca_win * c.kv_head_dim * 4},
+      {"field_window", g.n_field * g.ring_slots * c.kv_head_dim * kFieldWindowElemBytes},
   };
 }
 
@@ -177,17 +182,18 @@ Result<ModelConfig> ModelConfig::from_json(const Json& j) {
   if (j.contains("compress_ratios")) {
     const Json& r = j["compress_ratios"];
     if (!r.is_array() || r.empty()) {
-      errors.add("/compress_ratios", "expected a non-empty array of 0, 4 or 128, got " +
-                                         describe_json(r));
+      errors.add("/compress_ratios",
+                 "expected a non-empty array of 0, 4, 128 or -1, got " + describe_json(r));
     } else {
       c.compress_ratios.clear();
       for (std::size_t i = 0; i < r.size(); ++i) {
         if (!r[i].is_number_integer() ||
-            (r[i].get<int>() != 0 && r[i].get<int>() != kCsaRatio && r[i].get<int>() != kHcaRatio)) {
+            (r[i].get<int>() != 0 && r[i].get<int>() != kCsaRatio && r[i].get<int>() != kHcaRatio &&
+             r[i].get<int>() != kFieldWindowRatio)) {
           errors.add(fmt::format("/compress_ratios/{}", i),
-                     fmt::format("expected 0 (dense), 4 (CSA) or 128 (HCA), got {}{}",
-                                 describe_json(r[i]),
-                                 r[i] == -1 ? " (field-window layers are not supported)" : ""));
+                     fmt::format("expected 0 (dense), 4 (CSA), 128 (HCA) or -1 (field window), "
+                                 "got {}",
+                                 describe_json(r[i])));
           continue;
         }
         c.compress_ratios.push_back(r[i].get<int>());
@@ -278,13 +284,17 @@ Result<Geometry> Geometry::compute(const ModelConfig& c) {
     if (r == kCsaRatio) ++g.n_csa;
     else if (r == kHcaRatio) ++g.n_hca;
     else if (r == 0) ++g.n_dense;
-    else return Status::invalid(fmt::format("compress ratio {} is not 0, 4 or 128", r));
+    else if (r == kFieldWindowRatio)
+      ++g.n_field;
+    else
+      return Status::invalid(fmt::format("compress ratio {} is not 0, 4, 128 or -1", r));
   }
   const std::uint64_t bs = c.block_size;
   const std::uint64_t csa_rows = bs / kCsaRatio, hca_rows = bs / kHcaRatio;
   g.ring_slots = c.sliding_window + c.spec_steps;
   g.envelope_rows = g.n_hca * hca_rows + g.n_csa * csa_rows;
-  // Entry order: dense, HCA, CSA. Dense rings interleave in runs of the whole ring.
+  // Entry order: dense, HCA, CSA. Dense rings interleave in runs of the whole ring. A
+  // field-window layer has no ring and no PAGE rows: its window is the field_window state field.
   g.entry_rows = class_entry_rows(g.n_dense, g.ring_slots, g.ring_slots) +
                  class_entry_rows(g.n_hca, hca_rows, g.ring_slots) +
                  class_entry_rows(g.n_csa, csa_rows, g.ring_slots);
@@ -295,7 +305,7 @@ Result<Geometry> Geometry::compute(const ModelConfig& c) {
     g.planes = {{"dsv4.main_kv.nope", c.kv_head_dim * 2}};
   }
 
-  Arena arena = place_fields(compressor_fields(c, g.n_csa, g.n_hca), g.planes);
+  Arena arena = place_fields(compressor_fields(c, g), g.planes);
   g.arena_rows = arena.rows;
   g.fields = std::move(arena.fields);
   g.slot_rows = align_up(g.arena_rows + g.entry_rows, kSlotAlignRows);
@@ -346,7 +356,7 @@ Json Geometry::to_json() const {
   Json backings_j = Json::array();
   for (const auto& b : backings) backings_j.push_back({{"name", b.name}, {"bytes", b.bytes}});
   return {{"config", config.to_json()},
-          {"layers", {{"csa", n_csa}, {"hca", n_hca}, {"dense", n_dense}}},
+          {"layers", {{"csa", n_csa}, {"hca", n_hca}, {"dense", n_dense}, {"field", n_field}}},
           {"ring_slots", ring_slots},
           {"virtual_block_tokens", static_cast<std::uint64_t>(config.block_size) * config.dcp_size},
           {"envelope_rows", envelope_rows},

@@ -35,7 +35,9 @@ enum class IndexDtype { kFp8, kFp4 };
 //    "dcp_size": 1, "num_blocks": 64, "num_slots": 4}
 struct ModelConfig {
   std::string model = "deepseek-v4";
-  std::vector<int> compress_ratios;  // per layer: 0 dense (SWA only), 4 CSA, 128 HCA
+  // Per layer: 0 dense (SWA only), 4 CSA, 128 HCA, -1 field window (the layer's window is a
+  // state field, `field_window`, in the slot's arena: no PAGE rows, no ring).
+  std::vector<int> compress_ratios;
   KvDtype kv_dtype = KvDtype::kFp8;
   IndexDtype index_dtype = IndexDtype::kFp8;
   std::uint32_t kv_head_dim = 512;
@@ -87,7 +89,7 @@ struct Plane {
 
 struct Geometry {
   ModelConfig config;
-  std::uint32_t n_csa = 0, n_hca = 0, n_dense = 0;
+  std::uint32_t n_csa = 0, n_hca = 0, n_dense = 0, n_field = 0;
   std::uint32_t ring_slots = 0;      // sliding_window + spec_steps
   std::uint64_t envelope_rows = 0;   // rows of one block, all compressed layers
   std::uint64_t arena_rows = 0, entry_rows = 0, slot_rows = 0;

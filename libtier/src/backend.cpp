@@ -69,29 +69,29 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
       early_origin.push_back(i);
       continue;
     }
-    std::uint32_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
+    std::uint32_t id;
+    if (!free_pending_.empty()) {
+      id = free_pending_.back();
+      free_pending_.pop_back();
     } else {
-      slot = static_cast<std::uint32_t>(slots_.size());
-      slots_.emplace_back();
+      id = static_cast<std::uint32_t>(pending_.size());
+      pending_.emplace_back();
     }
-    slots_[slot] = Slot{reqs[i].user_data, reqs[i].key, reqs[i].buf, reqs[i].op, true};
+    pending_[id] = Pending{reqs[i].user_data, reqs[i].key, reqs[i].buf, reqs[i].op, true};
     IoRequest inner = reqs[i];
-    inner.user_data = slot;
+    inner.user_data = id;
     scratch_.push_back(inner);
     origin.push_back(i);
-    ++slots_in_use_;
+    ++pending_in_use_;
   }
   std::size_t accepted = 0;
   if (!scratch_.empty()) {
     auto r = do_submit(scratch_);
     if (r) accepted = *r;
-    for (std::size_t k = accepted; k < scratch_.size(); ++k) {  // give back unaccepted slots
-      slots_[scratch_[k].user_data].used = false;
-      free_slots_.push_back(static_cast<std::uint32_t>(scratch_[k].user_data));
-      --slots_in_use_;
+    for (std::size_t k = accepted; k < scratch_.size(); ++k) {  // give back unaccepted entries
+      pending_[scratch_[k].user_data].used = false;
+      free_pending_.push_back(static_cast<std::uint32_t>(scratch_[k].user_data));
+      --pending_in_use_;
     }
     if (!r && accepted == 0 && early_origin.empty()) {
       early_.resize(early_before);
@@ -107,14 +107,14 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   return consumed;
 }
 
-void Backend::finish(const Slot& slot, Completion& c) noexcept {
-  c.user_data = slot.user_data;
-  if (slot.op == Op::kGet && c.status.is_ok() && slot.buf.host_accessible()) {
-    if (c.bytes > slot.buf.size) {
+void Backend::finish(const Pending& p, Completion& c) noexcept {
+  c.user_data = p.user_data;
+  if (p.op == Op::kGet && c.status.is_ok() && p.buf.host_accessible()) {
+    if (c.bytes > p.buf.size) {
       c.status = Status(Code::kBadState, "backend reported more bytes than the buffer holds");
     } else {
-      auto image = slot.buf.bytes().first(c.bytes);
-      Status v = verified_reads_ ? verify_header(image, slot.key) : verify_object(image, slot.key);
+      auto image = p.buf.bytes().first(c.bytes);
+      Status v = verified_reads_ ? verify_header(image, p.key) : verify_object(image, p.key);
       if (!v) {
         scrub_object(image);
         metrics_.checksum_failures.add();
@@ -123,7 +123,7 @@ void Backend::finish(const Slot& slot, Completion& c) noexcept {
       }
     }
   }
-  OpCounters& oc = metrics_.of(slot.op);
+  OpCounters& oc = metrics_.of(p.op);
   oc.requests.add();
   switch (c.status.code()) {
     case Code::kOk:
@@ -148,22 +148,22 @@ Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
     early_.erase(early_.begin());
     ++n;
   }
-  if (n == out.size() || slots_in_use_ == 0) return n;
-  std::size_t want = min > n ? std::min(min - n, slots_in_use_) : 0;
+  if (n == out.size() || pending_in_use_ == 0) return n;
+  std::size_t want = min > n ? std::min(min - n, pending_in_use_) : 0;
   auto r = do_poll(out.subspan(n), want, n > 0 ? std::chrono::microseconds(0) : wait);
   if (!r) return n > 0 ? Result<std::size_t>(n) : r;
   for (std::size_t i = n; i < n + *r; ++i) {
     Completion& c = out[i];
     auto idx = static_cast<std::size_t>(c.user_data);
-    if (idx >= slots_.size() || !slots_[idx].used) {
+    if (idx >= pending_.size() || !pending_[idx].used) {
       c.status = Status(Code::kBadState, "backend returned an unknown completion");
       continue;
     }
-    Slot& s = slots_[idx];
+    Pending& s = pending_[idx];
     finish(s, c);
     s.used = false;
-    free_slots_.push_back(static_cast<std::uint32_t>(idx));
-    --slots_in_use_;
+    free_pending_.push_back(static_cast<std::uint32_t>(idx));
+    --pending_in_use_;
   }
   return n + *r;
 }

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cctype>
 #include <filesystem>
 
 #include <fmt/format.h>
 
-#include "builtins.hpp"
 #include "identity_codec.hpp"
 
 namespace tier {
@@ -26,18 +26,19 @@ std::string_view plugin_kind_name(PluginKind k) noexcept {
 Registry& Registry::global() {
   static Registry* registry = [] {
     auto* r = new Registry();  // never destroyed: plugins may outlive static destruction order
-    auto add = [r](const tier_plugin_v1* d, const char* source) {
-      Status s = r->add(d, source);
-      if (!s) throw std::logic_error("built-in plugin failed to register: " + s.to_string());
-    };
-    add(identity_codec_plugin(), "built-in");
-    builtin::for_each(add);
+    Status s = r->add(identity_codec_plugin(), "built-in");
+    if (!s) throw std::logic_error("the identity codec failed to register: " + s.to_string());
     return r;
   }();
   return *registry;
 }
 
 Status Registry::add(const tier_plugin_v1* d, std::string source, std::shared_ptr<void> library) {
+  return add_descriptor(d, std::move(source), std::move(library));
+}
+
+Status Registry::add_descriptor(const tier_plugin_v1* d, std::string source,
+                                std::shared_ptr<void> library) const {
   if (d == nullptr) return Status::invalid(fmt::format("{}: plugin descriptor is null", source));
   if (d->abi_version != TIER_PLUGIN_ABI_VERSION)
     return Status::invalid(fmt::format(
@@ -86,9 +87,24 @@ std::vector<fs::path> search_dirs() {
     }
   }
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&search_dirs), &info) != 0 && info.dli_fname != nullptr)
-    dirs.push_back(fs::path(info.dli_fname).parent_path() / "plugins");
+  if (dladdr(reinterpret_cast<void*>(&search_dirs), &info) != 0 && info.dli_fname != nullptr) {
+    fs::path libdir = fs::path(info.dli_fname).parent_path();
+    dirs.push_back(libdir / "plugins");             // the build tree (build/libtier/plugins)
+    dirs.push_back(libdir / "libtier" / "plugins");  // installed: <libdir>/libtier/plugins
+  }
   return dirs;
+}
+
+std::string plugin_file_name(PluginKind kind, std::string_view name) {
+  return fmt::format("libtier_{}_{}.so", plugin_kind_name(kind), name);
+}
+
+// A bare name can only name a plugin file: no path separators, no "..", no hidden files.
+bool is_plugin_name(std::string_view name) {
+  if (name.empty() || name.front() == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
 }
 
 }  // namespace
@@ -108,7 +124,7 @@ Status Registry::load(std::string_view name_or_path, PluginKind kind_hint) {
                                 PluginKind::kStage};
     for (const fs::path& dir : search_dirs()) {
       for (PluginKind k : kinds) {
-        fs::path candidate = dir / fmt::format("libtier_{}_{}.so", plugin_kind_name(k), target);
+        fs::path candidate = dir / plugin_file_name(k, target);
         tried.push_back(candidate.string());
         if (file.empty() && fs::exists(candidate)) file = candidate;
       }
@@ -118,6 +134,10 @@ Status Registry::load(std::string_view name_or_path, PluginKind kind_hint) {
     return Status::not_found(fmt::format(
         "plugin \"{}\" not found (looked for: {}); set TIER_PLUGIN_DIR or give a path", target,
         fmt::join(tried, ", ")));
+  return load_file(file);
+}
+
+Status Registry::load_file(const std::filesystem::path& file) const {
   std::string canonical = fs::weakly_canonical(file).string();
   {
     std::lock_guard lock(mu_);
@@ -132,35 +152,74 @@ Status Registry::load(std::string_view name_or_path, PluginKind kind_hint) {
   if (entry == nullptr)
     return Status::invalid(fmt::format("plugin {} does not export {}(); is it a libtier plugin?",
                                        canonical, TIER_PLUGIN_ENTRY_SYMBOL));
-  TIER_RETURN_IF_ERROR(add(entry(), canonical, library));
+  TIER_RETURN_IF_ERROR(add_descriptor(entry(), canonical, library));
   std::lock_guard lock(mu_);
   loaded_paths_.push_back(canonical);
   return Status::ok();
 }
 
-const PluginInfo* Registry::find(PluginKind kind, std::string_view name) const {
+const PluginInfo* Registry::find_registered(PluginKind kind, std::string_view name) const {
   std::lock_guard lock(mu_);
   for (const auto& p : plugins_)
     if (p->kind == kind && p->name == name) return p.get();
   return nullptr;
 }
 
-std::vector<std::string> Registry::names(PluginKind kind) const {
+const PluginInfo* Registry::find(PluginKind kind, std::string_view name) const {
+  if (const PluginInfo* info = find_registered(kind, name)) return info;
+  if (!is_plugin_name(name)) return nullptr;
+  for (const fs::path& dir : search_dirs()) {
+    fs::path file = dir / plugin_file_name(kind, name);
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) continue;
+    Status loaded = load_file(file);
+    if (loaded) return find_registered(kind, name);
+    std::lock_guard lock(mu_);
+    load_errors_[plugin_file_name(kind, name)] = loaded.to_string();
+    return nullptr;
+  }
+  return nullptr;
+}
+
+std::string Registry::load_error(PluginKind kind, std::string_view name) const {
   std::lock_guard lock(mu_);
+  auto it = load_errors_.find(plugin_file_name(kind, name));
+  return it == load_errors_.end() ? std::string() : it->second;
+}
+
+std::vector<std::string> Registry::names(PluginKind kind) const {
   std::vector<std::string> out;
-  for (const auto& p : plugins_)
-    if (p->kind == kind) out.push_back(p->name);
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& p : plugins_)
+      if (p->kind == kind) out.push_back(p->name);
+  }
+  std::string prefix = fmt::format("libtier_{}_", plugin_kind_name(kind));
+  for (const fs::path& dir : search_dirs()) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      std::string file = entry.path().filename().string();
+      if (file.size() > prefix.size() + 3 && file.starts_with(prefix) && file.ends_with(".so"))
+        out.push_back(file.substr(prefix.size(), file.size() - prefix.size() - 3));
+    }
+  }
   std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
 Result<void*> Registry::create_raw(PluginKind kind, std::string_view type, const void* ctx,
                                    PluginDeleter* deleter) const {
   const PluginInfo* info = find(kind, type);
-  if (info == nullptr)
+  if (info == nullptr) {
+    std::string why = load_error(kind, type);
+    if (!why.empty())
+      return Status::invalid(fmt::format("{} \"{}\": its plugin failed to load: {}",
+                                         plugin_kind_name(kind), type, why));
     return Status::invalid(fmt::format("unknown {} \"{}\"; registered: {}",
                                        plugin_kind_name(kind), type,
                                        fmt::join(names(kind), ", ")));
+  }
   char error[512] = {0};
   void* obj = info->descriptor->create(ctx, error, sizeof error);
   if (obj == nullptr) {

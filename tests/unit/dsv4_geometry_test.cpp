@@ -84,13 +84,13 @@ TEST_CASE("the fp4 indexer brings its scale pool into the region map") {
 TEST_CASE("the description is parsed strictly, every error with its pointer") {
   auto r = ModelConfig::from_json({{"preset", "v4-pro-fp8"},
                                    {"kv_dtpye", "fp8"},
-                                   {"compress_ratios", {4, 7, -1}},
+                                   {"compress_ratios", {4, 7, -2}},
                                    {"block_size", "256"}});
   REQUIRE_FALSE(r.is_ok());
   std::string m(r.status().message());
   CHECK(m.find("/kv_dtpye: unknown key; did you mean \"kv_dtype\"?") != std::string::npos);
-  CHECK(m.find("/compress_ratios/1: expected 0 (dense), 4 (CSA) or 128 (HCA), got 7") !=
-        std::string::npos);
+  CHECK(m.find("/compress_ratios/1: expected 0 (dense), 4 (CSA), 128 (HCA) or -1 (field window), "
+               "got 7") != std::string::npos);
   CHECK(m.find("/compress_ratios/2") != std::string::npos);
   CHECK(m.find("/block_size: expected an unsigned integer") != std::string::npos);
   CHECK_FALSE(preset("v4-ultra-fp8").is_ok());

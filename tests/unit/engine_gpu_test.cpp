@@ -1,8 +1,8 @@
 // The offload engine with every rank's KV memory on GPU 0 (Dsv4LayoutOptions "memory":
 // "device"): the layout's codecs and host access against a host layout holding the same bytes,
-// then scenarios of the simulated engine (engine_scenarios.hpp) run with device memory: save and
-// resume bit exact at TP 2 and 8, foreign and corrupt sidecars never resume, the corruption
-// fence, commits rediscovered after a restart. Exits 77 (Meson: SKIP) without a GPU.
+// then scenarios of the simulated engine (tests/support/engine_scenarios.hpp) run with device
+// memory: save and resume bit exact at TP 2 and 8, foreign and corrupt sidecars never resume, the
+// corruption fence, commits rediscovered after a restart. Exits 77 (Meson: SKIP) without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine_scenarios.hpp"
 #include "gpu.hpp"
+#include "support/engine_scenarios.hpp"
 #include "support/test_util.hpp"
 
 using namespace tier;
@@ -21,8 +21,7 @@ using namespace tier::engine::test;
 namespace {
 
 SimOptions device_opts(std::uint32_t tp = 2) {
-  SimOptions o;
-  o.config = default_config(tp);
+  SimOptions o = sim_options(tp);
   o.layout.memory = KvMemoryKind::kDevice;
   o.layout.device = 0;
   return o;
@@ -59,20 +58,20 @@ TEST_CASE("device layout: codecs and host access reach the device bytes") {
   for (const Region& r : require_value(dev->slot_regions(2))) CHECK(r.kind == MemoryKind::kDevice);
 
   // Fresh memory is zero on both; the same fills give the same digests, unlike zero.
-  const std::uint64_t zero_block = require_value(host->digest_block(0));
-  CHECK(require_value(dev->digest_block(0)) == zero_block);
-  CHECK(require_value(dev->digest_slot(0)) == require_value(host->digest_slot(0)));
+  const std::uint64_t zero = require_value(digest_block(*host, 0));
+  CHECK(require_value(digest_block(*dev, 0)) == zero);
+  CHECK(require_value(digest_slot(*dev, 0)) == require_value(digest_slot(*host, 0)));
   for (std::uint32_t b : blocks) {
-    require_ok(host->fill_block(b, 1000 + b));
-    require_ok(dev->fill_block(b, 1000 + b));
-    const std::uint64_t want = require_value(host->digest_block(b));
-    CHECK(want != zero_block);
-    CHECK(require_value(dev->digest_block(b)) == want);
+    require_ok(fill_block(*host, b, 1000 + b));
+    require_ok(fill_block(*dev, b, 1000 + b));
+    const std::uint64_t want = require_value(digest_block(*host, b));
+    CHECK(want != zero);
+    CHECK(require_value(digest_block(*dev, b)) == want);
   }
-  require_ok(host->fill_slot(2, 99));
-  require_ok(dev->fill_slot(2, 99));
-  CHECK(require_value(dev->digest_slot(2)) == require_value(host->digest_slot(2)));
-  CHECK(require_value(dev->digest_slot(2)) != require_value(dev->digest_slot(0)));
+  require_ok(fill_slot(*host, 2, 99));
+  require_ok(fill_slot(*dev, 2, 99));
+  CHECK(require_value(digest_slot(*dev, 2)) == require_value(digest_slot(*host, 2)));
+  CHECK(require_value(digest_slot(*dev, 2)) != require_value(digest_slot(*dev, 0)));
 
   // PAGE: the GPU executor's gather equals the host image; its scatter restores other blocks.
   const auto image = encode(host->page_codec(), require_value(host->page_regions(blocks)));
@@ -80,9 +79,9 @@ TEST_CASE("device layout: codecs and host access reach the device bytes") {
   const std::vector<std::uint32_t> targets = {20, 21, 22};
   require_ok(dev->page_codec().decode(image, require_value(dev->page_regions(targets))));
   for (std::size_t i = 0; i < blocks.size(); ++i)
-    CHECK(require_value(dev->digest_block(targets[i])) ==
-          require_value(host->digest_block(blocks[i])));
-  CHECK(require_value(dev->digest_block(23)) == zero_block);  // nothing beyond the targets
+    CHECK(require_value(digest_block(*dev, targets[i])) ==
+          require_value(digest_block(*host, blocks[i])));
+  CHECK(require_value(digest_block(*dev, 23)) == zero);  // nothing beyond the targets
 
   // SLOT: the same AOS1 frame from both; a restore into another group is bit exact, and a
   // frame with one flipped byte writes nothing.
@@ -92,18 +91,18 @@ TEST_CASE("device layout: codecs and host access reach the device bytes") {
   const auto frame = encode(*host_slot, require_value(host->slot_regions(2)));
   CHECK(encode(*dev_slot, require_value(dev->slot_regions(2))) == frame);
   require_ok(dev_slot->decode(frame, require_value(dev->slot_regions(1))));
-  CHECK(require_value(dev->digest_slot(1)) == require_value(host->digest_slot(2)));
+  CHECK(require_value(digest_slot(*dev, 1)) == require_value(digest_slot(*host, 2)));
   auto bad = frame;
   bad[bad.size() - 5] ^= std::byte{0x10};
-  const std::uint64_t before = require_value(dev->digest_slot(0));
+  const std::uint64_t before = require_value(digest_slot(*dev, 0));
   CHECK(dev_slot->decode(bad, require_value(dev->slot_regions(0))) == Code::kChecksumMismatch);
-  CHECK(require_value(dev->digest_slot(0)) == before);
+  CHECK(require_value(digest_slot(*dev, 0)) == before);
 
   // A different write is seen: the digests read the device, not a stale copy.
-  require_ok(dev->fill_block(3, 5));
-  CHECK(require_value(dev->digest_block(3)) != require_value(host->digest_block(3)));
-  require_ok(dev->zero_block(3));
-  CHECK(require_value(dev->digest_block(3)) == zero_block);
+  require_ok(fill_block(*dev, 3, 5));
+  CHECK(require_value(digest_block(*dev, 3)) != require_value(digest_block(*host, 3)));
+  require_ok(zero_block(*dev, 3));
+  CHECK(require_value(digest_block(*dev, 3)) == zero);
 }
 
 TEST_CASE("device KV: save then resume bit exact at TP 2") {

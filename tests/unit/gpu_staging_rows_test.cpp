@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "slot_staging.hpp"
+#include "support/slot_staging.hpp"
 
 using tier::Code;
 using tier::gpu::StagingRows;

@@ -16,7 +16,7 @@
 #include "gpu.hpp"
 #include "gpu_backend.hpp"
 #include "pinned_pool.hpp"
-#include "slot_staging.hpp"
+#include "support/slot_staging.hpp"
 #include "support/test_util.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"

@@ -1,5 +1,6 @@
-// Plugins: built-ins, a backend built as a separate .so and loaded from a profile, and the
-// refusals (ABI mismatch, missing entry symbol, failing create).
+// Plugins: libtier's own, loaded by name from the plugin directory beside libtier.so; a backend
+// built as a separate .so and loaded from a profile; and the refusals (ABI mismatch, missing
+// entry symbol, failing create). static_plugins_test covers the statically linked form.
 #include <doctest/doctest.h>
 
 #include "support/test_util.hpp"
@@ -9,13 +10,23 @@
 
 using namespace tier;
 
-TEST_CASE("built-ins are registered once, by kind") {
+TEST_CASE("libtier's own plugins load by name from the plugins folder beside libtier.so") {
   Registry& r = Registry::global();
-  CHECK(r.find(PluginKind::kBackend, "cpu") != nullptr);
-  CHECK(r.find(PluginKind::kCodec, "identity") != nullptr);
+  CHECK(r.find(PluginKind::kCodec, "identity")->source == "built-in");  // the core's only one
+  const PluginInfo* cpu = r.find(PluginKind::kBackend, "cpu");
+  REQUIRE(cpu != nullptr);
+  CHECK(cpu->source.ends_with("/libtier/plugins/libtier_backend_cpu.so"));
+  CHECK(cpu->library != nullptr);  // loaded with dlopen through the C ABI
+  CHECK(r.find(PluginKind::kBackend, "cpu") == cpu);  // once
   CHECK(r.find(PluginKind::kCodec, "cpu") == nullptr);
-  CHECK(r.find(PluginKind::kBackend, "cpu")->source == "built-in");
+  CHECK(r.find(PluginKind::kBackend, "../cpu") == nullptr);  // a name is not a path
   CHECK(&Registry::global() == &r);
+  // A profile naming the type is enough: no "plugins" entry needed.
+  ConfigErrors errors;
+  auto p = parse_profile(Json::parse(R"({"tiers":[{"name":"c","capacity":"1MiB",
+      "backend":{"type":"cpu"}}]})"), r, "<t>", &errors);
+  REQUIRE_MESSAGE(p.is_ok(), errors.joined());
+  CHECK(TierStack::open(*p).is_ok());
 }
 
 TEST_CASE("a plugin built outside the core loads from a profile and serves a tier") {
@@ -104,13 +115,21 @@ TEST_CASE("descriptors are checked when added") {
   Status s = r.add(&undocumented, "t");
   CHECK(std::string(s.message()).find("option x has no doc") != std::string::npos);
   auto made = r.create_backend("nope", BackendContext{"t", 1, Json::object()});
-  CHECK(std::string(made.status().message()) == R"(unknown backend "nope"; registered: cpu)");
+  std::string msg(made.status().message());
+  CHECK(msg.starts_with(R"(unknown backend "nope"; registered: )"));
+  CHECK(msg.find("cpu") != std::string::npos);  // registered here, and a file in the plugin dir
+  CHECK(msg.find("mock") != std::string::npos);  // a file in TIER_PLUGIN_DIR
 }
 
 TEST_CASE("every built-in option is documented and appears in its schema") {
   for (PluginKind kind : {PluginKind::kBackend, PluginKind::kCodec, PluginKind::kStage}) {
     for (const auto& name : Registry::global().names(kind)) {
       const PluginInfo* info = Registry::global().find(kind, name);
+      if (name == "badabi" || name == "nosymbol") {  // the fixtures that must not load
+        CHECK(info == nullptr);
+        continue;
+      }
+      REQUIRE_MESSAGE(info != nullptr, name);
       Json schema = options_schema_json(info->options);
       CHECK(schema.size() == info->options.size());
       for (const auto& o : schema) CHECK_MESSAGE(!o["doc"].get<std::string>().empty(), name);

@@ -42,6 +42,7 @@ constexpr WorkerField kWorkerFields[] = {
     {"slot_publishes", &WorkerCounters::slot_publishes},
     {"saves_rejected", &WorkerCounters::saves_rejected},
     {"slot_invalidations", &WorkerCounters::slot_invalidations},
+    {"page_invalidations", &WorkerCounters::page_invalidations},
     {"fenced_refusals", &WorkerCounters::fenced_refusals},
     {"visibility_probes", &WorkerCounters::visibility_probes},
 };

@@ -61,7 +61,53 @@ class PreEncoded final : public Codec {
   std::uint32_t layout_id_;
 };
 
+std::string fingerprint_hex(const std::array<std::byte, 16>& f) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::byte b : f) {
+    out += kHex[std::to_integer<unsigned>(b) >> 4];
+    out += kHex[std::to_integer<unsigned>(b) & 0xf];
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string_view outcome_name(WorkerOutcome o) noexcept {
+  switch (o) {
+    case WorkerOutcome::kOk:
+      return "";
+    case WorkerOutcome::kPageUnavailable:
+      return "page_unavailable";
+    case WorkerOutcome::kMissingDestinationGroup:
+      return "missing_destination_group";
+    case WorkerOutcome::kSidecarCodec:
+      return "sidecar_codec";
+    case WorkerOutcome::kSidecarUnavailable:
+      return "sidecar_unavailable";
+    case WorkerOutcome::kSidecarCorrupt:
+      return "sidecar_corrupt";
+    case WorkerOutcome::kMaxPendingSaves:
+      return "max_pending_saves";
+    case WorkerOutcome::kSnapshot:
+      return "snapshot";
+    case WorkerOutcome::kPageStore:
+      return "page_store";
+    case WorkerOutcome::kPageVisibility:
+      return "page_visibility";
+    case WorkerOutcome::kPageVisibilityTimeout:
+      return "page_visibility_timeout";
+    case WorkerOutcome::kSidecarInvalidation:
+      return "sidecar_invalidation";
+    case WorkerOutcome::kSidecarSubmission:
+      return "sidecar_submission";
+    case WorkerOutcome::kSidecarVisibility:
+      return "sidecar_visibility";
+    case WorkerOutcome::kSidecarVisibilityTimeout:
+      return "sidecar_visibility_timeout";
+  }
+  return "unknown";
+}
 
 Worker::Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
                PluginPtr<Codec> identity)
@@ -71,12 +117,19 @@ Worker::Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack,
       layout_(layout),
       identity_(std::move(identity)),
       loaded_by_tier_(stack.tier_count(), 0) {
+  // Sidecars are keyed by the layout that frames them (this rank's fingerprint) and the TP size;
+  // commit records by rank 0's fingerprint, so every rank names the same record.
   const std::string ns = config.page_namespace.hex();
-  slot_ns_ = namespace_id(Json{{"page_namespace", ns}, {"object", "slot-sidecar"}}).value();
-  commit_ns_ =
-      namespace_id(
-          Json{{"page_namespace", ns}, {"object", "slot-commit"}, {"tp_size", config.tp_size}})
-          .value();
+  slot_ns_ = namespace_id(Json{{"page_namespace", ns},
+                               {"object", "slot-sidecar"},
+                               {"tp_size", config.tp_size},
+                               {"fingerprint", fingerprint_hex(layout.slot_fingerprint(rank))}})
+                 .value();
+  commit_ns_ = namespace_id(Json{{"page_namespace", ns},
+                                 {"object", "slot-commit"},
+                                 {"tp_size", config.tp_size},
+                                 {"fingerprint", fingerprint_hex(layout.slot_fingerprint(0))}})
+                   .value();
 }
 
 Result<std::unique_ptr<Worker>> Worker::create(const EngineConfig& config, std::uint32_t rank,
@@ -85,6 +138,11 @@ Result<std::unique_ptr<Worker>> Worker::create(const EngineConfig& config, std::
   if (rank >= config.tp_size)
     return Status::invalid("worker rank " + std::to_string(rank) + " >= tp_size " +
                            std::to_string(config.tp_size));
+  if (layout.block_tokens() != 0 && layout.block_tokens() != config.block_tokens)
+    return Status::invalid("engine block_tokens " + std::to_string(config.block_tokens) +
+                           " does not match the KV layout's " +
+                           std::to_string(layout.block_tokens()) +
+                           " tokens per block id (block_size x dcp_size)");
   auto identity = Registry::global().create_codec("identity", Json::object());
   if (!identity) return identity.status();
   return std::unique_ptr<Worker>(
@@ -108,8 +166,8 @@ bool Worker::fenced(const ObjectKey& key) const {
   return fenced_.count(key) != 0;
 }
 
-void Worker::report(Channel c, const OperationId& id, bool ok, std::string_view reason) {
-  reports_.push_back(OpReport{c, id, rank_, ok, ok ? std::string_view() : reason});
+void Worker::report(Channel c, const OperationId& id, WorkerOutcome outcome) {
+  reports_.push_back(OpReport{c, id, rank_, outcome == WorkerOutcome::kOk, outcome_name(outcome)});
 }
 
 void Worker::submit(const StepPlan& plan) {
@@ -119,8 +177,8 @@ void Worker::submit(const StepPlan& plan) {
     if (saves_.size() >= config_.max_pending_saves) {
       counters_.saves_rejected.add();
       counters_.saves_failed.add();
-      report(Channel::kPageSave, op.id, false, "max_pending_saves");
-      if (op.slot) report(Channel::kSlotSave, op.id, false, "max_pending_saves");
+      report(Channel::kPageSave, op.id, WorkerOutcome::kMaxPendingSaves);
+      if (op.slot) report(Channel::kSlotSave, op.id, WorkerOutcome::kMaxPendingSaves);
       continue;
     }
     QueuedSave q;
@@ -130,7 +188,7 @@ void Worker::submit(const StepPlan& plan) {
       auto codec = layout_.slot_codec(
           SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
       auto regions = layout_.slot_regions(op.slot_group);
-      q.early_failure = "snapshot";
+      q.early_failure = WorkerOutcome::kSnapshot;
       if (codec && regions) {
         q.layout_id = (*codec)->layout_id();
         auto size = (*codec)->encoded_size(*regions);
@@ -139,7 +197,7 @@ void Worker::submit(const StepPlan& plan) {
           auto n = (*codec)->encode(*regions, q.staging);
           if (n) {
             q.staging.resize(*n);
-            q.early_failure = {};
+            q.early_failure = WorkerOutcome::kOk;
           }
         }
       }
@@ -154,9 +212,9 @@ std::size_t Worker::progress(std::size_t max_saves) {
   while (!loads_.empty()) {
     LoadOp op = std::move(loads_.front());
     loads_.pop_front();
-    std::string_view reason = run_load(op);
-    (reason.empty() ? counters_.loads_ok : counters_.loads_failed).add();
-    report(Channel::kLoad, op.id, reason.empty(), reason);
+    const WorkerOutcome outcome = run_load(op);
+    (outcome == WorkerOutcome::kOk ? counters_.loads_ok : counters_.loads_failed).add();
+    report(Channel::kLoad, op.id, outcome);
     ++done;
   }
   while (!saves_.empty() && max_saves-- > 0) {
@@ -189,11 +247,19 @@ std::vector<std::uint64_t> Worker::loaded_bytes_by_tier() const {
   return loaded_by_tier_;
 }
 
-std::string_view Worker::run_load(const LoadOp& op) {
+WorkerOutcome Worker::run_load(const LoadOp& op) {
   const std::uint64_t chunk = config_.chunk_tokens;
-  if (op.hbm_tokens % chunk != 0 || op.lmc_tokens <= op.hbm_tokens) return "page_unavailable";
+  if (op.hbm_tokens % chunk != 0 || op.lmc_tokens <= op.hbm_tokens)
+    return WorkerOutcome::kPageUnavailable;
   const std::size_t blocks_per_chunk = chunk / config_.block_tokens;
-  if (op.block_ids.size() != op.chunk_keys.size() * blocks_per_chunk) return "page_unavailable";
+  if (op.block_ids.size() != op.chunk_keys.size() * blocks_per_chunk)
+    return WorkerOutcome::kPageUnavailable;
+  // Every destination block is distinct, across chunks too (the layout checks one chunk at a
+  // time): a block named twice would end up holding the wrong chunk.
+  std::vector<std::uint32_t> ids = op.block_ids;
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
+    return WorkerOutcome::kPageUnavailable;
   // PAGE first; the SLOT is fetched only when every chunk loaded.
   std::vector<std::vector<Region>> regions(op.chunk_keys.size());
   std::vector<LoadItem> items;
@@ -201,51 +267,57 @@ std::string_view Worker::run_load(const LoadOp& op) {
   for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
     auto r = layout_.page_regions(
         std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
-    if (!r) return "page_unavailable";
+    if (!r) return WorkerOutcome::kPageUnavailable;
     regions[i] = std::move(r).value();
     items.push_back(LoadItem{page_key(op.chunk_keys[i]), regions[i]});
   }
   std::vector<LoadResult> results(items.size());
-  if (!stack_.load(items, layout_.page_codec(), results).is_ok()) return "page_unavailable";
+  if (!stack_.load(items, layout_.page_codec(), results).is_ok())
+    return WorkerOutcome::kPageUnavailable;
   bool all = true;
   for (std::size_t i = 0; i < results.size(); ++i) {
-    if (!results[i].status.is_ok()) {
+    const Status& st = results[i].status;
+    if (!st.is_ok()) {
       all = false;
+      // A chunk that fails its checks, or that another layout stored, would block the
+      // recomputed chunk in put-if-absent tiers: invalidate it like a corrupt sidecar.
+      if (st == Code::kChecksumMismatch || st == Code::kInvalidArgument)
+        invalidate(items[i].key, counters_.page_invalidations);
       continue;
     }
     counters_.page_chunks_loaded.add();
     loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] += total_bytes(regions[i]);
   }
-  if (!all) return "page_unavailable";
-  if (!op.slot) return {};
+  if (!all) return WorkerOutcome::kPageUnavailable;
+  if (!op.slot) return WorkerOutcome::kOk;
   auto dst = layout_.slot_regions(op.slot_group);
-  if (!dst) return "missing_destination_group";
+  if (!dst) return WorkerOutcome::kMissingDestinationGroup;
   auto codec =
       layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
-  if (!codec) return "sidecar_codec";
+  if (!codec) return WorkerOutcome::kSidecarCodec;
   const ObjectKey key = slot_key(*op.slot);
   LoadItem item{key, *dst};
   LoadResult res;
   if (!stack_.load(std::span(&item, 1), **codec, std::span(&res, 1)).is_ok())
-    return "sidecar_unavailable";
+    return WorkerOutcome::kSidecarUnavailable;
   if (res.status.is_ok()) {
     counters_.slot_restores.add();
     loaded_by_tier_[static_cast<std::size_t>(res.tier)] += total_bytes(*dst);
-    return {};
+    return WorkerOutcome::kOk;
   }
-  if (res.status == Code::kNotFound) return "sidecar_unavailable";
+  if (res.status == Code::kNotFound) return WorkerOutcome::kSidecarUnavailable;
   if (res.status == Code::kChecksumMismatch || res.status == Code::kInvalidArgument) {
-    invalidate(key);
-    return "sidecar_corrupt";
+    invalidate(key, counters_.slot_invalidations);
+    return WorkerOutcome::kSidecarCorrupt;
   }
-  return "sidecar_unavailable";
+  return WorkerOutcome::kSidecarUnavailable;
 }
 
-bool Worker::invalidate(const ObjectKey& key) {
+bool Worker::invalidate(const ObjectKey& key, Counter& removed) {
   fenced_.insert(key);  // fence first: no put of this key until the corrupt copy is gone
   if (!stack_.remove(key).is_ok()) return false;
   fenced_.erase(key);
-  counters_.slot_invalidations.add();
+  removed.add();
   return true;
 }
 
@@ -253,80 +325,90 @@ void Worker::run_save(QueuedSave& q) {
   const SaveOp& op = q.op;
   const std::uint64_t chunk = config_.chunk_tokens;
   const std::size_t blocks_per_chunk = chunk / config_.block_tokens;
-  std::string_view page_failure;
+  WorkerOutcome page_failure = WorkerOutcome::kOk;
   if (op.block_ids.size() != op.chunk_keys.size() * blocks_per_chunk) {
-    page_failure = "page_store";
+    page_failure = WorkerOutcome::kPageStore;
   } else if (!op.chunk_keys.empty()) {
     std::vector<std::vector<Region>> regions(op.chunk_keys.size());
     std::vector<SaveItem> items;
-    for (std::size_t i = 0; i < op.chunk_keys.size() && page_failure.empty(); ++i) {
+    for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
       auto r = layout_.page_regions(
           std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
       if (!r) {
-        page_failure = "page_store";
+        page_failure = WorkerOutcome::kPageStore;
         break;
       }
       regions[i] = std::move(r).value();
       items.push_back(SaveItem{page_key(op.chunk_keys[i]), regions[i]});
     }
-    if (page_failure.empty()) {
+    // A fenced chunk is stored only once its corrupt copy is gone (as a sidecar, below).
+    for (const SaveItem& item : items) {
+      if (page_failure == WorkerOutcome::kOk && fenced_.count(item.key) != 0 &&
+          !invalidate(item.key, counters_.page_invalidations)) {
+        counters_.fenced_refusals.add();
+        page_failure = WorkerOutcome::kPageStore;
+      }
+    }
+    if (page_failure == WorkerOutcome::kOk) {
       std::vector<Status> out(items.size());
-      if (!stack_.save(items, layout_.page_codec(), out).is_ok()) page_failure = "page_store";
+      if (!stack_.save(items, layout_.page_codec(), out).is_ok())
+        page_failure = WorkerOutcome::kPageStore;
       for (const Status& st : out) {
         if (st.is_ok()) {
           counters_.page_chunks_saved.add();
         } else {
-          page_failure = "page_store";
+          page_failure = WorkerOutcome::kPageStore;
         }
       }
     }
   }
-  report(Channel::kPageSave, op.id, page_failure.empty(), page_failure);
-  std::string_view slot_failure = page_failure;
+  report(Channel::kPageSave, op.id, page_failure);
+  WorkerOutcome slot_failure = page_failure;
   if (op.slot) {
-    if (slot_failure.empty()) slot_failure = save_slot(q);
-    if (slot_failure.empty()) counters_.slot_publishes.add();
-    report(Channel::kSlotSave, op.id, slot_failure.empty(), slot_failure);
+    if (slot_failure == WorkerOutcome::kOk) slot_failure = save_slot(q);
+    if (slot_failure == WorkerOutcome::kOk) counters_.slot_publishes.add();
+    report(Channel::kSlotSave, op.id, slot_failure);
   }
-  (slot_failure.empty() ? counters_.saves_ok : counters_.saves_failed).add();
+  (slot_failure == WorkerOutcome::kOk ? counters_.saves_ok : counters_.saves_failed).add();
 }
 
-std::string_view Worker::save_slot(QueuedSave& q) {
+WorkerOutcome Worker::save_slot(QueuedSave& q) {
   const SaveOp& op = q.op;
-  if (!q.early_failure.empty()) return q.early_failure;
+  if (q.early_failure != WorkerOutcome::kOk) return q.early_failure;
   // PAGE must be visible through the boundary before the SLOT may be published.
-  if (op.prefix_keys.size() * config_.chunk_tokens != op.slot->tokens) return "page_visibility";
+  if (op.prefix_keys.size() * config_.chunk_tokens != op.slot->tokens)
+    return WorkerOutcome::kPageVisibility;
   std::vector<ObjectKey> prefix;
   prefix.reserve(op.prefix_keys.size());
   for (const Key128& k : op.prefix_keys) prefix.push_back(page_key(k));
-  std::string_view page = await_visible(
+  const WorkerOutcome page = await_visible(
       [&]() -> Result<bool> {
         TIER_ASSIGN_OR_RETURN(std::size_t n, stack_.lookup_prefix(prefix));
         return n == prefix.size();
       },
-      "page_visibility", "page_visibility_timeout");
-  if (!page.empty()) return page;
+      WorkerOutcome::kPageVisibility, WorkerOutcome::kPageVisibilityTimeout);
+  if (page != WorkerOutcome::kOk) return page;
   const ObjectKey key = slot_key(*op.slot);
-  if (fenced_.count(key) != 0 && !invalidate(key)) {
+  if (fenced_.count(key) != 0 && !invalidate(key, counters_.slot_invalidations)) {
     counters_.fenced_refusals.add();
-    return "sidecar_invalidation";
+    return WorkerOutcome::kSidecarInvalidation;
   }
   const PreEncoded codec(q.layout_id);
   const Region src = host_region(q.staging);
   SaveItem item{key, std::span(&src, 1)};
   Status st;
   if (!stack_.save(std::span(&item, 1), codec, std::span(&st, 1)).is_ok() || !st.is_ok())
-    return "sidecar_submission";
+    return WorkerOutcome::kSidecarSubmission;
   return await_visible(
       [&]() -> Result<bool> {
         TIER_ASSIGN_OR_RETURN(int where, stack_.locate(key));
         return where >= 0;
       },
-      "sidecar_visibility", "sidecar_visibility_timeout");
+      WorkerOutcome::kSidecarVisibility, WorkerOutcome::kSidecarVisibilityTimeout);
 }
 
-std::string_view Worker::await_visible(const std::function<Result<bool>()>& probe,
-                                       std::string_view failed, std::string_view timed_out) {
+WorkerOutcome Worker::await_visible(const std::function<Result<bool>()>& probe,
+                                    WorkerOutcome failed, WorkerOutcome timed_out) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(config_.publication_timeout_ms);
   const auto interval = std::chrono::milliseconds(config_.publication_poll_interval_ms);
@@ -334,7 +416,7 @@ std::string_view Worker::await_visible(const std::function<Result<bool>()>& prob
     counters_.visibility_probes.add();
     Result<bool> seen = probe();
     if (!seen) return failed;  // a tier error fails at once: waiting cannot fix it
-    if (*seen) return {};
+    if (*seen) return WorkerOutcome::kOk;
     const auto now = Clock::now();
     if (now >= deadline) break;
     stack_.progress();

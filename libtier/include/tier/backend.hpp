@@ -108,7 +108,7 @@ class Backend {
                            std::chrono::microseconds wait) noexcept;
 
   // Requests submitted and not yet reaped through poll().
-  std::size_t in_flight() const noexcept { return slots_in_use_; }
+  std::size_t in_flight() const noexcept { return pending_in_use_; }
 
   const std::string& tier_name() const noexcept { return tier_name_; }
   TierMetrics& metrics() noexcept { return metrics_; }
@@ -121,7 +121,7 @@ class Backend {
   virtual std::string describe() const { return tier_name_; }
 
  protected:
-  // The request's user_data is an internal slot id that do_poll must return unchanged.
+  // The request's user_data is an internal request id (an index into the pending table) that do_poll must return unchanged.
   // Returns how many requests of the front of `reqs` were accepted.
   virtual Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept = 0;
   virtual Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
@@ -132,21 +132,21 @@ class Backend {
                       std::uint64_t image_bytes) noexcept;
 
  private:
-  struct Slot {
+  struct Pending {
     std::uint64_t user_data = 0;
     ObjectKey key;
     Region buf;
     Op op = Op::kGet;
     bool used = false;
   };
-  void finish(const Slot& slot, Completion& c) noexcept;
+  void finish(const Pending& p, Completion& c) noexcept;
 
   std::string tier_name_;
   TierMetrics metrics_;
   EvictionHandler* eviction_handler_ = nullptr;
-  std::vector<Slot> slots_;
-  std::vector<std::uint32_t> free_slots_;
-  std::size_t slots_in_use_ = 0;
+  std::vector<Pending> pending_;  // requests submitted and not yet completed, by id
+  std::vector<std::uint32_t> free_pending_;
+  std::size_t pending_in_use_ = 0;
   bool verified_reads_ = false;
   std::vector<Completion> early_;  // requests rejected by submit() before reaching the backend
   std::vector<IoRequest> scratch_;         // submit()'s rewritten batch, reused

@@ -11,8 +11,7 @@
 //       "disk", "io_uring disk tier", kDiskOptions);
 //   TIER_REGISTER_PLUGIN(disk, kDisk)
 //
-// TIER_REGISTER_PLUGIN makes a built-in (linked into libtier, listed by Meson) unless the file is
-// compiled with TIER_BUILD_AS_PLUGIN, in which case it exports tier_plugin_entry for dlopen.
+// A third-party plugin is compiled with -DTIER_BUILD_AS_PLUGIN (docs/plugins.md).
 
 #include <concepts>
 #include <cstdio>
@@ -91,14 +90,20 @@ constexpr tier_plugin_v1 make_stage_plugin(const char* name, const char* descrip
 
 }  // namespace tier
 
+// TIER_REGISTER_PLUGIN(id, descriptor) defines `tier_plugin_entry_<id>()`. A plugin compiled
+// with TIER_BUILD_AS_PLUGIN also exports `tier_plugin_entry()`, the symbol the registry's dlopen
+// looks for. libtier's own plugins are compiled once without it and get their
+// `tier_plugin_entry()` from libtier/plugins/entry.cpp (shared module) or register themselves
+// from libtier/plugins/static_entry.cpp (linked statically): the same descriptor either way.
+#define TIER_PLUGIN_ENTRY_PASTE(id) tier_plugin_entry_##id
+#define TIER_PLUGIN_ENTRY_OF(id) TIER_PLUGIN_ENTRY_PASTE(id)  // expands `id` first
 #if defined(TIER_BUILD_AS_PLUGIN)
-#define TIER_REGISTER_PLUGIN(id, descriptor) \
+#define TIER_REGISTER_PLUGIN(id, descriptor)                                                      \
+  extern "C" const tier_plugin_v1* TIER_PLUGIN_ENTRY_OF(id)(void) { return &(descriptor); }       \
   extern "C" __attribute__((visibility("default"))) const tier_plugin_v1* tier_plugin_entry(void) { \
     return &(descriptor);                                                                         \
   }
 #else
 #define TIER_REGISTER_PLUGIN(id, descriptor) \
-  namespace tier::builtin {                  \
-  const tier_plugin_v1* id() { return &(descriptor); } \
-  }
+  extern "C" const tier_plugin_v1* TIER_PLUGIN_ENTRY_OF(id)(void) { return &(descriptor); }
 #endif

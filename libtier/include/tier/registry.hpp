@@ -1,14 +1,21 @@
 #pragma once
-// The registry of backends, codecs and stage codecs, by name. Built-ins (the plugins Meson linked
-// into libtier) register once, on first use of global(). External plugins are shared objects
-// loaded with dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) through the C ABI of tier/plugin.h.
+// The registry of backends, codecs and stage codecs, by name. The core registers only its identity
+// codec; every other plugin, libtier's own backends and codecs included, is a shared object
+// loaded with dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) through the C ABI of tier/plugin.h,
+// or linked statically into the program, which registers it before main() (source "static").
 //
-// Plugin search for a bare name NAME: $TIER_PLUGIN_DIR (colon-separated), then `plugins/` beside
-// libtier.so; files are libtier_backend_NAME.so, libtier_codec_NAME.so, libtier_stage_NAME.so.
-// A name with a '/' or ending in ".so" is a path.
+// A lookup of a name that is not registered loads the plugin of that name and kind from the
+// plugin directories, once: $TIER_PLUGIN_DIR (colon-separated), then `plugins/` beside
+// libtier.so (the build tree), then `libtier/plugins/` beside it (installed). Files are
+// libtier_backend_NAME.so, libtier_codec_NAME.so, libtier_stage_NAME.so. For load(), a name with
+// a '/' or ending in ".so" is a path.
 //
-// Thread safety: register and load under an internal lock; lookups after start-up are read-only.
+// Thread safety: every member function may be called from any thread; registration, loading
+// and lookups take an internal lock (a lookup that loads a plugin holds it only around the
+// registration, not around dlopen).
 
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,7 +69,13 @@ class Registry {
   // ABI version mismatch), as add().
   Status load(std::string_view name_or_path, PluginKind kind_hint = PluginKind::kBackend);
 
+  // The plugin of that kind and name, loading it from the plugin directories when it is not
+  // registered yet; null when there is none (or it fails to load: load() says why).
   const PluginInfo* find(PluginKind kind, std::string_view name) const;
+  // Why the plugin file of that kind and name failed to load when find() tried it (the
+  // Status::to_string of the failure), or empty.
+  std::string load_error(PluginKind kind, std::string_view name) const;
+  // Registered names and the names of the plugin files in the plugin directories, sorted.
   std::vector<std::string> names(PluginKind kind) const;
 
   // Create objects from already-validated options (the Profile loader validates them).
@@ -73,9 +86,17 @@ class Registry {
  private:
   Result<void*> create_raw(PluginKind kind, std::string_view type, const void* ctx,
                            PluginDeleter* deleter) const;
+  const PluginInfo* find_registered(PluginKind kind, std::string_view name) const;
+  Status add_descriptor(const tier_plugin_v1* descriptor, std::string source,
+                        std::shared_ptr<void> library) const;
+  Status load_file(const std::filesystem::path& file) const;
+
+  // Mutable: a const lookup may load a plugin from the plugin directories (filling the cache of
+  // what those directories hold; what a name means does not change).
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<PluginInfo>> plugins_;
-  std::vector<std::string> loaded_paths_;
+  mutable std::vector<std::shared_ptr<PluginInfo>> plugins_;
+  mutable std::vector<std::string> loaded_paths_;
+  mutable std::map<std::string, std::string> load_errors_;  // plugin file name -> why
 };
 
 }  // namespace tier

@@ -24,14 +24,19 @@
 // `page_visibility` / `sidecar_visibility` at once when the probe itself fails. A save that
 // polls holds the worker for up to that timeout. A SLOT save that fails is never committed.
 //
-// Corruption fence: when an invalidation cannot remove a corrupt sidecar from every tier, its key
-// stays fenced and every later put of it first retries the removal; it is refused while that
-// fails, because tiers are put-if-absent and the corrupt copy would otherwise stay.
+// A PAGE chunk that fails its checks (or was stored by another layout) fails the load as
+// `page_unavailable` and is invalidated the same way, so the recomputed chunk can replace it.
+//
+// Corruption fence: when an invalidation cannot remove a corrupt sidecar or chunk from every
+// tier, its key stays fenced and every later put of it first retries the removal; it is refused
+// while that fails (`sidecar_invalidation`, or `page_store` for a chunk), because tiers are
+// put-if-absent and the corrupt copy would otherwise stay.
 //
 // Threads: the methods lock an internal mutex, so a rank thread may run progress() while the
 // scheduler thread uses this worker as its TierView (rank 0). The TierStack is used only under
 // that lock.
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -75,13 +80,48 @@ class KvLayout {
   // A codec bound to one sidecar's identity: encode frames the SLOT image, decode checks the
   // frame against `id` (and the layout) before any byte is written. Errors: InvalidArgument.
   virtual Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const = 0;
+  // Tokens one block id covers (for DSV4: the geometry's block_size x dcp_size). Worker::create
+  // refuses an EngineConfig whose block_tokens differs. 0: the layout does not say.
+  virtual std::uint32_t block_tokens() const noexcept { return 0; }
+  // The identity of the SLOT frame layout as rank `tp_rank` frames it (for DSV4: the slot
+  // fingerprint). The worker keys every sidecar by it (its own rank's) and every commit record
+  // by rank 0's, next to the TP size, so two layouts that share a page namespace never load,
+  // invalidate or de-commit each other's sidecars. All zero: the frames carry no layout identity.
+  virtual std::array<std::byte, 16> slot_fingerprint(std::uint32_t tp_rank) const {
+    (void)tp_rank;
+    return {};
+  }
 };
+
+// How a worker's operation on one channel ended. outcome_name() is the stable string an OpReport
+// carries as its `reason` ("" for kOk), which counters, logs and JSON print.
+enum class WorkerOutcome : std::uint8_t {
+  kOk = 0,
+  // Loads.
+  kPageUnavailable,          // a PAGE chunk missing, invalid or unaligned: the SLOT is not fetched
+  kMissingDestinationGroup,  // the load names no valid state group
+  kSidecarCodec,             // the layout gave no SLOT codec for the boundary's identity
+  kSidecarUnavailable,       // no sidecar under the key (or the tier failed to read it)
+  kSidecarCorrupt,           // the sidecar failed its checks; its key was invalidated
+  // Saves.
+  kMaxPendingSaves,           // refused at submit(): too many saves queued
+  kSnapshot,                  // the SLOT snapshot could not be taken at submit()
+  kPageStore,                 // a PAGE chunk was not stored: the SLOT is not published
+  kPageVisibility,            // the PAGE visibility probe failed
+  kPageVisibilityTimeout,     // the PAGE prefix never showed through the boundary
+  kSidecarInvalidation,       // the key is fenced and its corrupt copy could not be removed
+  kSidecarSubmission,         // the sidecar put failed
+  kSidecarVisibility,         // the sidecar visibility probe failed
+  kSidecarVisibilityTimeout,  // the stored sidecar never showed
+};
+std::string_view outcome_name(WorkerOutcome o) noexcept;
 
 struct WorkerCounters {
   Counter loads_ok, loads_failed, page_chunks_loaded, slot_restores;
   Counter saves_ok, saves_failed, page_chunks_saved, slot_publishes;
   Counter saves_rejected;      // max_pending_saves
   Counter slot_invalidations;  // corrupt sidecars removed from every tier
+  Counter page_invalidations;  // corrupt (or foreign-layout) PAGE chunks removed from every tier
   Counter fenced_refusals;     // puts refused because a fenced key could not be removed
   Counter visibility_probes;   // PAGE-prefix and sidecar visibility probes of SLOT saves
 };
@@ -127,20 +167,21 @@ class Worker final : public TierView {
     SaveOp op;
     std::vector<std::byte> staging;  // the SLOT codec's payload, encoded at submit()
     std::uint32_t layout_id = 0;     // that codec's layout id
-    std::string_view early_failure;  // set when the snapshot failed
+    WorkerOutcome early_failure = WorkerOutcome::kOk;  // kSnapshot when the snapshot failed
   };
   Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
          PluginPtr<Codec> identity);
-  void report(Channel c, const OperationId& id, bool ok, std::string_view reason);
-  std::string_view run_load(const LoadOp& op);
+  void report(Channel c, const OperationId& id, WorkerOutcome outcome);
+  WorkerOutcome run_load(const LoadOp& op);
   void run_save(QueuedSave& q);
-  std::string_view save_slot(QueuedSave& q);
-  // Polls `probe` until it sees the object (""), the probe fails (`failed`) or the publication
+  WorkerOutcome save_slot(QueuedSave& q);
+  // Polls `probe` until it sees the object (kOk), the probe fails (`failed`) or the publication
   // timeout passes (`timed_out`).
-  std::string_view await_visible(const std::function<Result<bool>()>& probe,
-                                 std::string_view failed, std::string_view timed_out);
-  // Removes `key` from every tier; fences it while that fails. True when removed.
-  bool invalidate(const ObjectKey& key);
+  WorkerOutcome await_visible(const std::function<Result<bool>()>& probe, WorkerOutcome failed,
+                              WorkerOutcome timed_out);
+  // Removes `key` from every tier (counting it in `removed`); fences it while that fails. True
+  // when removed.
+  bool invalidate(const ObjectKey& key, Counter& removed);
 
   EngineConfig config_;
   std::uint32_t rank_;

@@ -40,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 // (AUTH, SELECT, CLUSTER SLOTS) has `on_reply`, called from a handler with the reply or with
 // the error that ended the connection.
 struct Request {
-  std::uint64_t user_data = 0;  // the core's slot id, returned in the Completion
+  std::uint64_t user_data = 0;  // the core's request id, returned in the Completion
   Op op = Op::kGet;
   std::string head;                  // RESP text before the value (the whole command if none)
   const std::byte* value = nullptr;  // kPut: the image, sent after `head`, then `tail`

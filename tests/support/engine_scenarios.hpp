@@ -1,18 +1,22 @@
 #pragma once
-// Scenarios of the offload engine shared by the host and the GPU runs of the simulated engine:
-// engine_sim_test.cpp runs them with the KV in host memory, engine_gpu_test.cpp with the KV in
-// GPU memory (SimOptions::layout). Each takes the options to run with (TP size, memory); the
-// reference's scenario each ports is named above it, as its engine_sim_test TEST_CASE is.
-// The scenarios that put a foreign sidecar use rank 1, so they need tp_size >= 2.
+// Checks and scenarios of the offload engine shared by the simulated-engine tests
+// (tests/unit/engine_*_test.cpp). The scenarios run with the KV in host memory there and in GPU
+// memory in engine_gpu_test.cpp (SimOptions::layout). Each takes the options to run with (TP
+// size, memory); the reference's scenario each ports is named above it, as its host TEST_CASE
+// is. The scenarios that put a foreign sidecar use rank 1, so they need tp_size >= 2.
 
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <optional>
+#include <string>
 #include <vector>
 
-#include "engine_sim.hpp"
+#include "support/engine_sim.hpp"
 
 namespace tier::engine::test {
+
+// ---- Helpers ----
 
 inline Boundary boundary_of(const SimEngine& sim, const std::vector<std::uint32_t>& prompt,
                             std::uint64_t tokens) {
@@ -30,13 +34,112 @@ inline void check_restored(SimEngine& sim, SeqHandle h, std::uint64_t tokens) {
   for (std::uint32_t r = 0; r < sim.layouts.size(); ++r) {
     auto& lay = *sim.layouts[r];
     for (std::uint64_t b = 0; b < tokens / sim.o_.config.block_tokens; ++b) {
-      const auto got = require_value(lay.digest_block(l.blocks[b]));
-      require_ok(lay.fill_block(l.blocks[b], keys[b].lo));
-      REQUIRE(got == require_value(lay.digest_block(l.blocks[b])));
+      const auto got = require_value(digest_block(lay, l.blocks[b]));
+      require_ok(fill_block(lay, l.blocks[b], keys[b].lo));
+      REQUIRE(got == require_value(digest_block(lay, l.blocks[b])));
     }
-    CHECK(require_value(lay.digest_slot(l.group)) == sim.expected_slot_digest(r, l.prompt, tokens));
+    CHECK(require_value(digest_slot(lay, l.group)) ==
+          sim.expected_slot_digest(r, l.prompt, tokens));
   }
 }
+
+// What an admission (lookup, then after_alloc) or a whole run is expected to decide; unset
+// fields are not checked. One row of the admit-and-check tables.
+struct Expect {
+  std::optional<std::uint64_t> page_hit;  // MatchResult::page_hit
+  std::optional<std::uint64_t> tokens;    // MatchResult::tokens: the resumable prefix
+  std::optional<bool> park;               // MatchResult::park
+  std::optional<LoadAction> action;       // LoadDecision::action
+  std::optional<std::string> reason;      // LoadDecision::reason
+  std::optional<std::uint64_t> handoff_tokens;
+  std::optional<bool> loaded;       // run() only: the load completed
+  std::optional<bool> load_failed;  // run() only: the load failed
+};
+
+inline void check_outcome(const SimEngine::Outcome& out, const Expect& e) {
+  if (e.page_hit) CHECK(out.match.page_hit == *e.page_hit);
+  if (e.tokens) CHECK(out.match.tokens == *e.tokens);
+  if (e.park) CHECK(out.match.park == *e.park);
+  if (e.action) CHECK(out.decision.action == *e.action);
+  if (e.reason) CHECK(out.decision.reason == *e.reason);
+  if (e.handoff_tokens) CHECK(out.decision.handoff_tokens == *e.handoff_tokens);
+  if (e.loaded) CHECK(out.loaded == *e.loaded);
+  if (e.load_failed) CHECK(out.load_failed == *e.load_failed);
+}
+
+// Admits `prompt` as request `id` and checks what lookup and after_alloc decided.
+inline SimEngine::Admission admit_and_check(SimEngine& sim, RequestId id,
+                                            const std::vector<std::uint32_t>& prompt,
+                                            const Expect& e, AdmitOptions opt = {}) {
+  auto admission = sim.admit(id, prompt, opt);
+  check_outcome(admission.out, e);
+  return admission;
+}
+
+// Runs `prompt` as request `id` to its end (SimEngine::run) and checks its outcome.
+inline SimEngine::Outcome run_and_check(SimEngine& sim, RequestId id,
+                                        const std::vector<std::uint32_t>& prompt, const Expect& e) {
+  auto out = sim.run(id, prompt);
+  check_outcome(out, e);
+  return out;
+}
+
+// ---- Fault injection over the "faulty" cpu tier (tests/support/fault_backend.hpp) ----
+
+using tier::test::fault_control;
+
+// Clears the shared fault control before and after a test.
+struct FaultScope {
+  FaultScope() { fault_control().reset(); }
+  ~FaultScope() { fault_control().reset(); }
+};
+
+// Rank 1 on the faulty tier, the other ranks on plain cpu tiers.
+inline SimOptions rank1_faulty(std::uint32_t tp = 2) {
+  auto o = sim_options(tp);
+  o.profile = [](std::uint32_t r) { return r == 1 ? faulty_profile() : cpu_profile(); };
+  return o;
+}
+
+inline std::optional<Terminal> terminal_of(const StepEvents& ev, Channel c) {
+  for (const auto& t : ev.terminals)
+    if (t.channel == c) return t;
+  return std::nullopt;
+}
+
+struct SavedPrefix {
+  SeqHandle h = 0;  // the admitted request
+  StepEvents ev;    // what the step that saved its prefix reported
+};
+// Admits `prompt`, computes its first `tokens` and runs one step: the save of that prefix.
+inline SavedPrefix save_prefix(SimEngine& sim, RequestId id,
+                               const std::vector<std::uint32_t>& prompt, std::uint64_t tokens) {
+  auto [l, out] = sim.admit(id, prompt);
+  sim.forward(l, 0, tokens);
+  sim.sched->on_computed(l.h, tokens);
+  return {l.h, sim.step()};
+}
+
+// Replaces rank `r`'s sidecar of `b` with a valid AOS1 frame of another boundary.
+inline void plant_foreign_sidecar(SimEngine& sim, std::uint32_t r, const Boundary& b) {
+  auto& w = *sim.workers[r];
+  auto foreign = sim.layouts[r]->slot_codec(SlotIdentity{1024, 4242, 2, r}).value();
+  auto src = sim.layouts[r]->slot_regions(0).value();
+  w.with_stack([&](TierStack& s) { return s.remove(w.slot_key(b)); }).ignore();
+  Status put;
+  SaveItem item{w.slot_key(b), src};
+  REQUIRE(w.with_stack([&](TierStack& s) {
+             return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
+           }).is_ok());
+  REQUIRE(put.is_ok());
+}
+
+// The tier of rank `r` that holds `k`, or -1.
+inline int located(SimEngine& sim, std::uint32_t r, const ObjectKey& k) {
+  return *sim.workers[r]->with_stack([&](TierStack& s) { return s.locate(k); });
+}
+
+// ---- Scenarios ----
 
 // "stateful page hit shrinks from 16k to committed 8k sidecar"
 inline void page_hit_shrinks_to_committed_sidecar(SimOptions o) {
@@ -50,15 +153,14 @@ inline void page_hit_shrinks_to_committed_sidecar(SimOptions o) {
   sim.restart_scheduler();
   const auto b = concat(std::vector<std::uint32_t>(a.begin(), a.begin() + 16384), tokens(2, 8192));
   REQUIRE(b.size() == 24576);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, b, out);
-  CHECK(out.match.page_hit == 16384);
-  CHECK(out.match.tokens == 8192);
-  CHECK(out.match.park);
+  auto [l, out] = admit_and_check(sim, 2, b,
+                                  {.page_hit = 16384,
+                                   .tokens = 8192,
+                                   .park = true,
+                                   .action = LoadAction::kLoad,
+                                   .reason = "aligned_large_hit"});
   REQUIRE(sim.sched->pending_slot_load(l.h));
   CHECK(*sim.sched->pending_slot_load(l.h) == boundary_of(sim, b, 8192));
-  CHECK(out.decision.action == LoadAction::kLoad);
-  CHECK(out.decision.reason == "aligned_large_hit");
   auto ev = sim.step();
   REQUIRE(ev.loaded.size() == 1);
   check_restored(sim, l.h, 8192);
@@ -84,15 +186,13 @@ inline void foreign_sidecar_fails_whole_load(SimOptions o) {
               return s.save(std::span(&item, 1), *foreign, std::span(&put, 1));
             }).is_ok());
   REQUIRE(put.is_ok());
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
-  const auto before = require_value(sim.layouts[1]->digest_slot(l.group));
+  auto [l, out] = sim.admit(2, a);
+  const auto before = require_value(digest_slot(*sim.layouts[1], l.group));
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
   REQUIRE(ev.terminals.size() == 1);  // exactly one terminal for the load
   CHECK(ev.terminals[0].reason == "sidecar_corrupt");
-  CHECK(require_value(sim.layouts[1]->digest_slot(l.group)) ==
-        before);  // the group was never written
+  CHECK(require_value(digest_slot(*sim.layouts[1], l.group)) == before);  // never written
   CHECK(w1.counters().slot_invalidations.get() == 1);
   CHECK(*w1.with_stack([&](TierStack& s) { return s.locate(w1.slot_key(b)); }) == -1);
   CHECK_FALSE(w1.fenced(w1.slot_key(b)));
@@ -126,12 +226,10 @@ inline void corrupt_sidecar_bytes_fail_the_load(SimOptions o) {
     REQUIRE(*be.poll(std::span(&c, 1), 1, std::chrono::microseconds(100000)) == 1);
     return 0;
   });
-  auto out = sim.run(2, a);
-  CHECK(out.load_failed);
-  CHECK_FALSE(out.loaded);
+  run_and_check(sim, 2, a, {.loaded = false, .load_failed = true});
   CHECK(sim.sched->counters().load_failures.get() == 1);
   // The recomputed request republished a good sidecar.
-  CHECK(sim.run(3, a).loaded);
+  run_and_check(sim, 3, a, {.loaded = true});
 }
 
 // "failed corruption invalidation cannot fake later commit"
@@ -151,14 +249,13 @@ inline void failed_invalidation_cannot_fake_commit(SimOptions o) {
             }).is_ok());
   sim.run(1, a);  // its SLOT "put" found the key present: committed, though rank 1 is foreign
   REQUIRE(sim.sched->is_committed(b));
-  auto out = sim.run(2, a);  // the load detects it; the removal fails; the key stays fenced
-  CHECK(out.load_failed);
+  // The load detects it; the removal fails; the key stays fenced.
+  run_and_check(sim, 2, a, {.load_failed = true});
   CHECK(w1.fenced(w1.slot_key(b)));
   // The recompute tried to republish: refused, never committed.
   CHECK_FALSE(sim.sched->is_committed(b));
   CHECK(w1.counters().fenced_refusals.get() >= 1);
-  auto again = sim.run(3, a);
-  CHECK(again.match.tokens == 0);
+  run_and_check(sim, 3, a, {.tokens = 0});
 }
 
 // "commits survive a scheduler restart"
@@ -168,9 +265,7 @@ inline void commits_survive_restart(SimOptions o) {
   sim.run(1, a);
   sim.restart_scheduler();
   CHECK(sim.sched->committed_count() == 0);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, concat(a, tokens(51, 100)), out);
-  CHECK(out.match.tokens == 16384);
+  auto [l, out] = admit_and_check(sim, 2, concat(a, tokens(51, 100)), {.tokens = 16384});
   REQUIRE(sim.step().loaded.size() == 1);
   check_restored(sim, l.h, 16384);
   CHECK(sim.sched->counters().commits_rediscovered.get() == 1);
@@ -181,8 +276,7 @@ inline void resume_bit_exact_on_every_rank(SimOptions o) {
   SimEngine sim(o);
   const auto a = tokens(52, 8192 + 100);
   sim.run(1, a);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, concat(a, tokens(53, 500)), out);
+  auto [l, out] = sim.admit(2, concat(a, tokens(53, 500)));
   REQUIRE(out.decision.action == LoadAction::kLoad);
   auto ev = sim.step();
   REQUIRE(ev.loaded.size() == 1);

@@ -1,8 +1,4 @@
-#include "tier/engine/dsv4_layout.hpp"
-
-#include <xxhash.h>
-
-#include <cstring>
+#include "dsv4/layout/dsv4_layout.hpp"
 
 #include "kv_memory.hpp"
 
@@ -28,18 +24,6 @@ class BoundSlotCodec final : public Codec {
  private:
   dsv4::SlotBoundaryCodec inner_;
 };
-
-void fill(std::span<std::byte> out, std::uint64_t seed) {
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  std::size_t i = 0;
-  for (; i + 8 <= out.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(out.data() + i, &x, 8);
-  }
-  for (; i < out.size(); ++i) out[i] = static_cast<std::byte>(x >> (8 * (i % 8)));
-}
 
 }  // namespace
 
@@ -92,6 +76,8 @@ Result<std::unique_ptr<Dsv4Layout>> Dsv4Layout::create(const dsv4::Geometry& geo
                                                        const Dsv4LayoutOptions& options) {
   std::unique_ptr<Dsv4Layout> l(new Dsv4Layout());
   l->geometry_ = geometry;
+  l->page_namespace_ = page_namespace;
+  l->tp_size_ = tp_size;
   l->options_ = options;
   if (options.memory == KvMemoryKind::kDevice) {
     TIER_ASSIGN_OR_RETURN(l->memory_, detail::make_device_memory(geometry, options.device));
@@ -114,10 +100,6 @@ Result<std::vector<Region>> Dsv4Layout::page_regions(
   return page_->describe(block_ids);
 }
 
-Result<std::vector<Region>> Dsv4Layout::block_regions(std::uint32_t block) const {
-  return page_->describe(std::span(&block, 1));
-}
-
 Result<std::vector<Region>> Dsv4Layout::slot_regions(std::int32_t group) const {
   if (group < 0) return Status::invalid("dsv4 layout: no state group");
   return slot_->describe(static_cast<std::uint32_t>(group));
@@ -131,61 +113,18 @@ Result<std::unique_ptr<Codec>> Dsv4Layout::slot_codec(const SlotIdentity& id) co
       new BoundSlotCodec(slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash})));
 }
 
-namespace {
-
-using Access = detail::KvMemory::Access;
-
-Status fill_regions(detail::KvMemory& m, const std::vector<Region>& regions, std::uint64_t seed) {
-  return m.visit(regions, Access::kWrite, [&](RegionList views) {
-    std::uint64_t i = 0;
-    for (const Region& x : views) fill(x.bytes(), seed + i++);
-  });
+std::uint32_t Dsv4Layout::block_tokens() const noexcept {
+  return geometry_.config.block_size * geometry_.config.dcp_size;
 }
 
-Status zero_regions(detail::KvMemory& m, const std::vector<Region>& regions) {
-  return m.visit(regions, Access::kWrite, [](RegionList views) {
-    for (const Region& x : views) std::memset(x.data, 0, x.size);
-  });
+std::array<std::byte, 16> Dsv4Layout::slot_fingerprint(std::uint32_t tp_rank) const {
+  return dsv4::slot_fingerprint(geometry_, page_namespace_, tp_size_, tp_rank);
 }
 
-Result<std::uint64_t> digest_regions(detail::KvMemory& m, const std::vector<Region>& regions) {
-  std::uint64_t h = 0;
-  TIER_RETURN_IF_ERROR(m.visit(regions, Access::kRead, [&](RegionList views) {
-    for (const Region& x : views) h = XXH3_64bits_withSeed(x.data, x.size, h);
-  }));
-  return h;
-}
-
-}  // namespace
-
-Status Dsv4Layout::fill_block(std::uint32_t block, std::uint64_t seed) {
-  TIER_ASSIGN_OR_RETURN(auto r, block_regions(block));
-  return fill_regions(*memory_, r, seed * 1315423911ull);
-}
-
-Status Dsv4Layout::fill_slot(std::int32_t group, std::uint64_t seed) {
-  TIER_ASSIGN_OR_RETURN(auto r, slot_regions(group));
-  return fill_regions(*memory_, r, seed * 2654435761ull);
-}
-
-Status Dsv4Layout::zero_block(std::uint32_t block) {
-  TIER_ASSIGN_OR_RETURN(auto r, block_regions(block));
-  return zero_regions(*memory_, r);
-}
-
-Status Dsv4Layout::zero_slot(std::int32_t group) {
-  TIER_ASSIGN_OR_RETURN(auto r, slot_regions(group));
-  return zero_regions(*memory_, r);
-}
-
-Result<std::uint64_t> Dsv4Layout::digest_block(std::uint32_t block) const {
-  TIER_ASSIGN_OR_RETURN(auto r, block_regions(block));
-  return digest_regions(*memory_, r);
-}
-
-Result<std::uint64_t> Dsv4Layout::digest_slot(std::int32_t group) const {
-  TIER_ASSIGN_OR_RETURN(auto r, slot_regions(group));
-  return digest_regions(*memory_, r);
+Status Dsv4Layout::visit_host(RegionList regions, HostAccess access,
+                              const std::function<void(RegionList views)>& fn) {
+  using Access = detail::KvMemory::Access;
+  return memory_->visit(regions, access == HostAccess::kRead ? Access::kRead : Access::kWrite, fn);
 }
 
 }  // namespace tier::engine

@@ -18,17 +18,19 @@
 // header carries no GPU runtime type; a build without the GPU part (gpu=disabled, or no GPU
 // compiler) or a machine without the device refuses `device` with NotSupported.
 //
-// The memory is allocated here and zeroed; fill_block() and fill_slot() write deterministic
-// content the way a forward pass would, and digest_*() let tests and tierbench check a restore
-// bit for bit. For device memory they copy through the GPU runtime (a pinned host scratch of one
-// block or one slot, one synchronized copy per region), so they are test and benchmark tools,
-// not a data path.
+// The memory is allocated here and zeroed. visit_host() reaches it from host code: the tests
+// and tierbench write a forward pass's content and check restores bit for bit through it
+// (tests/support/kv_content.hpp). For device memory it copies through the GPU runtime (a pinned
+// host scratch, one synchronized copy per region), so it is a test and benchmark tool, not a
+// data path.
 //
-// Threads: one caller at a time. The worker's calls run under its lock; fill_*, zero_* and
-// digest_* must not overlap them (as a forward pass does not overlap the worker's save of the
-// same layout in the simulated engines).
+// Threads: one caller at a time. The worker's calls run under its lock; visit_host() must not
+// overlap them (as a forward pass does not overlap the worker's save of the same layout in the
+// simulated engines).
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -44,7 +46,7 @@
 namespace tier::engine {
 
 namespace detail {
-class KvMemory;  // the backings and how to reach them (src/kv_memory.hpp)
+class KvMemory;  // the backings and how to reach them (kv_memory.hpp)
 }
 
 // Where a layout keeps the rank's KV memory.
@@ -78,27 +80,33 @@ class Dsv4Layout final : public KvLayout {
   Result<std::vector<Region>> page_regions(std::span<const std::uint32_t> block_ids) const override;
   Result<std::vector<Region>> slot_regions(std::int32_t group) const override;
   Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const override;
+  // block_size x dcp_size of the geometry.
+  std::uint32_t block_tokens() const noexcept override;
+  // dsv4::slot_fingerprint(geometry, page namespace, tp_size, tp_rank).
+  std::array<std::byte, 16> slot_fingerprint(std::uint32_t tp_rank) const override;
 
   const dsv4::Geometry& geometry() const noexcept { return geometry_; }
   const Dsv4LayoutOptions& options() const noexcept { return options_; }
   std::uint64_t page_bytes_per_block() const noexcept { return page_->bytes_per_block(); }
   std::uint64_t slot_bytes() const noexcept { return slot_->slot_bytes(); }
-  // Writes content derived from `seed` into every unit of block `block` / state group `group`.
-  // Errors: InvalidArgument (no such block or group), DeviceError.
-  Status fill_block(std::uint32_t block, std::uint64_t seed);
-  Status fill_slot(std::int32_t group, std::uint64_t seed);
-  Status zero_block(std::uint32_t block);
-  Status zero_slot(std::int32_t group);
-  // XXH3-64 over every unit of the block / group in region order (the same value for host and
-  // device memory holding the same bytes). Errors: InvalidArgument, DeviceError.
-  Result<std::uint64_t> digest_block(std::uint32_t block) const;
-  Result<std::uint64_t> digest_slot(std::int32_t group) const;
+
+  enum class HostAccess : std::uint8_t {
+    kRead,   // the views hold the regions' bytes; nothing is written back
+    kWrite,  // the views' content is unspecified; `fn` writes every byte, which is written back
+  };
+  // Runs `fn` once over host-addressable views of `regions` (from page_regions() or
+  // slot_regions() of this layout), one view per region, same sizes. Host memory hands the
+  // regions themselves; device memory copies through a pinned scratch, synchronously.
+  // Errors: InvalidArgument (a region of another memory kind or device), DeviceError.
+  Status visit_host(RegionList regions, HostAccess access,
+                    const std::function<void(RegionList views)>& fn);
 
  private:
   Dsv4Layout();
-  Result<std::vector<Region>> block_regions(std::uint32_t block) const;
 
   dsv4::Geometry geometry_;
+  Key128 page_namespace_;
+  std::uint32_t tp_size_ = 1;
   Dsv4LayoutOptions options_;
   // Declared before the codecs: they refer to its executor, so it is destroyed after them.
   std::unique_ptr<detail::KvMemory> memory_;

@@ -4,8 +4,8 @@
 // injection), a Dsv4Layout over a small real DSV4 geometry (which the rank's Worker sees through
 // a FaultyLayout that can fail SLOT snapshots), and a Worker per rank. Every step runs each rank's
 // submit+progress on its own thread, as TP workers do. A "forward" writes deterministic KV derived
-// from the prefix content, so a restore can be checked bit for bit against a recomputation.
-// SimOptions::layout puts every rank's KV in host or GPU memory.
+// from the prefix content (kv_content.hpp), so a restore can be checked bit for bit against a
+// recomputation. SimOptions::layout puts every rank's KV in host or GPU memory.
 
 #include <doctest/doctest.h>
 
@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "support/fault_backend.hpp"
-#include "tier/engine/dsv4_layout.hpp"
+#include "dsv4/layout/dsv4_layout.hpp"
+#include "support/kv_content.hpp"
 #include "tier/engine/scheduler.hpp"
 #include "tier/engine/worker.hpp"
 #include "tier/profile.hpp"
@@ -110,6 +111,10 @@ class FaultyLayout final : public KvLayout {
     if (!codec || !fail_snapshot) return codec;
     return std::unique_ptr<Codec>(new FailingEncode(std::move(codec).value()));
   }
+  std::uint32_t block_tokens() const noexcept override { return inner_.block_tokens(); }
+  std::array<std::byte, 16> slot_fingerprint(std::uint32_t tp_rank) const override {
+    return inner_.slot_fingerprint(tp_rank);
+  }
 
  private:
   class FailingEncode final : public Codec {
@@ -154,6 +159,19 @@ inline EngineConfig default_config(std::uint32_t tp = 2) {
   c.page_namespace = namespace_id(Json{{"model", "sim-dsv4"}, {"block", 128}}).value();
   return c;
 }
+
+// A simulated engine of `tp` ranks with default_config(), host KV memory and CPU tiers.
+inline SimOptions sim_options(std::uint32_t tp = 2) {
+  SimOptions o;
+  o.config = default_config(tp);
+  return o;
+}
+
+// How SimEngine::admit() allocates for a request.
+struct AdmitOptions {
+  std::uint64_t hbm = 0;   // tokens already computed in HBM at after_alloc
+  bool with_group = true;  // whether the request gets a state group
+};
 
 class SimEngine {
  public:
@@ -221,14 +239,18 @@ class SimEngine {
   struct Outcome {
     MatchResult match;
     LoadDecision decision;
-    bool loaded = false, load_failed = false, freed_now = false;
+    bool loaded = false, load_failed = false;
     SeqHandle h = 0;
     std::uint64_t resumed_from = 0;  // tokens restored by the load
   };
+  struct Admission {
+    Live live;    // a copy; live(h) is the engine's
+    Outcome out;  // what lookup and after_alloc decided
+  };
 
   // Admits a request: add, lookup, allocate, after_alloc. The load (if any) runs in step().
-  Live admit(RequestId id, const std::vector<std::uint32_t>& prompt, Outcome& out,
-             std::uint64_t hbm = 0, bool with_group = true) {
+  Admission admit(RequestId id, const std::vector<std::uint32_t>& prompt, AdmitOptions opt = {}) {
+    Outcome out;
     Live l;
     l.prompt = prompt;
     l.h = sched->add_request(id, prompt);
@@ -241,18 +263,18 @@ class SimEngine {
     REQUIRE(free_blocks_.size() >= nblocks);
     l.blocks.assign(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
     free_blocks_.erase(free_blocks_.begin(), free_blocks_.begin() + static_cast<long>(nblocks));
-    if (with_group) {
+    if (opt.with_group) {
       REQUIRE(!free_groups_.empty());
       l.group = free_groups_.front();
       free_groups_.erase(free_groups_.begin());
     }
     if (l.group >= 0)
-      for (auto& lay : layouts) require_ok(lay->zero_slot(l.group));
-    if (hbm > 0) forward(l, 0, hbm);
-    out.decision = sched->after_alloc(l.h, hbm, l.blocks, l.group);
-    l.computed = hbm;
+      for (auto& lay : layouts) require_ok(zero_slot(*lay, l.group));
+    if (opt.hbm > 0) forward(l, 0, opt.hbm);
+    out.decision = sched->after_alloc(l.h, opt.hbm, l.blocks, l.group);
+    l.computed = opt.hbm;
     owned_[l.h] = l;
-    return l;
+    return {l, out};
   }
 
   // The KV a forward pass writes for tokens [start, end) on every rank: each completed block
@@ -262,9 +284,9 @@ class SimEngine {
     const auto keys = chunk_keys(o_.config.page_namespace, l.prompt, o_.config.block_tokens, true);
     const std::uint64_t bt = o_.config.block_tokens;
     for (std::uint64_t b = start / bt; b < (end + bt - 1) / bt; ++b)
-      for (auto& lay : layouts) require_ok(lay->fill_block(l.blocks[b], keys[b].lo));
+      for (auto& lay : layouts) require_ok(fill_block(*lay, l.blocks[b], keys[b].lo));
     if (l.group >= 0)
-      for (auto& lay : layouts) require_ok(lay->fill_slot(l.group, state_seed(l.prompt, end)));
+      for (auto& lay : layouts) require_ok(fill_slot(*lay, l.group, state_seed(l.prompt, end)));
     l.computed = end;
     owned_[l.h] = l;
   }
@@ -276,15 +298,14 @@ class SimEngine {
   std::uint64_t expected_slot_digest(std::uint32_t r, const std::vector<std::uint32_t>& prompt,
                                      std::uint64_t tokens) {
     const auto scratch = static_cast<std::int32_t>(o_.num_slots - 1);
-    require_ok(layouts[r]->fill_slot(scratch, state_seed(prompt, tokens)));
-    return require_value(layouts[r]->digest_slot(scratch));
+    require_ok(fill_slot(*layouts[r], scratch, state_seed(prompt, tokens)));
+    return require_value(digest_slot(*layouts[r], scratch));
   }
 
   // Runs a whole request: admit, wait for its load, prefill the rest with cuts, finish, and step
   // until its blocks are freed.
   Outcome run(RequestId id, const std::vector<std::uint32_t>& prompt, std::uint64_t hbm = 0) {
-    Outcome out;
-    Live l = admit(id, prompt, out, hbm);
+    auto [l, out] = admit(id, prompt, {.hbm = hbm});
     if (out.decision.action == LoadAction::kLoad) {
       for (int i = 0; i < 8 && !done(l.h); ++i) step();
       out.loaded = std::count(loaded_.begin(), loaded_.end(), l.h) > 0;

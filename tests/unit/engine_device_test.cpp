@@ -1,0 +1,226 @@
+// The offload engine's device path against reference scenarios that need KV in GPU memory:
+// buffers of the wrong device or memory kind are refused before a byte moves, a load moves its
+// PAGE chunks and then its SLOT in that order on the layout's stream and has finished both when
+// progress() returns, and a failed device transfer (a stream sync that fails) fails its operation
+// without taking a valid sidecar for a corrupt one. Exits 77 (Meson: SKIP) without a GPU.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "support/engine_scenarios.hpp"
+#include "gpu.hpp"
+#include "support/fault_backend.hpp"
+#include "support/test_util.hpp"
+
+using namespace tier;
+using namespace tier::engine;
+using namespace tier::engine::test;
+using tier::test::fault_control;
+
+namespace {
+
+SimOptions device_opts(std::uint32_t tp = 2) {
+  SimOptions o;
+  o.config = default_config(tp);
+  o.layout.memory = KvMemoryKind::kDevice;
+  o.layout.device = 0;
+  return o;
+}
+
+// A device layout whose SLOT transfers can fail as a failed stream sync does (DeviceError after
+// the copy was enqueued); everything else, fingerprint and block size included, is the inner's.
+class SyncFaultLayout final : public KvLayout {
+ public:
+  explicit SyncFaultLayout(KvLayout& inner) : inner_(inner) {}
+  bool fail_snapshot = false, fail_restore = false;
+
+  const Codec& page_codec() const noexcept override { return inner_.page_codec(); }
+  Result<std::vector<Region>> page_regions(std::span<const std::uint32_t> ids) const override {
+    return inner_.page_regions(ids);
+  }
+  Result<std::vector<Region>> slot_regions(std::int32_t group) const override {
+    return inner_.slot_regions(group);
+  }
+  Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const override {
+    TIER_ASSIGN_OR_RETURN(auto codec, inner_.slot_codec(id));
+    return std::unique_ptr<Codec>(new Failing(std::move(codec), *this));
+  }
+  std::uint32_t block_tokens() const noexcept override { return inner_.block_tokens(); }
+  std::array<std::byte, 16> slot_fingerprint(std::uint32_t rank) const override {
+    return inner_.slot_fingerprint(rank);
+  }
+
+ private:
+  class Failing final : public Codec {
+   public:
+    Failing(std::unique_ptr<Codec> inner, const SyncFaultLayout& owner)
+        : inner_(std::move(inner)), owner_(owner) {}
+    std::string_view name() const noexcept override { return inner_->name(); }
+    std::uint32_t layout_id() const noexcept override { return inner_->layout_id(); }
+    Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+      return inner_->encoded_size(src);
+    }
+    Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
+      auto n = inner_->encode(src, dst);
+      if (owner_.fail_snapshot) return Status(Code::kDeviceError, "injected stream sync failure");
+      return n;
+    }
+    Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
+      Status st = inner_->decode(payload, dst);
+      if (owner_.fail_restore) return Status(Code::kDeviceError, "injected stream sync failure");
+      return st;
+    }
+
+   private:
+    std::unique_ptr<Codec> inner_;
+    const SyncFaultLayout& owner_;
+  };
+  KvLayout& inner_;
+};
+
+// Every rank's worker over a SyncFaultLayout around its device layout.
+std::vector<std::unique_ptr<SyncFaultLayout>> wrap_layouts(SimEngine& sim) {
+  std::vector<std::unique_ptr<SyncFaultLayout>> out;
+  for (std::uint32_t r = 0; r < sim.workers.size(); ++r) {
+    out.push_back(std::make_unique<SyncFaultLayout>(*sim.layouts[r]));
+    sim.workers[r] = require_value(Worker::create(sim.o_.config, r, *sim.stacks[r], *out.back()));
+  }
+  sim.restart_scheduler();
+  return out;
+}
+
+}  // namespace
+
+// The reference rejects non-uint8, non-contiguous and wrong-device buffers. Here a RegionList
+// names engine memory by pointer, memory kind and device: one that claims another device or
+// another kind, or points at another layout's memory, is refused before any byte moves.
+TEST_CASE("device KV: wrong-device and wrong-kind buffers are refused before a byte moves") {
+  const auto geo = small_geometry(128, 64, 4);
+  const Key128 ns = default_config().page_namespace;
+  Dsv4LayoutOptions dev_opts;
+  dev_opts.memory = KvMemoryKind::kDevice;
+  auto dev = require_value(Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
+  auto other = require_value(Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
+  const std::vector<std::uint32_t> blocks = {1, 2};
+  for (std::uint32_t b : blocks) require_ok(dev->fill_block(b, 40 + b));
+  require_ok(dev->fill_slot(1, 7));
+  const auto good = require_value(dev->page_regions(blocks));
+  std::vector<std::byte> image(*dev->page_codec().encoded_size(good));
+  REQUIRE(dev->page_codec().encode(good, image).is_ok());
+  const std::vector<std::uint32_t> targets = {5, 6};
+  const std::uint64_t zero = require_value(dev->digest_block(5));
+
+  auto refused = [&](std::vector<Region> regions, const char* what) {
+    CAPTURE(what);
+    std::vector<std::byte> out(image.size());
+    CHECK(dev->page_codec().encode(regions, out).status().code() == Code::kInvalidArgument);
+    CHECK(dev->page_codec().decode(image, regions).code() == Code::kInvalidArgument);
+    CHECK(require_value(dev->digest_block(5)) == zero);
+    CHECK(require_value(dev->digest_block(6)) == zero);
+  };
+  auto wrong_device = require_value(dev->page_regions(targets));
+  wrong_device[1].device = 1;
+  refused(wrong_device, "another device");
+  auto wrong_kind = require_value(dev->page_regions(targets));
+  for (Region& r : wrong_kind) r.kind = MemoryKind::kHost;
+  refused(wrong_kind, "host kind on device memory");
+  refused(require_value(other->page_regions(targets)), "another layout's device memory");
+
+  // SLOT: the same for a state group.
+  const SlotIdentity id{1024, 0x77, 1, 0};
+  auto slot = require_value(dev->slot_codec(id));
+  auto src = require_value(dev->slot_regions(1));
+  std::vector<std::byte> frame(*slot->encoded_size(src));
+  REQUIRE(slot->encode(src, frame).is_ok());
+  const std::uint64_t group0 = require_value(dev->digest_slot(0));
+  auto slot_wrong = require_value(dev->slot_regions(0));
+  slot_wrong[0].device = 1;
+  CHECK(slot->decode(frame, slot_wrong).code() == Code::kInvalidArgument);
+  CHECK(slot->decode(frame, require_value(other->slot_regions(0))).code() ==
+        Code::kInvalidArgument);
+  CHECK(require_value(dev->digest_slot(0)) == group0);
+  // The right buffers still work.
+  require_ok(slot->decode(frame, require_value(dev->slot_regions(0))));
+  CHECK(require_value(dev->digest_slot(0)) == require_value(dev->digest_slot(1)));
+}
+
+// The reference launches the PAGE plan and then the SLOT plan on the caller's stream. Here a
+// rank's layout moves every transfer on its executor's one stream, synchronously: a load fetches
+// and scatters every PAGE chunk before it fetches the sidecar, and both have landed in GPU memory
+// when progress() returns.
+TEST_CASE("device KV: a load moves PAGE then SLOT, in order, and both have landed on return") {
+  tier::test::register_faulty_backend();
+  fault_control().reset();
+  auto o = device_opts(2);
+  o.profile = [](std::uint32_t) { return faulty_profile(); };
+  SimEngine sim(o);
+  wrap_layouts(sim);
+  const auto a = tokens(95, 8192 + 8);
+  sim.run(1, a);
+  const Boundary b = boundary_of(sim, a, 8192);
+  const ObjectKey sidecar = sim.workers[1]->slot_key(b);
+  std::vector<bool> gets;  // true: the sidecar of rank 1, in submission order
+  std::mutex mu;
+  fault_control().observe = [&](Op op, const ObjectKey& k) {
+    if (op != Op::kGet || k.rank != 1) return;
+    std::lock_guard<std::mutex> lock(mu);
+    gets.push_back(k == sidecar);
+  };
+  SimEngine::Outcome out;
+  auto l = sim.admit(2, a, out);
+  REQUIRE(sim.step().loaded.size() == 1);
+  fault_control().observe = nullptr;
+  REQUIRE(gets.size() == 9);  // 8 PAGE chunks, then the sidecar
+  for (std::size_t i = 0; i + 1 < gets.size(); ++i) CHECK_FALSE(gets[i]);
+  CHECK(gets.back());
+  check_restored(sim, l.h, 8192);  // no stream wait beyond progress()
+  fault_control().reset();
+}
+
+// The reference quarantines a staging row whose D2H or restore sync failed. The engine's device
+// path has no staging row: a SLOT save's frame and a load's image are host buffers of that one
+// operation, and the executor reuses its device staging only after an event proves completion.
+// A failed sync therefore fails the operation only: the save as `snapshot` (its PAGE part still
+// stored), the load without invalidating the valid sidecar, which the next load restores.
+TEST_CASE("device KV: a failed snapshot or restore sync fails only its operation") {
+  SimEngine sim(device_opts(2));
+  auto wrapped = wrap_layouts(sim);
+  const auto a = tokens(96, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  wrapped[1]->fail_snapshot = true;
+  sim.run(1, a);
+  wrapped[1]->fail_snapshot = false;
+  CHECK_FALSE(sim.sched->is_committed(b));
+  CHECK(sim.sched->counters().slot_save_failures.get() == 1);
+  CHECK(sim.workers[1]->counters().page_chunks_saved.get() == 8);
+  sim.run(2, a);  // recomputed: now saved and committed
+  REQUIRE(sim.sched->is_committed(b));
+  wrapped[1]->fail_restore = true;
+  SimEngine::Outcome out;
+  sim.admit(3, a, out);
+  auto ev = sim.step();
+  wrapped[1]->fail_restore = false;
+  REQUIRE(ev.load_failed.size() == 1);
+  CHECK(ev.terminals[0].reason == outcome_name(WorkerOutcome::kSidecarUnavailable));
+  CHECK(sim.workers[1]->counters().slot_invalidations.get() == 0);
+  const ObjectKey key = sim.workers[1]->slot_key(b);
+  CHECK(*sim.workers[1]->with_stack([&](TierStack& s) { return s.locate(key); }) == 0);
+  CHECK_FALSE(sim.workers[1]->fenced(key));
+  CHECK(sim.run(4, a).match.tokens == 0);  // de-committed by the failure, republished here
+  auto resumed = sim.run(5, a);
+  CHECK(resumed.loaded);
+}
+
+int main(int argc, char** argv) {
+  if (gpu::device_count() == 0) {
+    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(gpu::api_name()).c_str());
+    return tier::test::kSkip;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

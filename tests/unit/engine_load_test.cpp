@@ -1,0 +1,109 @@
+// The offload engine driven by the simulated engine (tests/support/engine_sim.hpp): loads, bit
+// exact restores on every rank, their order on a rank, and what a failed load leaves behind
+// (the boundary decommitted, its record gone, the recompute republishing it). Each TEST_CASE
+// ports a scenario of the reference's section 6.1 (same intent, recognisable name) or covers a
+// libtier decision (docs/engine.md).
+#include <doctest/doctest.h>
+
+#include <utility>
+#include <vector>
+
+#include "support/engine_scenarios.hpp"
+
+using namespace tier;
+using namespace tier::engine;
+using namespace tier::engine::test;
+
+TEST_CASE("tp8 resume restores page and slot bit exact on every rank") {
+  resume_bit_exact_on_every_rank(sim_options(8));
+}
+
+TEST_CASE("stateful load failure evicts committed boundary idempotently") {
+  SimEngine sim(sim_options());
+  const auto a = tokens(11, 8192 + 8);
+  sim.run(1, a);
+  const Boundary b = boundary_of(sim, a, 8192);
+  REQUIRE(sim.sched->is_committed(b));
+  // The sidecar vanished from rank 1 only.
+  REQUIRE(sim.workers[1]
+              ->with_stack([&](TierStack& s) { return s.remove(sim.workers[1]->slot_key(b)); })
+              .is_ok());
+  auto [l, out] = sim.admit(2, a);
+  REQUIRE(out.decision.action == LoadAction::kLoad);
+  auto ev = sim.step();
+  REQUIRE(ev.load_failed.size() == 1);
+  REQUIRE(ev.terminals.size() == 1);
+  CHECK(ev.terminals[0].reason == "sidecar_unavailable");
+  CHECK(sim.workers[1]->counters().slot_invalidations.get() == 0);  // only corrupt ones are
+  CHECK_FALSE(sim.sched->is_committed(b));
+  CHECK(sim.sched->saved_watermark(l.h) == 0);  // back to the HBM floor
+  CHECK(sim.sched->counters().load_failures.get() == 1);
+  CHECK(sim.sched->counters().loaded_tokens.get() == 0);
+  // The persisted record is gone too: a restart does not revive the boundary.
+  CHECK_FALSE(*sim.workers[0]->has_commit(b));
+  sim.restart_scheduler();
+  admit_and_check(sim, 3, a, {.tokens = 0});
+  admit_and_check(sim, 4, a, {.tokens = 0});
+}
+
+TEST_CASE("recompute after a failed load republishes the boundary") {
+  SimEngine sim(sim_options());
+  const auto a = tokens(12, 8192 + 8);
+  sim.run(1, a);
+  const Boundary b = boundary_of(sim, a, 8192);
+  REQUIRE(sim.workers[1]
+              ->with_stack([&](TierStack& s) { return s.remove(sim.workers[1]->slot_key(b)); })
+              .is_ok());
+  run_and_check(sim, 2, a, {.load_failed = true});
+  CHECK(sim.sched->is_committed(b));  // the recomputed request saved and committed it again
+  run_and_check(sim, 3, a, {.loaded = true});
+}
+
+TEST_CASE("page retrieve failure prevents sidecar fetch") {
+  SimEngine sim(sim_options());
+  const auto a = tokens(34, 8192 + 8);
+  sim.run(1, a);
+  auto& w1 = *sim.workers[1];
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.page_key(keys[3])); }).is_ok());
+  const auto gets =
+      w1.with_stack([](TierStack& s) { return s.tier(0).metrics().of(Op::kGet).requests.get(); });
+  sim.admit(2, a);
+  auto ev = sim.step();
+  REQUIRE(ev.load_failed.size() == 1);
+  CHECK(ev.terminals[0].reason == "page_unavailable");
+  const auto after =
+      w1.with_stack([](TierStack& s) { return s.tier(0).metrics().of(Op::kGet).requests.get(); });
+  CHECK(after - gets == 8);  // the 8 PAGE chunks; the sidecar was never fetched
+  CHECK(w1.counters().slot_restores.get() == 0);
+}
+
+TEST_CASE("page and slot load orders page retrieve before sidecar get, restore, then done") {
+  FaultScope faults;
+  SimEngine sim(rank1_faulty());
+  const auto a = tokens(66, 8192 + 8);
+  sim.run(1, a);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  std::vector<std::pair<Op, ObjectKey>> trace;
+  fault_control().observe = [&](Op op, const ObjectKey& k) { trace.emplace_back(op, k); };
+  auto [l, out] = sim.admit(2, a);
+  REQUIRE(out.decision.action == LoadAction::kLoad);
+  sim.step(/*progress=*/false);
+  CHECK(w1.take_reports().empty());  // nothing is reported before the load ran
+  sim.on_ranks([&](std::uint32_t r) { sim.workers[r]->progress(); });
+  const auto& w1c = w1.counters();
+  auto ev = sim.collect();
+  REQUIRE(ev.loaded.size() == 1);
+  // Rank 1 fetched the 8 PAGE chunks in order, then the sidecar once, and nothing else.
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  REQUIRE(trace.size() == 9);
+  for (std::size_t i = 0; i < 8; ++i) {
+    CHECK(trace[i].first == Op::kGet);
+    CHECK(trace[i].second == w1.page_key(keys[i]));
+  }
+  CHECK(trace[8].first == Op::kGet);
+  CHECK(trace[8].second == w1.slot_key(b));
+  CHECK(w1c.slot_restores.get() == 1);
+  check_restored(sim, l.h, 8192);
+}

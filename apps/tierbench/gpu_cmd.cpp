@@ -18,8 +18,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
+#include <span>
 #include <sstream>
 #include <vector>
 
@@ -70,6 +72,19 @@ double per_call(Bench& b, F&& op) {
 
 double gbps(std::uint64_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; }
 
+// One runtime copy per span of `plan` between the engine memory and `img`, as naive connectors
+// do: into the image (`to_image`, a save) or out of it (a load).
+Status per_region_copies(Bench& b, const CopyPlan& plan, Region img, bool to_image) {
+  for (const CopySpan& s : plan.spans) {
+    Region engine{s.engine, s.bytes, MemoryKind::kDevice, b.device};
+    Region image = img.slice(s.image_offset, s.bytes);
+    Status st =
+        to_image ? copy_async(image, engine, b.stream) : copy_async(engine, image, b.stream);
+    if (!st) return st;
+  }
+  return Status::ok();
+}
+
 // Runs every variant for one plan and prints its rows; returns false on an error.
 bool measure(Bench& b, const std::string& label, const CopyPlan& plan, std::size_t spans) {
   const std::uint64_t n = plan.image_bytes;
@@ -87,15 +102,7 @@ bool measure(Bench& b, const std::string& label, const CopyPlan& plan, std::size
   bool ok = true;
   // Save: device -> pinned host.
   ok &= add("bulk D2H (1 copy)", per_call(b, [&] { return copy_async(img, dev, b.stream); }));
-  ok &= add("per-region D2H", per_call(b, [&] {
-              for (const CopySpan& s : plan.spans) {
-                Status st = copy_async(img.slice(s.image_offset, s.bytes),
-                                       Region{s.engine, s.bytes, MemoryKind::kDevice, b.device},
-                                       b.stream);
-                if (!st) return st;
-              }
-              return Status::ok();
-            }));
+  ok &= add("per-region D2H", per_call(b, [&] { return per_region_copies(b, plan, img, true); }));
   ok &= add("PAGE save zero-copy",
             per_call(b, [&] { return b.zero_copy.gather_async(plan, img, b.stream); }));
   ok &= add("PAGE save staged",
@@ -104,14 +111,7 @@ bool measure(Bench& b, const std::string& label, const CopyPlan& plan, std::size
             per_call(b, [&] { return b.automatic.gather_async(plan, img, b.stream); }));
   // Load: pinned host -> device.
   ok &= add("bulk H2D (1 copy)", per_call(b, [&] { return copy_async(dev, img, b.stream); }));
-  ok &= add("per-region H2D", per_call(b, [&] {
-              for (const CopySpan& s : plan.spans) {
-                Status st = copy_async(Region{s.engine, s.bytes, MemoryKind::kDevice, b.device},
-                                       img.slice(s.image_offset, s.bytes), b.stream);
-                if (!st) return st;
-              }
-              return Status::ok();
-            }));
+  ok &= add("per-region H2D", per_call(b, [&] { return per_region_copies(b, plan, img, false); }));
   ok &= add("PAGE load zero-copy",
             per_call(b, [&] { return b.zero_copy.scatter_async(plan, img, b.stream); }));
   ok &= add("PAGE load staged",
@@ -235,6 +235,54 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
   return 0;
 }
 
+// Measures, for each count, the plan of that many scattered blocks out of `total`; `label`
+// names a row set by its block count. Returns the exit code.
+int measure_scattered(Bench& b, const dsv4::PageCodec& codec,
+                      std::span<const std::uint64_t> block_counts, std::uint64_t total,
+                      const std::function<std::string(std::uint64_t)>& label) {
+  for (std::uint64_t blocks : block_counts) {
+    auto regions = codec.describe(scattered_ids(blocks, total));
+    if (!regions) return cli::fail(regions.status().to_string());
+    auto plan = codec.plan(*regions);
+    if (!plan) return cli::fail(plan.status().to_string());
+    if (!measure(b, label(blocks), plan->plan(), plan->plan().spans.size())) return 1;
+  }
+  return 0;
+}
+
+// Device buffers and the regions of a PAGE layout bound to them.
+struct DeviceLayout {
+  std::vector<DeviceBuffer> buffers;
+  std::vector<dsv4::BoundRegion> page;
+};
+
+// Engine memory: the geometry's backings on the device.
+Result<DeviceLayout> engine_layout(const dsv4::Geometry& geo, int device) {
+  DeviceLayout out;
+  std::vector<Region> regions;
+  for (const dsv4::Backing& bk : geo.backings) {
+    TIER_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::allocate(device, bk.bytes));
+    regions.push_back(buf.region());
+    out.buffers.push_back(std::move(buf));
+  }
+  TIER_ASSIGN_OR_RETURN(auto layout, dsv4::bind_layout(geo, regions));
+  out.page = std::move(layout.page);
+  return out;
+}
+
+// A synthetic layout: `count` regions of `region_bytes` per block, one backing each.
+Result<DeviceLayout> small_layout(int device, std::uint64_t count, std::uint64_t region_bytes,
+                                  std::uint64_t blocks) {
+  DeviceLayout out;
+  for (std::uint64_t r = 0; r < count; ++r) {
+    TIER_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::allocate(device, region_bytes * blocks));
+    out.page.push_back(dsv4::BoundRegion{fmt::format("r{}", r), buf.data(), region_bytes * blocks,
+                                         region_bytes, false, MemoryKind::kDevice, device});
+    out.buffers.push_back(std::move(buf));
+  }
+  return out;
+}
+
 int run_gpu(cli::Args& args) {
   const std::string preset = args.get_or("preset", "v4-pro-fp8");
   const auto block_counts = parse_list(args.get_or("blocks", "16,32,64"));
@@ -262,27 +310,17 @@ int run_gpu(cli::Args& args) {
   config->num_slots = 1;
   auto geo = dsv4::Geometry::compute(*config);
   if (!geo) return cli::fail(geo.status().to_string());
-
-  // Engine memory: the geometry's backings on the device, filled once.
-  std::vector<DeviceBuffer> backings;
-  std::vector<Region> backing_regions;
   auto stream = Stream::create(device);
   if (!stream) return cli::fail(stream.status().to_string());
-  for (const dsv4::Backing& bk : geo->backings) {
-    auto buf = DeviceBuffer::allocate(device, bk.bytes);
-    if (!buf) return cli::fail(buf.status().to_string());
-    backing_regions.push_back(buf->region());
-    backings.push_back(std::move(buf).value());
-  }
-  auto layout = dsv4::bind_layout(*geo, backing_regions);
-  if (!layout) return cli::fail(layout.status().to_string());
+  auto engine = engine_layout(*geo, device);
+  if (!engine) return cli::fail(engine.status().to_string());
   ExecutorOptions opts;
   opts.device = device;
   opts.path = ImagePath::kZeroCopy;
   auto zero_copy = DeviceCopyExecutor::create(opts);
   auto automatic = DeviceCopyExecutor::create(ExecutorOptions{device});
   if (!zero_copy || !automatic) return cli::fail("cannot create the executors");
-  auto codec = dsv4::PageCodec::create(layout->page, config->num_blocks, zero_copy->get());
+  auto codec = dsv4::PageCodec::create(engine->page, config->num_blocks, zero_copy->get());
   if (!codec) return cli::fail(codec.status().to_string());
 
   const std::uint64_t small_block = region_bytes * regions_per_block;
@@ -292,7 +330,7 @@ int run_gpu(cli::Args& args) {
   auto contiguous = DeviceBuffer::allocate(device, image_max);
   if (!image || !contiguous) return cli::fail("cannot allocate the image buffers");
   std::memset(image->data(), 0x3C, image->size());
-  for (const DeviceBuffer& bk : backings) {
+  for (const DeviceBuffer& bk : engine->buffers) {  // fill the engine memory once
     Status s = copy_async(bk.region(), image->region().slice(0, std::min(bk.size(), image_max)),
                           *stream);
     if (!s) return cli::fail(s.to_string());
@@ -305,43 +343,23 @@ int run_gpu(cli::Args& args) {
   Bench b{device, iters, *stream, **zero_copy, **staged, **automatic, *image, *contiguous};
 
   fmt::print("PAGE preset {}: {} bytes per block, {} regions per block; {} iterations each\n",
-             preset, (*codec)->bytes_per_block(), layout->page.size(), iters);
-  for (std::uint64_t blocks : block_counts) {
-    auto regions = (*codec)->describe(scattered_ids(blocks, config->num_blocks));
-    if (!regions) return cli::fail(regions.status().to_string());
-    auto plan = (*codec)->plan(*regions);
-    if (!plan) return cli::fail(plan.status().to_string());
-    if (!measure(b, fmt::format("{} x {} blocks", preset, blocks), plan->plan(),
-                 plan->plan().spans.size()))
-      return 1;
-  }
+             preset, (*codec)->bytes_per_block(), engine->page.size(), iters);
+  int rc = measure_scattered(b, **codec, block_counts, config->num_blocks, [&](std::uint64_t n) {
+    return fmt::format("{} x {} blocks", preset, n);
+  });
+  if (rc != 0) return rc;
 
-  // Small regions: `regions_per_block` regions of `region_bytes`, one backing each.
   const std::uint64_t small_blocks_total = max_blocks * 2;
-  std::vector<DeviceBuffer> small;
-  std::vector<dsv4::BoundRegion> small_regions;
-  for (std::uint64_t r = 0; r < regions_per_block; ++r) {
-    auto buf = DeviceBuffer::allocate(device, region_bytes * small_blocks_total);
-    if (!buf) return cli::fail(buf.status().to_string());
-    small_regions.push_back(dsv4::BoundRegion{fmt::format("r{}", r), buf->data(),
-                                              region_bytes * small_blocks_total, region_bytes,
-                                              false, MemoryKind::kDevice, device});
-    small.push_back(std::move(buf).value());
-  }
-  auto small_codec = dsv4::PageCodec::create(small_regions, small_blocks_total, zero_copy->get());
+  auto small = small_layout(device, regions_per_block, region_bytes, small_blocks_total);
+  if (!small) return cli::fail(small.status().to_string());
+  auto small_codec = dsv4::PageCodec::create(small->page, small_blocks_total, zero_copy->get());
   if (!small_codec) return cli::fail(small_codec.status().to_string());
   fmt::print("\nsmall regions: {} regions of {} bytes per block\n", regions_per_block,
              region_bytes);
-  for (std::uint64_t blocks : block_counts) {
-    auto regions = (*small_codec)->describe(scattered_ids(blocks, small_blocks_total));
-    if (!regions) return cli::fail(regions.status().to_string());
-    auto plan = (*small_codec)->plan(*regions);
-    if (!plan) return cli::fail(plan.status().to_string());
-    if (!measure(b, fmt::format("{} x {} B regions, {} blocks", regions_per_block, region_bytes,
-                                blocks),
-                 plan->plan(), plan->plan().spans.size()))
-      return 1;
-  }
+  rc = measure_scattered(b, **small_codec, block_counts, small_blocks_total, [&](std::uint64_t n) {
+    return fmt::format("{} x {} B regions, {} blocks", regions_per_block, region_bytes, n);
+  });
+  if (rc != 0) return rc;
   return measure_pinned_tier(device, iters, tier_objects, *stream);
 }
 

@@ -99,29 +99,41 @@ struct ProcessGroup {
   }
 };
 
-int run_micro_process(const std::string& profile_path, const std::string& tier_name,
-                      std::uint64_t object_size, std::uint64_t objects, std::uint64_t depth,
-                      std::uint64_t rounds, std::uint64_t processes, std::uint32_t rank, bool json,
-                      ProcessGroup& group);
+struct MicroOptions {
+  std::string profile_path;
+  std::string tier_name;
+  std::uint64_t object_size = 0;
+  std::uint64_t objects = 0;
+  std::uint64_t depth = 0;
+  std::uint64_t rounds = 0;
+  std::uint64_t processes = 1;
+  bool json = false;
+};
+
+int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& group);
 
 int run_micro(cli::Args& args) {
   auto profile_path = args.get("profile");
   auto tier_name = args.get("tier");
-  std::uint64_t object_size = args.size("object-size").value_or(1 << 20);
-  std::uint64_t objects = args.uint("objects").value_or(256);
+  MicroOptions o;
+  o.object_size = args.size("object-size").value_or(1 << 20);
+  o.objects = args.uint("objects").value_or(256);
   // --concurrency is the same knob under the name redis-benchmark comparisons use (-c clients).
-  std::uint64_t depth = args.uint("concurrency").value_or(args.uint("depth").value_or(1));
-  std::uint64_t rounds = args.uint("rounds").value_or(2);
-  std::uint64_t processes = args.uint("processes").value_or(1);
-  bool json = args.flag("json");
+  o.depth = args.uint("concurrency").value_or(args.uint("depth").value_or(1));
+  o.rounds = args.uint("rounds").value_or(2);
+  o.processes = args.uint("processes").value_or(1);
+  o.json = args.flag("json");
   args.finish();
   if (!profile_path || !tier_name)
     return cli::fail("usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
                      "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N] "
                      "[--json]", 2);
-  if (objects == 0 || depth == 0 || rounds == 0 || object_size == 0)
+  o.profile_path = *profile_path;
+  o.tier_name = *tier_name;
+  if (o.objects == 0 || o.depth == 0 || o.rounds == 0 || o.object_size == 0)
     return cli::fail("--objects, --depth, --rounds and --object-size must be > 0", 2);
-  if (processes == 0 || processes > 64) return cli::fail("--processes must be in [1, 64]", 2);
+  if (o.processes == 0 || o.processes > 64)
+    return cli::fail("--processes must be in [1, 64]", 2);
 
   auto* group = static_cast<ProcessGroup*>(::mmap(nullptr, sizeof(ProcessGroup),
                                                   PROT_READ | PROT_WRITE,
@@ -130,7 +142,7 @@ int run_micro(cli::Args& args) {
   new (group) ProcessGroup{};
   std::uint32_t rank = 0;  // this process's index, and the rank of its keys
   std::vector<pid_t> children;
-  for (std::uint32_t p = 1; p < processes; ++p) {
+  for (std::uint32_t p = 1; p < o.processes; ++p) {
     pid_t pid = ::fork();
     if (pid == 0) {
       rank = p;
@@ -139,8 +151,7 @@ int run_micro(cli::Args& args) {
     }
     children.push_back(pid);
   }
-  int rc = run_micro_process(*profile_path, *tier_name, object_size, objects, depth, rounds,
-                             processes, rank, json, *group);
+  int rc = run_micro_process(o, rank, *group);
   if (rc != 0) group->failed.store(true);
   if (rank != 0) {
     std::fflush(stdout);
@@ -151,133 +162,144 @@ int run_micro(cli::Args& args) {
     ::waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
   }
-  if (processes > 1 && rc == 0) {
+  if (o.processes > 1 && rc == 0) {
     double put = 0, get = 0, base = 0;
-    for (std::uint64_t p = 0; p < processes; ++p) {
+    for (std::uint64_t p = 0; p < o.processes; ++p) {
       put += group->put_gbps[p];
       get += group->get_gbps[p];
       base += group->base_gbps[p];
     }
     for (auto [op, v] : {std::pair{"put", put}, std::pair{"get", get}}) {
-      if (json)
-        fmt::print("{}\n", Json{{"tier", *tier_name}, {"op", op}, {"processes", processes},
+      if (o.json)
+        fmt::print("{}\n", Json{{"tier", o.tier_name}, {"op", op}, {"processes", o.processes},
                                 {"gb_per_s", v}, {"baseline_gb_per_s", base},
                                 {"ratio", base > 0 ? v / base : 0}}.dump());
       else
         fmt::print("{:4} all {} processes {:8.2f} GB/s  memcpy (all at once) {:8.2f} GB/s  "
-                   "ratio {:.2f}\n", op, processes, v, base, base > 0 ? v / base : 0);
+                   "ratio {:.2f}\n", op, o.processes, v, base, base > 0 ? v / base : 0);
     }
   }
   return rc;
 }
 
-int run_micro_process(const std::string& profile_path, const std::string& tier_name,
-                      std::uint64_t object_size, std::uint64_t objects, std::uint64_t depth,
-                      std::uint64_t rounds, std::uint64_t processes, std::uint32_t rank, bool json,
-                      ProcessGroup& group) {
-
-  ConfigErrors errors;
-  auto profile = load_profile(profile_path, Registry::global(), &errors);
-  if (!profile) return cli::fail(profile.status().to_string());
-  int t = profile->find_tier(tier_name);
-  if (t < 0) return cli::fail(fmt::format("profile {} has no tier \"{}\"", profile_path, tier_name));
-  const TierSpec& spec = profile->tiers[static_cast<std::size_t>(t)];
-  auto backend = Registry::global().create_backend(
-      spec.backend_type, BackendContext{spec.name, spec.capacity_bytes, spec.backend_options});
-  if (!backend) return cli::fail(backend.status().to_string());
-  Backend& b = **backend;
-  const Capabilities caps = b.capabilities();
-  const std::size_t align = std::max<std::size_t>(caps.io_alignment, 64);
-
-  // The object is the image: header + payload, padded to the tier's alignment.
-  const std::size_t payload = object_size > kObjectHeaderBytes ? object_size - kObjectHeaderBytes : 1;
-  const std::size_t image = kObjectHeaderBytes + payload;
-  const std::size_t padded = (image + align - 1) / align * align;
-  if (padded * objects > b.usage().capacity_bytes)
-    fmt::print(stderr, "note: {} objects of {} exceed the tier capacity {}; puts will evict\n",
-               objects, format_size(padded), format_size(b.usage().capacity_bytes));
-
-  Json ns_identity = {{"bench", "micro"}, {"object_bytes", object_size}};
-  Key128 ns = *namespace_id(ns_identity);
+// The objects one process puts and gets: sealed images of pseudo-random payload, and distinct
+// buffers for the gets (as a load fills distinct engine blocks).
+struct Objects {
+  std::size_t padded = 0;  // image bytes rounded up to the tier's alignment
   std::vector<ObjectKey> keys;
   std::vector<AlignedBuffer> images, dests;
   std::vector<Region> put_bufs, get_bufs;
   std::vector<std::byte*> src_ptrs, dst_ptrs;
-  // Gets land in distinct buffers, as a load fills distinct engine blocks.
-  for (std::uint64_t i = 0; i < objects; ++i) {
-    dests.push_back(aligned_buffer(padded, align));
-    dst_ptrs.push_back(dests.back().get());
+};
+
+Objects make_objects(const MicroOptions& o, std::size_t align, std::uint32_t rank) {
+  // The object is the image: header + payload, padded to the tier's alignment.
+  const std::size_t payload =
+      o.object_size > kObjectHeaderBytes ? o.object_size - kObjectHeaderBytes : 1;
+  const std::size_t image = kObjectHeaderBytes + payload;
+  Objects objs;
+  objs.padded = (image + align - 1) / align * align;
+  Json ns_identity = {{"bench", "micro"}, {"object_bytes", o.object_size}};
+  Key128 ns = *namespace_id(ns_identity);
+  for (std::uint64_t i = 0; i < o.objects; ++i) {
+    objs.dests.push_back(aligned_buffer(objs.padded, align));
+    objs.dst_ptrs.push_back(objs.dests.back().get());
   }
   std::uint64_t x = 0x1234567;
-  for (std::uint64_t i = 0; i < objects; ++i) {
+  for (std::uint64_t i = 0; i < o.objects; ++i) {
     ObjectKey k{ns, Key128{i, 0}, rank};
-    keys.push_back(k);
-    auto buf = aligned_buffer(padded, align);
+    objs.keys.push_back(k);
+    auto buf = aligned_buffer(objs.padded, align);
     auto* words = reinterpret_cast<std::uint64_t*>(buf.get() + kObjectHeaderBytes);
     for (std::size_t w = 0; w < payload / 8; ++w) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       words[w] = x;
     }
     seal_object({buf.get(), image}, kIdentityLayoutId, 0, k);
-    put_bufs.push_back(Region{buf.get(), padded, MemoryKind::kHost, -1});
-    get_bufs.push_back(Region{dst_ptrs[i], padded, MemoryKind::kHost, -1});
-    src_ptrs.push_back(buf.get());
-    images.push_back(std::move(buf));
+    objs.put_bufs.push_back(Region{buf.get(), objs.padded, MemoryKind::kHost, -1});
+    objs.get_bufs.push_back(Region{objs.dst_ptrs[i], objs.padded, MemoryKind::kHost, -1});
+    objs.src_ptrs.push_back(buf.get());
+    objs.images.push_back(std::move(buf));
   }
+  return objs;
+}
+
+double gb_per_s(const PhaseResult& p, std::size_t padded, std::uint64_t objects) {
+  double bytes = static_cast<double>(padded) * static_cast<double>(objects);
+  return p.seconds > 0 ? bytes / p.seconds / 1e9 : 0;
+}
+
+void report_phase(const MicroOptions& o, std::uint32_t rank, const char* op, const PhaseResult& p,
+                  std::size_t padded, double base) {
+  const double gbps = gb_per_s(p, padded, o.objects);
+  Json j = {{"tier", o.tier_name},
+            {"process", rank},
+            {"op", op},
+            {"object_bytes", padded},
+            {"objects", o.objects},
+            {"depth", o.depth},
+            {"seconds", p.seconds},
+            {"gb_per_s", gbps},
+            {"p50_us", percentile_us(p.latencies_us, 50)},
+            {"p99_us", percentile_us(p.latencies_us, 99)},
+            {"baseline_gb_per_s", base},
+            {"ratio", base > 0 ? gbps / base : 0},
+            {"errors", p.errors}};
+  if (o.json) {
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  if (o.processes > 1) fmt::print("[process {}] ", rank);
+  fmt::print("{:4} {:>10} x {:<6} depth {:<3} {:8.2f} GB/s  p50 {:9.1f} us  p99 {:9.1f} us  "
+             "memcpy {:8.2f} GB/s  ratio {:.2f}{}\n",
+             op, format_size(padded), o.objects, o.depth, gbps, j["p50_us"].get<double>(),
+             j["p99_us"].get<double>(), base, j["ratio"].get<double>(),
+             p.errors ? fmt::format("  ({} errors, first: {})", p.errors, p.first_error) : "");
+}
+
+int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& group) {
+  ConfigErrors errors;
+  auto profile = load_profile(o.profile_path, Registry::global(), &errors);
+  if (!profile) return cli::fail(profile.status().to_string());
+  int t = profile->find_tier(o.tier_name);
+  if (t < 0)
+    return cli::fail(fmt::format("profile {} has no tier \"{}\"", o.profile_path, o.tier_name));
+  const TierSpec& spec = profile->tiers[static_cast<std::size_t>(t)];
+  auto backend = Registry::global().create_backend(
+      spec.backend_type, BackendContext{spec.name, spec.capacity_bytes, spec.backend_options});
+  if (!backend) return cli::fail(backend.status().to_string());
+  Backend& b = **backend;
+  const std::size_t align = std::max<std::size_t>(b.capabilities().io_alignment, 64);
+  Objects objs = make_objects(o, align, rank);
+  if (objs.padded * o.objects > b.usage().capacity_bytes)
+    fmt::print(stderr, "note: {} objects of {} exceed the tier capacity {}; puts will evict\n",
+               o.objects, format_size(objs.padded), format_size(b.usage().capacity_bytes));
   // One baseline for both: memcpy of every object into a distinct buffer.
-  if (!group.wait(processes)) return 1;
-  const double base = memcpy_gb_per_s(src_ptrs, dst_ptrs, padded);
+  if (!group.wait(o.processes)) return 1;
+  const double base = memcpy_gb_per_s(objs.src_ptrs, objs.dst_ptrs, objs.padded);
 
   PhaseResult put, get;
-  for (std::uint64_t r = 0; r < rounds; ++r) {
+  for (std::uint64_t r = 0; r < o.rounds; ++r) {
     std::unique_ptr<cli::Progress> bar;
-    if (!json) bar = std::make_unique<cli::Progress>(fmt::format("round {} put", r + 1), objects);
-    if (!group.wait(processes)) return 1;
-    put = run_phase(b, Op::kPut, keys, put_bufs, depth, bar.get());
-    if (!json) bar = std::make_unique<cli::Progress>(fmt::format("round {} get", r + 1), objects);
-    if (!group.wait(processes)) return 1;
-    get = run_phase(b, Op::kGet, keys, get_bufs, depth, bar.get());
+    if (!o.json)
+      bar = std::make_unique<cli::Progress>(fmt::format("round {} put", r + 1), o.objects);
+    if (!group.wait(o.processes)) return 1;
+    put = run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get());
+    if (!o.json)
+      bar = std::make_unique<cli::Progress>(fmt::format("round {} get", r + 1), o.objects);
+    if (!group.wait(o.processes)) return 1;
+    get = run_phase(b, Op::kGet, objs.keys, objs.get_bufs, o.depth, bar.get());
     bar.reset();
-    if (r + 1 < rounds) {  // start the next round empty, as a warm tier in steady state
-      std::vector<Region> none(objects);
-      if (!group.wait(processes)) return 1;
-      run_phase(b, Op::kRemove, keys, none, depth, nullptr);
+    if (r + 1 < o.rounds) {  // start the next round empty, as a warm tier in steady state
+      std::vector<Region> none(o.objects);
+      if (!group.wait(o.processes)) return 1;
+      run_phase(b, Op::kRemove, objs.keys, none, o.depth, nullptr);
     }
   }
-  auto report = [&](const char* op, const PhaseResult& p, double base) {
-    double bytes = static_cast<double>(padded) * static_cast<double>(objects);
-    double gbps = p.seconds > 0 ? bytes / p.seconds / 1e9 : 0;
-    Json j = {{"tier", tier_name},
-              {"process", rank},
-              {"op", op},
-              {"object_bytes", padded},
-              {"objects", objects},
-              {"depth", depth},
-              {"seconds", p.seconds},
-              {"gb_per_s", gbps},
-              {"p50_us", percentile_us(p.latencies_us, 50)},
-              {"p99_us", percentile_us(p.latencies_us, 99)},
-              {"baseline_gb_per_s", base},
-              {"ratio", base > 0 ? gbps / base : 0},
-              {"errors", p.errors}};
-    if (json) {
-      fmt::print("{}\n", j.dump());
-    } else {
-      if (processes > 1) fmt::print("[process {}] ", rank);
-      fmt::print("{:4} {:>10} x {:<6} depth {:<3} {:8.2f} GB/s  p50 {:9.1f} us  p99 {:9.1f} us  "
-                 "memcpy {:8.2f} GB/s  ratio {:.2f}{}\n",
-                 op, format_size(padded), objects, depth, gbps, j["p50_us"].get<double>(),
-                 j["p99_us"].get<double>(), base, j["ratio"].get<double>(),
-                 p.errors ? fmt::format("  ({} errors, first: {})", p.errors, p.first_error) : "");
-    }
-  };
-  report("put", put, base);
-  report("get", get, base);
-  auto gbps = [&](const PhaseResult& p) {
-    return p.seconds > 0 ? static_cast<double>(padded) * static_cast<double>(objects) / p.seconds / 1e9 : 0;
-  };
-  group.put_gbps[rank] = gbps(put);
-  group.get_gbps[rank] = gbps(get);
+  report_phase(o, rank, "put", put, objs.padded, base);
+  report_phase(o, rank, "get", get, objs.padded, base);
+  group.put_gbps[rank] = gb_per_s(put, objs.padded, o.objects);
+  group.get_gbps[rank] = gb_per_s(get, objs.padded, o.objects);
   group.base_gbps[rank] = base;
   return put.errors + get.errors == 0 ? 0 : 1;
 }

@@ -54,8 +54,8 @@ Result<Store> load_store(const std::string& dir, bool exclusive, bool quiet) {
   const auto t0 = Clock::now();
   {
     cli::Progress bar("scan index", std::uint64_t{s.geo.region_count} * s.geo.dir_bytes());
-    TIER_RETURN_IF_ERROR(scan_index(s.files.index(), s.geo, s.scan,
-                                    [&](std::uint64_t done, std::uint64_t) { bar.update(done); }));
+    auto progress = [&](std::uint64_t done, std::uint64_t) { bar.update(done); };
+    TIER_ASSIGN_OR_RETURN(s.scan, scan_index(s.files.index(), s.geo, progress));
   }
   s.scan_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   // As the tier does on start-up: of two entries for one key, the newer generation wins.

@@ -1,4 +1,4 @@
-// tierctl check PROFILE / tierctl explain PROFILE
+// tierctl check PROFILE / tierctl explain PROFILE / tierctl schema
 #include <fmt/format.h>
 
 #include "cli.hpp"
@@ -66,6 +66,13 @@ int run_explain(tier::cli::Args& args) {
   return 0;
 }
 
+int run_schema(tier::cli::Args& args) {
+  args.finish();
+  if (!args.positional().empty()) return tier::cli::fail("usage: tierctl schema", 2);
+  fmt::print("{}\n", tier::profile_schema_json().dump(2));
+  return 0;
+}
+
 }  // namespace
 
 TIER_CLI_COMMAND(check, "check PROFILE",
@@ -75,3 +82,6 @@ TIER_CLI_COMMAND(check, "check PROFILE",
 TIER_CLI_COMMAND(explain, "explain PROFILE [--json]",
                  "print the resolved tiers, capacities, stages and plugins, defaults filled in",
                  run_explain);
+TIER_CLI_COMMAND(schema, "schema",
+                 "print the keys a profile and its tiers take, with type and doc, as JSON",
+                 run_schema);

@@ -156,13 +156,12 @@ Status DiskBackend::init_ring() {
 
 Status DiskBackend::recover() {
   const auto t0 = Clock::now();
-  ScanResult scan;
-  TIER_RETURN_IF_ERROR(scan_index(files_.index(), geo_, scan));
-  regions_.assign(geo_.region_count, Region{});
+  TIER_ASSIGN_OR_RETURN(ScanResult scan, scan_index(files_.index(), geo_));
+  regions_.assign(geo_.region_count, DiskRegion{});
   std::vector<std::uint32_t> used;
   for (std::uint32_t r = 0; r < geo_.region_count; ++r) {
     if (!scan.regions[r].in_use) continue;
-    Region& R = regions_[r];
+    DiskRegion& R = regions_[r];
     R.state = RegionState::kReady;
     R.seq = scan.regions[r].seq;
     R.slots.resize(1);
@@ -170,7 +169,7 @@ Status DiskBackend::recover() {
     used.push_back(r);
   }
   for (const ScannedEntry& e : scan.entries) {
-    Region& R = regions_[e.region];
+    DiskRegion& R = regions_[e.region];
     if (R.slots.size() <= e.slot) R.slots.resize(e.slot + 1);
     R.slots[e.slot] = Slot{e.entry.key, e.entry.offset_blocks, e.entry.image_bytes,
                            e.entry.payload_check, SlotState::kLive};
@@ -184,7 +183,7 @@ Status DiskBackend::recover() {
             [&](std::uint32_t a, std::uint32_t b) { return regions_[a].seq < regions_[b].seq; });
   index_.reserve(scan.entries.size());
   for (std::uint32_t r : used) {
-    Region& R = regions_[r];
+    DiskRegion& R = regions_[r];
     for (std::uint32_t s = 1; s < R.slots.size(); ++s) {
       Slot& sl = R.slots[s];
       if (sl.state != SlotState::kLive) continue;
@@ -312,13 +311,17 @@ void DiskBackend::accept_put(const IoRequest& r) {
                               static_cast<std::uint32_t>(h->payload_checksum)});
 }
 
-void DiskBackend::accept_get(const IoRequest& r) {
+std::optional<DiskBackend::Location> DiskBackend::locate_or_complete(const IoRequest& r) {
   auto it = index_.find(r.key);
-  if (it == index_.end()) {
-    complete(r.user_data, Status::not_found(), 0);
-    return;
-  }
-  const Location loc = it->second;
+  if (it != index_.end()) return it->second;
+  complete(r.user_data, Status::not_found(), 0);
+  return std::nullopt;
+}
+
+void DiskBackend::accept_get(const IoRequest& r) {
+  auto found = locate_or_complete(r);
+  if (!found) return;
+  const Location loc = *found;
   const Slot& s = regions_[loc.region].slots[loc.slot];
   regions_[loc.region].touched = ++clock_;
   const std::uint64_t need = geo_.blocks_for(s.image_bytes) * geo_.block_size;
@@ -342,16 +345,13 @@ void DiskBackend::accept_get(const IoRequest& r) {
 }
 
 void DiskBackend::accept_remove(const IoRequest& r) {
-  auto it = index_.find(r.key);
-  if (it == index_.end()) {
-    complete(r.user_data, Status::not_found(), 0);
-    return;
-  }
-  const Location loc = it->second;
+  auto found = locate_or_complete(r);
+  if (!found) return;
+  const Location loc = *found;
   Slot& s = regions_[loc.region].slots[loc.slot];
   s.state = SlotState::kDead;
   used_bytes_ -= geo_.blocks_for(s.image_bytes) * geo_.block_size;
-  index_.erase(it);
+  index_.erase(r.key);
   ++user_inflight_;
   schedule_dir(loc.region, loc.slot / geo_.slots_per_block(),
                Waiter{WaitKind::kRemove, r.user_data, loc.slot});
@@ -365,7 +365,7 @@ void DiskBackend::place_puts() {
     const auto blocks = static_cast<std::uint32_t>(geo_.blocks_for(p.image_bytes));
     if (open_ >= 0) {
       const auto r = static_cast<std::uint32_t>(open_);
-      Region& R = regions_[r];
+      DiskRegion& R = regions_[r];
       if (R.write_blocks + blocks <= geo_.region_blocks() && R.slots.size() < geo_.dir_slots()) {
         const auto slot = static_cast<std::uint32_t>(R.slots.size());
         R.slots.push_back(
@@ -433,7 +433,7 @@ void DiskBackend::prepare_spare() {
 }
 
 void DiskBackend::evict_region(std::uint32_t r) {
-  Region& R = regions_[r];
+  DiskRegion& R = regions_[r];
   ++stats_.region_evictions;
   for (std::uint32_t s = 1; s < R.slots.size(); ++s) {
     Slot& sl = R.slots[s];
@@ -450,7 +450,7 @@ void DiskBackend::evict_region(std::uint32_t r) {
 // A new generation: the header (with the new sequence number, no entries) must be on disk before
 // any image of the generation is written, so that no entry of an earlier one can name them.
 void DiskBackend::begin_reset(std::uint32_t r) {
-  Region& R = regions_[r];
+  DiskRegion& R = regions_[r];
   R.seq = next_seq_++;
   R.write_blocks = 0;
   R.slots.assign(1, Slot{});
@@ -489,7 +489,7 @@ void DiskBackend::start_dir_write(std::uint32_t region, std::uint32_t block) {
 
 void DiskBackend::fill_dir_block(std::uint32_t region, std::uint32_t block, std::byte* out) const {
   std::memset(out, 0, geo_.block_size);
-  const Region& R = regions_[region];
+  const DiskRegion& R = regions_[region];
   const std::uint32_t per = geo_.slots_per_block();
   for (std::uint32_t i = 0; i < per; ++i) {
     const std::uint32_t s = block * per + i;
@@ -513,7 +513,7 @@ void DiskBackend::finish_dir(std::uint32_t region, std::uint32_t block, int err)
     flying.swap(db.flying);
     db.in_flight = false;
   }
-  Region& R = regions_[region];
+  DiskRegion& R = regions_[region];
   for (const Waiter& w : flying) {
     switch (w.kind) {
       case WaitKind::kPublish: {
@@ -602,7 +602,7 @@ std::uint32_t DiskBackend::new_io(IoKind kind, std::uint32_t region) {
 }
 
 void DiskBackend::release_io(std::uint32_t id) {
-  Region& R = regions_[ios_[id].region];
+  DiskRegion& R = regions_[ios_[id].region];
   --R.pending;
   free_ios_.push_back(id);
   if (R.pending == 0 && !unplaced_.empty()) place_puts();
@@ -682,7 +682,7 @@ void DiskBackend::on_cqe(std::uint32_t id, int res) {
 
 void DiskBackend::finish_io(std::uint32_t id, int err) {
   const Io io = ios_[id];
-  Region& R = regions_[io.region];
+  DiskRegion& R = regions_[io.region];
   switch (io.kind) {
     case IoKind::kRead:
       --user_inflight_;

@@ -99,7 +99,9 @@ class DiskBackend final : public Backend {
   // kResetting: its new header is being written; writes into it wait. kReady: writable. Whether a
   // ready region is open or sealed is said by open_ and sealed_.
   enum class RegionState : std::uint8_t { kFree, kResetting, kReady };
-  struct Region {
+  // One region of the data file (disk_layout.hpp): the unit of allocation and eviction. Not a
+  // tier::Region, which is a span of memory.
+  struct DiskRegion {
     RegionState state = RegionState::kFree;
     std::uint64_t seq = 0;
     std::uint32_t write_blocks = 0;      // next free data block
@@ -154,6 +156,8 @@ class DiskBackend final : public Backend {
   Status recover();
 
   void accept_put(const IoRequest& r);
+  // Where r.key is published; completes `r` with NotFound when it is not.
+  std::optional<Location> locate_or_complete(const IoRequest& r);
   void accept_get(const IoRequest& r);
   void accept_remove(const IoRequest& r);
   void place_puts();
@@ -191,9 +195,9 @@ class DiskBackend final : public Backend {
   std::uint32_t ring_inflight_ = 0;
   std::uint32_t user_inflight_ = 0;  // accepted get/put/remove not yet completed
 
-  std::vector<Region> regions_;
+  std::vector<DiskRegion> regions_;
   std::vector<std::uint32_t> sealed_;  // full regions, eviction candidates
-  std::uint64_t clock_ = 0;            // recency clock of Region::touched
+  std::uint64_t clock_ = 0;            // recency clock of DiskRegion::touched
   std::deque<std::uint32_t> free_;     // regions without a generation
   std::int64_t open_ = -1;             // region receiving appends
   std::int64_t spare_ = -1;            // region readied to be opened next

@@ -54,16 +54,18 @@ void encode_superblock(std::span<std::byte> block, const Geometry& g) noexcept {
   put_le<std::uint64_t>(p + kCheckAt, check_of(p, kCheckAt));
 }
 
-bool decode_superblock(std::span<const std::byte> block, Geometry* g) noexcept {
-  if (block.size() < kSlotBytes) return false;
+std::optional<Geometry> decode_superblock(std::span<const std::byte> block) noexcept {
+  if (block.size() < kSlotBytes) return std::nullopt;
   const std::byte* p = block.data();
   if (get_le<std::uint32_t>(p) != kSuperMagic || get_le<std::uint32_t>(p + 4) != kLayoutVersion)
-    return false;
-  if (get_le<std::uint64_t>(p + kCheckAt) != check_of(p, kCheckAt)) return false;
-  g->block_size = get_le<std::uint32_t>(p + 8);
-  g->region_count = get_le<std::uint32_t>(p + 12);
-  g->region_size = get_le<std::uint64_t>(p + 16);
-  return g->check().empty();
+    return std::nullopt;
+  if (get_le<std::uint64_t>(p + kCheckAt) != check_of(p, kCheckAt)) return std::nullopt;
+  Geometry g;
+  g.block_size = get_le<std::uint32_t>(p + 8);
+  g.region_count = get_le<std::uint32_t>(p + 12);
+  g.region_size = get_le<std::uint64_t>(p + 16);
+  if (!g.check().empty()) return std::nullopt;
+  return g;
 }
 
 void encode_region_header(std::byte* p, const RegionHeader& h) noexcept {
@@ -74,12 +76,14 @@ void encode_region_header(std::byte* p, const RegionHeader& h) noexcept {
   put_le<std::uint64_t>(p + kCheckAt, check_of(p, kCheckAt));
 }
 
-bool decode_region_header(const std::byte* p, RegionHeader* h) noexcept {
-  if (get_le<std::uint32_t>(p) != kRegionMagic) return false;
-  if (get_le<std::uint64_t>(p + kCheckAt) != check_of(p, kCheckAt)) return false;
-  h->region = get_le<std::uint32_t>(p + 4);
-  h->seq = get_le<std::uint64_t>(p + 8);
-  return h->seq != 0;
+std::optional<RegionHeader> decode_region_header(const std::byte* p) noexcept {
+  if (get_le<std::uint32_t>(p) != kRegionMagic) return std::nullopt;
+  if (get_le<std::uint64_t>(p + kCheckAt) != check_of(p, kCheckAt)) return std::nullopt;
+  RegionHeader h;
+  h.region = get_le<std::uint32_t>(p + 4);
+  h.seq = get_le<std::uint64_t>(p + 8);
+  if (h.seq == 0) return std::nullopt;
+  return h;
 }
 
 void encode_entry(std::byte* p, const Entry& e) noexcept {
@@ -96,19 +100,21 @@ void encode_entry(std::byte* p, const Entry& e) noexcept {
   put_le<std::uint32_t>(p + kEntryCheckAt, static_cast<std::uint32_t>(check_of(p, kEntryCheckAt)));
 }
 
-bool decode_entry(const std::byte* p, Entry* e) noexcept {
-  if (get_le<std::uint32_t>(p) != kEntryMagic) return false;
+std::optional<Entry> decode_entry(const std::byte* p) noexcept {
+  if (get_le<std::uint32_t>(p) != kEntryMagic) return std::nullopt;
   if (get_le<std::uint32_t>(p + kEntryCheckAt) !=
       static_cast<std::uint32_t>(check_of(p, kEntryCheckAt)))
-    return false;
-  e->image_bytes = get_le<std::uint32_t>(p + 4);
-  e->seq = get_le<std::uint64_t>(p + 8);
-  e->key.ns = Key128{get_le<std::uint64_t>(p + 16), get_le<std::uint64_t>(p + 24)};
-  e->key.id = Key128{get_le<std::uint64_t>(p + 32), get_le<std::uint64_t>(p + 40)};
-  e->key.rank = get_le<std::uint32_t>(p + 48);
-  e->offset_blocks = get_le<std::uint32_t>(p + 52);
-  e->payload_check = get_le<std::uint32_t>(p + 56);
-  return e->image_bytes != 0;
+    return std::nullopt;
+  Entry e;
+  e.image_bytes = get_le<std::uint32_t>(p + 4);
+  e.seq = get_le<std::uint64_t>(p + 8);
+  e.key.ns = Key128{get_le<std::uint64_t>(p + 16), get_le<std::uint64_t>(p + 24)};
+  e.key.id = Key128{get_le<std::uint64_t>(p + 32), get_le<std::uint64_t>(p + 40)};
+  e.key.rank = get_le<std::uint32_t>(p + 48);
+  e.offset_blocks = get_le<std::uint32_t>(p + 52);
+  e.payload_check = get_le<std::uint32_t>(p + 56);
+  if (e.image_bytes == 0) return std::nullopt;
+  return e;
 }
 
 bool slot_is_zero(const std::byte* p) noexcept {
@@ -117,9 +123,9 @@ bool slot_is_zero(const std::byte* p) noexcept {
   return true;
 }
 
-Status scan_index(int fd, const Geometry& g, ScanResult& out,
-                  const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  out = ScanResult{};
+Result<ScanResult> scan_index(int fd, const Geometry& g,
+                              const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  ScanResult out;
   out.regions.resize(g.region_count);
   const std::uint64_t dir = g.dir_bytes();
   const std::uint32_t per_read =
@@ -133,23 +139,24 @@ Status scan_index(int fd, const Geometry& g, ScanResult& out,
     for (std::uint32_t k = 0; k < n; ++k) {
       const std::uint32_t r = first + k;
       const std::byte* d = buf.data() + k * dir;
-      RegionHeader h;
-      if (!decode_region_header(d, &h) || h.region != r) {
+      auto h = decode_region_header(d);
+      if (!h || h->region != r) {
         if (!slot_is_zero(d)) out.corrupt_regions.push_back(r);
         continue;
       }
-      out.regions[r] = ScannedRegion{true, h.seq};
+      out.regions[r] = ScannedRegion{true, h->seq};
       for (std::uint32_t s = 1; s < g.dir_slots(); ++s) {
         const std::byte* p = d + std::size_t{s} * kSlotBytes;
         if (slot_is_zero(p)) continue;
-        Entry e;
-        if (!decode_entry(p, &e)) {
+        auto entry = decode_entry(p);
+        if (!entry) {
           out.corrupt_entries.push_back({r, s});
           continue;
         }
-        if (e.seq != h.seq) {
+        const Entry& e = *entry;
+        if (e.seq != h->seq) {
           // A leftover of an earlier generation, or (seq above the header's) damage.
-          if (e.seq < h.seq)
+          if (e.seq < h->seq)
             ++out.stale_entries;
           else
             out.corrupt_entries.push_back({r, s});
@@ -165,7 +172,7 @@ Status scan_index(int fd, const Geometry& g, ScanResult& out,
     }
     if (progress) progress(std::uint64_t{first + n} * dir, total);
   }
-  return Status::ok();
+  return out;
 }
 
 Result<Geometry> read_superblock(int fd, std::uint32_t block_size_hint) {
@@ -185,10 +192,9 @@ Result<Geometry> read_superblock(int fd, std::uint32_t block_size_hint) {
   if (n < 0)
     return Status::io_error(fmt::format("index: read superblock: {}", std::strerror(errno)));
   if (static_cast<std::size_t>(n) < kSlotBytes) return Status::not_found("index: no superblock");
-  Geometry g;
-  if (!decode_superblock(buf.span().first(static_cast<std::size_t>(n)), &g))
-    return Status::not_found("index: no valid superblock");
-  return g;
+  auto g = decode_superblock(buf.span().first(static_cast<std::size_t>(n)));
+  if (!g) return Status::not_found("index: no valid superblock");
+  return *g;
 }
 
 StoreFiles::StoreFiles(StoreFiles&& o) noexcept

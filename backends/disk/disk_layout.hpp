@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,13 +92,13 @@ struct Entry {
   std::uint32_t payload_check = 0;  // low 32 bits of the image's payload checksum
 };
 
-// Slot codecs. A decoder returns false when the slot does not hold a valid record of its kind.
+// Slot codecs. A decoder returns nullopt when the slot does not hold a valid record of its kind.
 void encode_superblock(std::span<std::byte> block, const Geometry& g) noexcept;
-bool decode_superblock(std::span<const std::byte> block, Geometry* g) noexcept;
+std::optional<Geometry> decode_superblock(std::span<const std::byte> block) noexcept;
 void encode_region_header(std::byte* slot, const RegionHeader& h) noexcept;
-bool decode_region_header(const std::byte* slot, RegionHeader* h) noexcept;
+std::optional<RegionHeader> decode_region_header(const std::byte* slot) noexcept;
 void encode_entry(std::byte* slot, const Entry& e) noexcept;
-bool decode_entry(const std::byte* slot, Entry* e) noexcept;
+std::optional<Entry> decode_entry(const std::byte* slot) noexcept;
 bool slot_is_zero(const std::byte* slot) noexcept;
 
 // What a scan of the index finds.
@@ -123,9 +124,10 @@ struct ScanResult {
 };
 
 // Reads every directory of the index file (opened with O_DIRECT or not) and classifies its
-// slots. `progress(done, total)` is called with bytes scanned. Returns: Ok or IoError.
-Status scan_index(int index_fd, const Geometry& g, ScanResult& out,
-                  const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+// slots. `progress(done, total)` is called with bytes scanned. Returns: what it found, or IoError.
+Result<ScanResult> scan_index(
+    int index_fd, const Geometry& g,
+    const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 
 // Reads and checks the superblock. Returns: the geometry, NotFound (no valid superblock), IoError.
 Result<Geometry> read_superblock(int index_fd, std::uint32_t block_size_hint = 4096);

@@ -296,7 +296,7 @@ void RedisBackend::refresh_map() {
     auto r = std::make_unique<Request>();
     r->head = encode_command({"CLUSTER", "SLOTS"});
     r->deadline = Clock::now() + cfg_.timeout;
-    r->on_reply = [this, from = node.endpoint](const Status& s, Reply& reply) {
+    r->on_reply = [this, from = node.endpoint](const Status& s, const Reply& reply) {
       refreshing_ = false;
       if (s && reply.type == Reply::Type::kArray) {
         apply_slot_map(reply, from);

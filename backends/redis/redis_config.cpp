@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <optional>
 
 #include "tier/options.hpp"
 
@@ -20,20 +21,48 @@ std::uint64_t size_of(const Json& o, const char* name) {
   return parse_size(o.at(name)).value_or(0);
 }
 
+// The whole of `s` as a number of type T, or nullopt.
 template <class T>
-bool parse_number(std::string_view s, T& out) {
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+std::optional<T> parse_number(std::string_view s) {
+  T value{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return value;
+}
+
+// "host[:port]" or "[v6 address][:port]"; the port defaults to Endpoint's.
+Result<Endpoint> parse_host_port(std::string_view hostport) {
+  Endpoint seed;
+  std::string_view host = hostport;
+  std::optional<std::string_view> port;
+  if (hostport.starts_with('[')) {  // [::1]:6379
+    std::size_t close = hostport.find(']');
+    if (close == std::string_view::npos) return Status::invalid("url: unterminated [ in host");
+    host = hostport.substr(1, close - 1);
+    std::string_view after = hostport.substr(close + 1);
+    if (after.starts_with(':')) port = after.substr(1);
+  } else if (std::size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
+    host = hostport.substr(0, colon);
+    port = hostport.substr(colon + 1);
+  }
+  if (port) {
+    auto n = parse_number<std::uint16_t>(*port);
+    if (!n) return Status::invalid(fmt::format("url: bad port in \"{}\"", hostport));
+    seed.port = *n;
+  }
+  seed.host.assign(host);
+  return seed;
 }
 
 }  // namespace
 
-Status parse_redis_url(std::string_view url, RedisConfig& cfg) {
+Result<RedisUrl> parse_redis_url(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
   if (url.starts_with("rediss://"))
     return Status(Code::kNotSupported, "url: rediss:// (TLS) is not supported by this tier yet");
   if (!url.starts_with(kScheme))
     return Status::invalid(fmt::format("url: expected redis://host[:port][/db], got \"{}\"", url));
+  RedisUrl out;
   std::string_view rest = url.substr(kScheme.size());
   std::size_t at = rest.rfind('@');
   if (at != std::string_view::npos) {
@@ -41,44 +70,34 @@ Status parse_redis_url(std::string_view url, RedisConfig& cfg) {
     rest = rest.substr(at + 1);
     std::size_t colon = cred.find(':');
     if (colon == std::string_view::npos) {
-      cfg.password.assign(cred);  // redis://secret@host: a password only
+      out.password.assign(cred);  // redis://secret@host: a password only
     } else {
-      cfg.username.assign(cred.substr(0, colon));
-      cfg.password.assign(cred.substr(colon + 1));
+      out.username.assign(cred.substr(0, colon));
+      out.password.assign(cred.substr(colon + 1));
     }
   }
   std::size_t slash = rest.find('/');
-  std::string_view hostport = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
     std::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && !parse_number(db, cfg.db))
-      return Status::invalid(fmt::format("url: database \"{}\" is not a number", db));
-  }
-  std::string_view host = hostport;
-  if (hostport.starts_with('[')) {  // [::1]:6379
-    std::size_t close = hostport.find(']');
-    if (close == std::string_view::npos) return Status::invalid("url: unterminated [ in host");
-    host = hostport.substr(1, close - 1);
-    std::string_view after = hostport.substr(close + 1);
-    if (after.starts_with(':') && !parse_number(after.substr(1), cfg.seed.port))
-      return Status::invalid(fmt::format("url: bad port in \"{}\"", hostport));
-  } else {
-    std::size_t colon = hostport.rfind(':');
-    if (colon != std::string_view::npos) {
-      host = hostport.substr(0, colon);
-      if (!parse_number(hostport.substr(colon + 1), cfg.seed.port))
-        return Status::invalid(fmt::format("url: bad port in \"{}\"", hostport));
+    if (!db.empty()) {
+      auto n = parse_number<std::uint32_t>(db);
+      if (!n) return Status::invalid(fmt::format("url: database \"{}\" is not a number", db));
+      out.db = *n;
     }
   }
-  if (host.empty()) return Status::invalid(fmt::format("url: no host in \"{}\"", url));
-  if (cfg.seed.port == 0) return Status::invalid("url: port 0");
-  cfg.seed.host.assign(host);
-  return Status::ok();
+  TIER_ASSIGN_OR_RETURN(out.seed, parse_host_port(rest.substr(0, slash)));
+  if (out.seed.host.empty()) return Status::invalid(fmt::format("url: no host in \"{}\"", url));
+  if (out.seed.port == 0) return Status::invalid("url: port 0");
+  return out;
 }
 
 Result<RedisConfig> make_redis_config(const Json& o) {
+  TIER_ASSIGN_OR_RETURN(RedisUrl url, parse_redis_url(o.at("url").get<std::string>()));
   RedisConfig cfg;
-  TIER_RETURN_IF_ERROR(parse_redis_url(o.at("url").get<std::string>(), cfg));
+  cfg.seed = std::move(url.seed);
+  cfg.username = std::move(url.username);
+  cfg.password = std::move(url.password);
+  cfg.db = url.db;
   cfg.mode = o.at("mode").get<std::string>() == "cluster" ? Mode::kCluster : Mode::kSingle;
   if (auto u = o.at("username").get<std::string>(); !u.empty()) cfg.username = u;
   if (auto p = o.at("password").get<std::string>(); !p.empty()) cfg.password = p;

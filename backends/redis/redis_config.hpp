@@ -41,9 +41,16 @@ struct RedisConfig {
   std::uint64_t max_object_bytes = 0;
 };
 
-// Parses "redis://[[user]:password@]host[:port][/db]" into `cfg` (seed, username, password, db).
-// Errors: InvalidArgument naming what is wrong (rediss:// is reported as not supported).
-Status parse_redis_url(std::string_view url, RedisConfig& cfg);
+// What a url says; the rest of RedisConfig comes from the tier's options.
+struct RedisUrl {
+  Endpoint seed;
+  std::string username;  // empty: none given
+  std::string password;  // empty: none given
+  std::uint32_t db = 0;
+};
+// Parses "redis://[[user]:password@]host[:port][/db]". Errors: InvalidArgument naming what is
+// wrong, NotSupported (rediss://).
+Result<RedisUrl> parse_redis_url(std::string_view url);
 
 // Builds the config from resolved options (defaults filled, durations in microseconds). Options
 // `username`, `password` and `db` override what the url says when given.

@@ -107,7 +107,7 @@ void Connection::push_handshake() {
     auto r = std::make_unique<Request>();
     r->head = std::move(head);
     r->deadline = connect_deadline_;
-    r->on_reply = [this, what](const Status& s, Reply& reply) {
+    r->on_reply = [this, what](const Status& s, const Reply& reply) {
       if (!s) return;  // the connection is already failing
       if (reply.type == Reply::Type::kError)
         fail(Status::io_error(
@@ -127,7 +127,7 @@ void Connection::push_handshake() {
   auto ping = std::make_unique<Request>();
   ping->head = encode_command({"PING"});
   ping->deadline = connect_deadline_;
-  ping->on_reply = [this](const Status& s, Reply& reply) {
+  ping->on_reply = [this](const Status& s, const Reply& reply) {
     if (!s) return;
     if (reply.type == Reply::Type::kError) {
       fail(Status::io_error(fmt::format("redis {}: {}", endpoint_.address(), reply.str)));
@@ -336,47 +336,45 @@ void Connection::process() {
     Request& front = *inflight_.front();
     std::string_view in(rbuf_.data() + rpos_, rend_ - rpos_);
     if (!front.asking && !front.on_reply && front.op == Op::kGet && in[0] == '$') {
-      std::int64_t len = 0;
-      auto n = parse_integer_line(in.substr(1), len);
-      if (!n) {
-        fail(n.status());
+      auto line = parse_integer_line(in.substr(1));
+      if (!line) {
+        fail(line.status());
         return;
       }
-      if (*n == 0) return;
-      rpos_ += 1 + *n;
-      if (len < 0) {
+      if (line->consumed == 0) return;
+      rpos_ += 1 + line->consumed;
+      if (line->value < 0) {
         RequestPtr r = std::move(inflight_.front());
         inflight_.pop_front();
         owner_.complete(std::move(r), Status::not_found(), 0);
         continue;
       }
       streaming_ = true;
-      stream_total_ = static_cast<std::size_t>(len);
+      stream_total_ = static_cast<std::size_t>(line->value);
       stream_left_ = stream_total_;
       stream_crlf_ = 2;
       stream_fits_ = stream_total_ <= front.dst_bytes;
       stream_dst_ = front.dst;
       continue;
     }
-    Reply reply;
-    auto n = parse_reply(in, reply);
-    if (!n) {
-      fail(n.status());
+    auto parsed = parse_reply(in);
+    if (!parsed) {
+      fail(parsed.status());
       return;
     }
-    if (*n == 0) return;
-    rpos_ += *n;
+    if (parsed->consumed == 0) return;
+    rpos_ += parsed->consumed;
     if (front.asking) {  // the reply to ASKING
       front.asking = false;
-      if (reply.type != Reply::Type::kError) continue;
+      if (parsed->reply.type != Reply::Type::kError) continue;
     }
     RequestPtr r = std::move(inflight_.front());
     inflight_.pop_front();
-    handle_reply(std::move(r), reply);
+    handle_reply(std::move(r), parsed->reply);
   }
 }
 
-void Connection::handle_reply(RequestPtr r, Reply& reply) {
+void Connection::handle_reply(RequestPtr r, const Reply& reply) {
   if (r->on_reply) {
     r->on_reply(Status::ok(), reply);
     return;

@@ -52,7 +52,7 @@ struct Request {
   std::uint16_t slot = 0;      // cluster hash slot of the key
   std::uint8_t redirects = 0;  // MOVED/ASK followed so far
   bool asking = false;         // prefix ASKING (its +OK reply is skipped)
-  std::function<void(const Status&, Reply&)> on_reply;
+  std::function<void(const Status&, const Reply&)> on_reply;
 };
 using RequestPtr = std::unique_ptr<Request>;
 
@@ -109,7 +109,7 @@ class Connection {
   void start_read();
   void process();
   void finish_stream();
-  void handle_reply(RequestPtr r, Reply& reply);
+  void handle_reply(RequestPtr r, const Reply& reply);
   void push_handshake();
 
   Endpoint endpoint_;

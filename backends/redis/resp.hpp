@@ -25,14 +25,19 @@ struct Reply {
   std::vector<Reply> elements;  // kArray
 };
 
-// Parses one complete reply at the front of `in` into `out`.
-// Returns: the bytes consumed, 0 when `in` holds only part of a reply, or IoError when the bytes
-// are not RESP2.
-Result<std::size_t> parse_reply(std::string_view in, Reply& out);
+struct ParsedReply {
+  std::size_t consumed = 0;  // bytes of `in`; 0 when `in` holds only part of a reply
+  Reply reply;
+};
+// Parses one complete reply at the front of `in`. Errors: IoError when the bytes are not RESP2.
+Result<ParsedReply> parse_reply(std::string_view in);
 
-// Parses a "<digits>\r\n" line after a type byte; returns the bytes consumed (0: incomplete) and
-// the number, or IoError. `in` starts right after the type byte.
-Result<std::size_t> parse_integer_line(std::string_view in, std::int64_t& value);
+struct IntegerLine {
+  std::size_t consumed = 0;  // bytes of `in`; 0 when the line is incomplete
+  std::int64_t value = 0;
+};
+// Parses a "<digits>\r\n" line after a type byte (`in` starts right after it). Errors: IoError.
+Result<IntegerLine> parse_integer_line(std::string_view in);
 
 // A command as a RESP array of bulk strings.
 std::string encode_command(std::initializer_list<std::string_view> args);

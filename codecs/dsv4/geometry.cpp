@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -64,6 +65,92 @@ std::uint64_t class_entry_rows(std::uint64_t n, std::uint64_t stride, std::uint6
   if (n == 0) return 0;
   auto ring_offset = [&](std::uint64_t q) { return (q / stride) * (n * stride) + q % stride; };
   return (n - 1) * stride + ring_offset(ring_slots - 1) + 1;
+}
+
+struct FieldSize {
+  const char* name;
+  std::uint64_t bytes;
+};
+
+// Compressor-state fields (fp32), in wire order. CSA windows hold two compression periods plus
+// the speculative steps; HCA windows one period plus the steps. Then the field windows (every
+// field-window layer's ring of kv_head_dim, bf16), last as in the reference's list. `g` gives
+// the layer counts and the ring length.
+std::vector<FieldSize> compressor_fields(const ModelConfig& c, const Geometry& g) {
+  const std::uint64_t csa_win = 2 * kCsaRatio + c.spec_steps, hca_win = kHcaRatio + c.spec_steps;
+  return {
+      {"csa_main_kv", g.n_csa * csa_win * 2 * c.kv_head_dim * 4},
+      {"csa_main_score", g.n_csa * csa_win * 2 * c.kv_head_dim * 4},
+      {"csa_idx_kv", g.n_csa * csa_win * 2 * c.index_head_dim * 4},
+      {"csa_idx_score", g.n_csa * csa_win * 2 * c.index_head_dim * 4},
+      {"hca_main_kv", g.n_hca * hca_win * c.kv_head_dim * 4},
+      {"hca_main_score", g.n_hca * hca_win * c.kv_head_dim * 4},
+      {"field_window", g.n_field * g.ring_slots * c.kv_head_dim * kFieldWindowElemBytes},
+  };
+}
+
+struct Arena {
+  std::uint64_t rows = 0;
+  std::vector<FieldPlacement> fields;  // the non-empty ones
+};
+
+// The arena when field f goes to plane assign[f], each field aligned after the previous one of
+// its plane.
+Arena arrange(std::span<const FieldSize> fields, std::span<const std::uint32_t> assign,
+              std::span<const Plane> planes) {
+  Arena arena;
+  std::vector<std::uint64_t> used(planes.size(), 0);
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (!fields[f].bytes) continue;
+    std::uint64_t off = align_up(used[assign[f]], kFieldAlign);
+    arena.fields.push_back({fields[f].name, assign[f], off, fields[f].bytes});
+    used[assign[f]] = off + fields[f].bytes;
+  }
+  for (std::size_t p = 0; p < planes.size(); ++p)
+    arena.rows = std::max(arena.rows, ceil_div(used[p], planes[p].row_bytes));
+  return arena;
+}
+
+// Tries every field -> plane assignment (the first field varies slowest) and keeps the first
+// with the fewest arena rows.
+Arena place_fields(std::span<const FieldSize> fields, std::span<const Plane> planes) {
+  const std::size_t np = planes.size(), nf = fields.size();
+  std::uint64_t combos = 1;
+  for (std::size_t i = 0; i < nf; ++i) combos *= np;
+  Arena best{.rows = std::numeric_limits<std::uint64_t>::max()};
+  std::vector<std::uint32_t> assign(nf);
+  for (std::uint64_t code = 0; code < combos; ++code) {
+    std::uint64_t rest = code;
+    for (std::size_t f = nf; f-- > 0;) {
+      assign[f] = static_cast<std::uint32_t>(rest % np);
+      rest /= np;
+    }
+    Arena arena = arrange(fields, assign, planes);
+    if (arena.rows < best.rows) best = std::move(arena);
+  }
+  return best;
+}
+
+// The PAGE regions of the CSA layers' indexer tensors, each in a backing of its own named like
+// the region: fp8 rows with their fp32 scale, or packed fp4 (E2M1) data plus its e8m0 scale pool.
+std::vector<RegionSpec> indexer_regions(const ModelConfig& c) {
+  const std::uint64_t csa_rows = c.block_size / kCsaRatio;
+  std::vector<RegionSpec> regions;
+  auto add = [&](std::string role, std::uint64_t unit) {
+    regions.push_back({role, role, 0, unit, c.num_blocks * unit, false});
+  };
+  for (std::size_t layer = 0; layer < c.compress_ratios.size(); ++layer) {
+    if (c.compress_ratios[layer] != kCsaRatio) continue;
+    std::string role = fmt::format("dsv4.csa_indexer.layer_{}", layer);
+    if (c.index_dtype == IndexDtype::kFp8) {
+      add(role, csa_rows * (c.index_head_dim + kIndexScaleBytes));
+    } else {
+      add(role, csa_rows * c.index_head_dim / 2);
+      add(fmt::format("dsv4.csa_indexer_scale.layer_{}", layer),
+          csa_rows * c.index_head_dim / kFp4GroupSize);
+    }
+  }
+  return regions;
 }
 
 }  // namespace
@@ -218,54 +305,9 @@ Result<Geometry> Geometry::compute(const ModelConfig& c) {
     g.planes = {{"dsv4.main_kv.nope", c.kv_head_dim * 2}};
   }
 
-  // Compressor-state fields (fp32), in wire order. CSA windows hold two compression periods
-  // plus the speculative steps; HCA windows one period plus the steps. Then the field windows
-  // (every field-window layer's ring of kv_head_dim, bf16), last as in the reference's list.
-  struct Field {
-    const char* name;
-    std::uint64_t bytes;
-  };
-  const std::uint64_t csa_win = 2 * kCsaRatio + c.spec_steps, hca_win = kHcaRatio + c.spec_steps;
-  const std::vector<Field> fields = {
-      {"csa_main_kv", g.n_csa * csa_win * 2 * c.kv_head_dim * 4},
-      {"csa_main_score", g.n_csa * csa_win * 2 * c.kv_head_dim * 4},
-      {"csa_idx_kv", g.n_csa * csa_win * 2 * c.index_head_dim * 4},
-      {"csa_idx_score", g.n_csa * csa_win * 2 * c.index_head_dim * 4},
-      {"hca_main_kv", g.n_hca * hca_win * c.kv_head_dim * 4},
-      {"hca_main_score", g.n_hca * hca_win * c.kv_head_dim * 4},
-      {"field_window", g.n_field * g.ring_slots * c.kv_head_dim * kFieldWindowElemBytes},
-  };
-  // Every field -> plane assignment (the first field varies slowest); keep the first with the
-  // fewest arena rows.
-  const std::size_t np = g.planes.size(), nf = fields.size();
-  std::uint64_t combos = 1;
-  for (std::size_t i = 0; i < nf; ++i) combos *= np;
-  std::uint64_t best_rows = std::numeric_limits<std::uint64_t>::max();
-  std::vector<std::uint32_t> assign(nf), best(nf);
-  for (std::uint64_t code = 0; code < combos; ++code) {
-    std::uint64_t rest = code;
-    for (std::size_t f = nf; f-- > 0;) {
-      assign[f] = static_cast<std::uint32_t>(rest % np);
-      rest /= np;
-    }
-    std::vector<std::uint64_t> used(np, 0);
-    for (std::size_t f = 0; f < nf; ++f)
-      if (fields[f].bytes) used[assign[f]] = align_up(used[assign[f]], kFieldAlign) + fields[f].bytes;
-    std::uint64_t rows = 0;
-    for (std::size_t p = 0; p < np; ++p) rows = std::max(rows, ceil_div(used[p], g.planes[p].row_bytes));
-    if (rows < best_rows) {
-      best_rows = rows;
-      best = assign;
-    }
-  }
-  g.arena_rows = best_rows;
-  std::vector<std::uint64_t> used(np, 0);
-  for (std::size_t f = 0; f < nf; ++f) {
-    if (!fields[f].bytes) continue;
-    std::uint64_t off = align_up(used[best[f]], kFieldAlign);
-    g.fields.push_back({fields[f].name, best[f], off, fields[f].bytes});
-    used[best[f]] = off + fields[f].bytes;
-  }
+  Arena arena = place_fields(compressor_fields(c, g), g.planes);
+  g.arena_rows = arena.rows;
+  g.fields = std::move(arena.fields);
   g.slot_rows = align_up(g.arena_rows + g.entry_rows, kSlotAlignRows);
   if (g.envelope_rows == 0) return Status::invalid("no compressed layer: a PAGE block would be empty");
   const long double plane_rows_ld = static_cast<long double>(c.num_blocks) * g.envelope_rows +
@@ -279,23 +321,9 @@ Result<Geometry> Geometry::compute(const ModelConfig& c) {
     std::uint64_t unit = g.envelope_rows * p.row_bytes;
     g.page_regions.push_back({p.role, p.role, 0, unit, c.num_blocks * unit, false});
   }
-  for (std::size_t layer = 0; layer < c.compress_ratios.size(); ++layer) {
-    if (c.compress_ratios[layer] != kCsaRatio) continue;
-    std::string role = fmt::format("dsv4.csa_indexer.layer_{}", layer);
-    if (c.index_dtype == IndexDtype::kFp8) {
-      std::uint64_t unit = csa_rows * (c.index_head_dim + kIndexScaleBytes);
-      g.backings.push_back({role, c.num_blocks * unit});
-      g.page_regions.push_back({role, role, 0, unit, c.num_blocks * unit, false});
-    } else {
-      // fp4: packed E2M1 data plus its e8m0 scale pool, both in the region map.
-      std::uint64_t unit = csa_rows * c.index_head_dim / 2;
-      g.backings.push_back({role, c.num_blocks * unit});
-      g.page_regions.push_back({role, role, 0, unit, c.num_blocks * unit, false});
-      std::string srole = fmt::format("dsv4.csa_indexer_scale.layer_{}", layer);
-      std::uint64_t sunit = csa_rows * c.index_head_dim / kFp4GroupSize;
-      g.backings.push_back({srole, c.num_blocks * sunit});
-      g.page_regions.push_back({srole, srole, 0, sunit, c.num_blocks * sunit, false});
-    }
+  for (RegionSpec& r : indexer_regions(c)) {
+    g.backings.push_back({r.backing, r.total_bytes});
+    g.page_regions.push_back(std::move(r));
   }
   for (const Plane& p : g.planes) {
     std::uint64_t unit = g.slot_rows * p.row_bytes;

@@ -45,18 +45,44 @@ std::string trim(std::string_view s) {
   return std::string(s);
 }
 
-// Splits "12.5GiB" into 12.5 and "GiB". Returns false when no number leads.
-bool split_number(std::string_view s, double& number, std::string& unit) {
+struct NumberWithUnit {
+  double number = 0;
+  std::string unit;
+};
+
+// Splits "12.5GiB" into 12.5 and "GiB". Returns nullopt when no number leads.
+std::optional<NumberWithUnit> split_number(std::string_view s) {
   std::string t = trim(s);
   std::size_t i = 0;
   while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
-  if (i == 0) return false;
+  if (i == 0) return std::nullopt;
   char* end = nullptr;
   std::string num = t.substr(0, i);
-  number = std::strtod(num.c_str(), &end);
-  if (end != num.c_str() + num.size()) return false;
-  unit = trim(std::string_view(t).substr(i));
-  return true;
+  NumberWithUnit out{.number = std::strtod(num.c_str(), &end)};
+  if (end != num.c_str() + num.size()) return std::nullopt;
+  out.unit = trim(std::string_view(t).substr(i));
+  return out;
+}
+
+struct Unit {
+  std::string_view name;
+  double factor;
+};
+
+// A non-negative JSON integer as is, or a string "<number><unit>" scaled by its unit's factor
+// to a whole number no larger than `max`.
+std::optional<std::uint64_t> parse_scaled(const Json& v, std::span<const Unit> units, double max) {
+  if (v.is_number_integer()) return as_unsigned(v);
+  if (!v.is_string()) return std::nullopt;
+  auto split = split_number(v.get<std::string>());
+  if (!split) return std::nullopt;
+  for (const Unit& u : units) {
+    if (split->unit != u.name) continue;
+    double scaled = split->number * u.factor;
+    if (scaled > max || scaled != std::floor(scaled)) return std::nullopt;
+    return static_cast<std::uint64_t>(scaled);
+  }
+  return std::nullopt;
 }
 
 std::string range_text(const OptionSpec& s) {
@@ -89,17 +115,19 @@ bool in_range(const OptionSpec& s, double v) {
   return (!s.min || v >= *s.min) && (!s.max || v <= *s.max);
 }
 
+// `n` as JSON when there is one and it lies within the spec's bounds.
+std::optional<Json> bounded(const OptionSpec& s, std::optional<std::uint64_t> n) {
+  if (n && in_range(s, static_cast<double>(*n))) return Json(*n);
+  return std::nullopt;
+}
+
 // Converts one value; returns nullopt when it does not fit the spec.
 std::optional<Json> convert(const OptionSpec& s, const Json& v) {
   switch (s.type) {
     case OptionType::kBool:
       if (v.is_boolean()) return v;
       return std::nullopt;
-    case OptionType::kUInt: {
-      auto n = as_unsigned(v);
-      if (n && in_range(s, static_cast<double>(*n))) return Json(*n);
-      return std::nullopt;
-    }
+    case OptionType::kUInt: return bounded(s, as_unsigned(v));
     case OptionType::kInt:
       if (v.is_number_integer() && in_range(s, static_cast<double>(v.get<std::int64_t>())))
         return v;
@@ -113,16 +141,8 @@ std::optional<Json> convert(const OptionSpec& s, const Json& v) {
       if (v.is_string() && (s.type == OptionType::kString || !v.get<std::string>().empty()))
         return v;
       return std::nullopt;
-    case OptionType::kSize: {
-      auto n = parse_size(v);
-      if (n && in_range(s, static_cast<double>(*n))) return Json(*n);
-      return std::nullopt;
-    }
-    case OptionType::kDuration: {
-      auto n = parse_duration_us(v);
-      if (n && in_range(s, static_cast<double>(*n))) return Json(*n);
-      return std::nullopt;
-    }
+    case OptionType::kSize: return bounded(s, parse_size(v));
+    case OptionType::kDuration: return bounded(s, parse_duration_us(v));
     case OptionType::kEnum:
       if (v.is_string() &&
           std::find(s.choices.begin(), s.choices.end(), v.get<std::string>()) != s.choices.end())
@@ -176,49 +196,26 @@ std::string describe_json(const Json& v) {
 }
 
 std::optional<std::uint64_t> parse_size(const Json& v) {
-  if (v.is_number_integer()) return as_unsigned(v);
-  if (!v.is_string()) return std::nullopt;
-  double number = 0;
-  std::string unit;
-  if (!split_number(v.get<std::string>(), number, unit)) return std::nullopt;
-  struct Unit {
-    std::string_view name;
-    double factor;
-  };
-  static constexpr Unit kUnits[] = {
-      {"", 1},         {"B", 1},          {"KiB", 1024.0},       {"MiB", 1048576.0},
-      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-      {"GB", 1e9},     {"TB", 1e12},      {"K", 1024.0},         {"M", 1048576.0},
+  static constexpr Unit kSizeUnits[] = {
+      {"", 1},           {"B", 1},
+      {"KiB", 1024.0},   {"MiB", 1048576.0},
+      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3},       {"MB", 1e6},
+      {"GB", 1e9},       {"TB", 1e12},
+      {"K", 1024.0},     {"M", 1048576.0},
       {"G", 1073741824.0},
   };
-  for (const Unit& u : kUnits) {
-    if (unit == u.name) {
-      double bytes = number * u.factor;
-      if (bytes > 1.8e19 || bytes != std::floor(bytes)) return std::nullopt;
-      return static_cast<std::uint64_t>(bytes);
-    }
-  }
-  return std::nullopt;
+  return parse_scaled(v, kSizeUnits, 1.8e19);
 }
 
 std::optional<std::uint64_t> parse_duration_us(const Json& v) {
-  if (v.is_number_integer()) return as_unsigned(v);
-  if (!v.is_string()) return std::nullopt;
-  double number = 0;
-  std::string unit;
-  if (!split_number(v.get<std::string>(), number, unit)) return std::nullopt;
-  double factor = 0;
-  if (unit == "us") factor = 1;
-  else if (unit == "ms") factor = 1e3;
-  else if (unit == "s") factor = 1e6;
-  else if (unit == "m" || unit == "min") factor = 60e6;
-  else return std::nullopt;
-  double us = number * factor;
-  if (us > 1e18 || us != std::floor(us)) return std::nullopt;
-  return static_cast<std::uint64_t>(us);
+  static constexpr Unit kDurationUnits[] = {
+      {"us", 1}, {"ms", 1e3}, {"s", 1e6}, {"m", 60e6}, {"min", 60e6},
+  };
+  return parse_scaled(v, kDurationUnits, 1e18);
 }
 
-std::optional<std::string> expand_env(std::string_view text, std::string* error) {
+Result<std::string> expand_env(std::string_view text) {
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text[i] != '$' || i + 1 >= text.size() || text[i + 1] != '{') {
@@ -226,10 +223,8 @@ std::optional<std::string> expand_env(std::string_view text, std::string* error)
       continue;
     }
     std::size_t close = text.find('}', i + 2);
-    if (close == std::string_view::npos) {
-      if (error) *error = fmt::format("unterminated \"${{\" in \"{}\"", text);
-      return std::nullopt;
-    }
+    if (close == std::string_view::npos)
+      return Status::invalid(fmt::format("unterminated \"${{\" in \"{}\"", text));
     std::string_view body = text.substr(i + 2, close - i - 2);
     std::string_view name = body, fallback;
     bool has_default = false;
@@ -241,20 +236,16 @@ std::optional<std::string> expand_env(std::string_view text, std::string* error)
     bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
     });
-    if (!valid) {
-      if (error) *error = fmt::format("bad variable name \"{}\" in \"{}\"", name, text);
-      return std::nullopt;
-    }
+    if (!valid)
+      return Status::invalid(fmt::format("bad variable name \"{}\" in \"{}\"", name, text));
     const char* value = std::getenv(std::string(name).c_str());
     if (value != nullptr && *value != '\0') {
       out += value;
     } else if (has_default) {
       out += fallback;
     } else {
-      if (error)
-        *error = fmt::format("environment variable {} is not set and \"{}\" gives no default",
-                             name, text);
-      return std::nullopt;
+      return Status::invalid(fmt::format(
+          "environment variable {} is not set and \"{}\" gives no default", name, text));
     }
     i = close;
   }
@@ -352,12 +343,8 @@ Json resolve_options(const Json& given, std::span<const OptionSpec> specs, const
     }
     Json v = given[s.name];
     if (v.is_string() && v.get<std::string>().find("${") != std::string::npos) {
-      std::string err;
-      auto expanded = expand_env(v.get<std::string>(), &err);
-      if (!expanded) {
-        errors.add(p, err);
-        continue;
-      }
+      auto expanded = errors.value_or_add(p, expand_env(v.get<std::string>()));
+      if (!expanded) continue;
       v = *expanded;
       // A variable may carry a number or a boolean for a non-string option.
       bool textual = s.type == OptionType::kString || s.type == OptionType::kPath ||

@@ -1,17 +1,201 @@
 #include "tier/profile.hpp"
 
-#include <fstream>
-#include <set>
-#include <sstream>
-
 #include <fmt/format.h>
+
+#include <fstream>
+#include <optional>
+#include <set>
+#include <span>
+#include <sstream>
 
 namespace tier {
 namespace {
 
-const std::vector<std::string> kTopKeys = {"version", "description", "plugins", "stack", "tiers"};
-const std::vector<std::string> kTierKeys = {"name", "capacity", "backend", "stage",
-                                            "read", "write", "optional", "on_evict"};
+// ---- Step 1: read the document (pure: no registry, no plugin) -----------------------------------
+
+// A backend or stage as a tier names it: "type" or {"type": ..., options...}. The type is checked
+// against the registry only in step 3, once the profile's plugins are loaded.
+struct PluginRef {
+  std::string type;
+  Json options = Json::object();  // as given, without "type"
+  std::string path;               // JSON pointer of the reference
+  bool is_object = false;         // an unknown type is then reported at path + "/type"
+};
+
+// One tier as read from the document; its spec lacks the plugin types and options.
+struct TierDraft {
+  std::string path;  // "/tiers/<i>"
+  TierSpec spec;
+  std::optional<PluginRef> backend;
+  std::optional<PluginRef> stage;
+};
+
+struct PluginEntry {
+  std::string path;  // "/plugins/<i>"
+  std::string name;  // name or .so path, ${VAR} expanded
+};
+
+// What step 1 reads: the stack options in `profile`, the plugins to load, the tiers to check.
+struct ProfileDraft {
+  Profile profile;
+  std::vector<PluginEntry> plugins;
+  std::vector<TierDraft> tiers;
+};
+
+// One key of a profile object. The tables below drive reading, the unknown-key hints and
+// profile_schema_json().
+template <class Target>
+struct KeySpec {
+  std::string_view name;
+  std::string_view type;  // for the schema: "string", "size", ...
+  std::string_view doc;
+  // Non-empty: the key is required, and a missing one is reported as
+  // "required key is missing (<missing>)".
+  std::string_view missing;
+  // Checks the value and stores it in `target`; errors are reported at `path`.
+  void (*read)(const Json& value, const std::string& path, Target& target, ConfigErrors& errors);
+};
+
+void report_unknown_keys(const Json& obj, std::span<const std::string> allowed,
+                         const std::string& path, ConfigErrors& errors) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (std::find(allowed.begin(), allowed.end(), it.key()) != allowed.end()) continue;
+    std::string hint = did_you_mean(it.key(), allowed);
+    errors.add(path + "/" + it.key(),
+               hint.empty()
+                   ? fmt::format("unknown key \"{}\"", it.key())
+                   : fmt::format("unknown key \"{}\"; did you mean \"{}\"?", it.key(), hint));
+  }
+}
+
+// Reads the object `obj` at `path` key by key, as `keys` says.
+template <class Target>
+void read_object(const Json& obj, const std::string& path, std::span<const KeySpec<Target>> keys,
+                 Target& target, ConfigErrors& errors) {
+  std::vector<std::string> names;
+  for (const auto& key : keys) names.emplace_back(key.name);
+  report_unknown_keys(obj, names, path, errors);
+  for (const auto& key : keys) {
+    std::string name(key.name);
+    std::string key_path = path + "/" + name;
+    if (obj.contains(name)) {
+      key.read(obj[name], key_path, target, errors);
+    } else if (!key.missing.empty()) {
+      errors.add(key_path, fmt::format("required key is missing ({})", key.missing));
+    }
+  }
+}
+
+template <class Target>
+Json key_table_json(std::span<const KeySpec<Target>> keys) {
+  Json arr = Json::array();
+  for (const auto& key : keys)
+    arr.push_back({{"name", std::string(key.name)},
+                   {"type", std::string(key.type)},
+                   {"required", !key.missing.empty()},
+                   {"doc", std::string(key.doc)}});
+  return arr;
+}
+
+std::optional<std::string> read_string(const Json& v, const std::string& path,
+                                       ConfigErrors& errors) {
+  if (!v.is_string()) {
+    errors.add(path, "expected a string, got " + describe_json(v));
+    return std::nullopt;
+  }
+  return errors.value_or_add(path, expand_env(v.get<std::string>()));
+}
+
+std::optional<bool> read_bool(const Json& v, const std::string& path, ConfigErrors& errors) {
+  if (v.is_boolean()) return v.get<bool>();
+  errors.add(path, "expected true or false, got " + describe_json(v));
+  return std::nullopt;
+}
+
+std::optional<PluginRef> read_plugin_ref(const Json& v, const std::string& path, PluginKind kind,
+                                         ConfigErrors& errors) {
+  PluginRef ref{.path = path, .is_object = v.is_object()};
+  if (v.is_string()) {
+    ref.type = v.get<std::string>();
+    return ref;
+  }
+  if (!v.is_object()) {
+    errors.add(path, fmt::format("expected a {} name or an object with \"type\", got {}",
+                                 plugin_kind_name(kind), describe_json(v)));
+    return std::nullopt;
+  }
+  if (!v.contains("type")) {
+    errors.add(path + "/type",
+               fmt::format("required key is missing (a {} name)", plugin_kind_name(kind)));
+    return std::nullopt;
+  }
+  if (!v["type"].is_string()) {
+    errors.add(path + "/type", "expected a string, got " + describe_json(v["type"]));
+    return std::nullopt;
+  }
+  ref.type = v["type"].get<std::string>();
+  ref.options = v;
+  ref.options.erase("type");
+  return ref;
+}
+
+void read_capacity(const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+  Json size = v;
+  if (v.is_string()) {
+    auto expanded = errors.value_or_add(path, expand_env(v.get<std::string>()));
+    if (!expanded) return;
+    size = *expanded;
+  }
+  auto bytes = parse_size(size);
+  if (!bytes || *bytes == 0) {
+    errors.add(path, "expected a size like \"64GiB\", got " + describe_json(v));
+    return;
+  }
+  tier.spec.capacity_bytes = *bytes;
+}
+
+constexpr KeySpec<TierDraft> kTierKeys[] = {
+    {"name", "string", "the tier's name, unique in the profile", "the tier's name, e.g. \"cpu\"",
+     [](const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+       auto name = read_string(v, path, errors);
+       if (!name) return;
+       if (name->empty()) errors.add(path, "expected a non-empty string, got \"\"");
+       tier.spec.name = *name;
+     }},
+    {"capacity", "size", "bytes the tier may hold, e.g. \"64GiB\"", "a size like \"64GiB\"",
+     read_capacity},
+    {"backend", "plugin", "the backend: a name, or {\"type\": name, ...its options}",
+     "e.g. {\"type\": \"cpu\"}",
+     [](const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+       tier.backend = read_plugin_ref(v, path, PluginKind::kBackend, errors);
+     }},
+    {"stage", "plugin", "a stage codec applied to payloads in this tier (null: raw)", "",
+     [](const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+       if (!v.is_null()) tier.stage = read_plugin_ref(v, path, PluginKind::kStage, errors);
+     }},
+    {"read", "bool", "lookups read this tier (default true)", "",
+     [](const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+       if (auto b = read_bool(v, path, errors)) tier.spec.read = *b;
+     }},
+    {"write", "bool", "stores write this tier (default true)", "",
+     [](const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+       if (auto b = read_bool(v, path, errors)) tier.spec.write = *b;
+     }},
+    {"optional", "bool",
+     "left out, instead of failing the stack, when its backend cannot run here (default false)", "",
+     [](const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+       if (auto b = read_bool(v, path, errors)) tier.spec.optional = *b;
+     }},
+    {"on_evict", "enum", "\"demote\" (to the next tier, the default) or \"drop\"", "",
+     [](const Json& v, const std::string& path, TierDraft& tier, ConfigErrors& errors) {
+       if (v == Json("demote"))
+         tier.spec.on_evict = EvictPolicy::kDemote;
+       else if (v == Json("drop"))
+         tier.spec.on_evict = EvictPolicy::kDrop;
+       else
+         errors.add(path, "expected one of \"demote\", \"drop\", got " + describe_json(v));
+     }},
+};
 
 const std::vector<OptionSpec>& stack_specs() {
   static const std::vector<OptionSpec> specs = parse_option_specs(R"JSON([
@@ -23,66 +207,143 @@ const std::vector<OptionSpec>& stack_specs() {
   return specs;
 }
 
-void unknown_keys(const Json& obj, const std::vector<std::string>& allowed,
-                  const std::string& path, ConfigErrors& errors) {
-  for (auto it = obj.begin(); it != obj.end(); ++it) {
-    if (std::find(allowed.begin(), allowed.end(), it.key()) != allowed.end()) continue;
-    std::string hint = did_you_mean(it.key(), allowed);
-    errors.add(path + "/" + it.key(),
-               hint.empty() ? fmt::format("unknown key \"{}\"", it.key())
-                            : fmt::format("unknown key \"{}\"; did you mean \"{}\"?", it.key(),
-                                          hint));
+void read_plugins(const Json& v, const std::string& path, ProfileDraft& draft,
+                  ConfigErrors& errors) {
+  if (!v.is_array()) {
+    errors.add(path, "expected an array of plugin names or paths, got " + describe_json(v));
+    return;
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::string entry_path = fmt::format("{}/{}", path, i);
+    if (auto name = read_string(v[i], entry_path, errors))
+      draft.plugins.push_back({entry_path, *name});
   }
 }
 
-std::optional<std::string> string_value(const Json& v, const std::string& path,
-                                        ConfigErrors& errors) {
-  if (!v.is_string()) {
-    errors.add(path, "expected a string, got " + describe_json(v));
-    return std::nullopt;
-  }
-  std::string err;
-  auto s = expand_env(v.get<std::string>(), &err);
-  if (!s) errors.add(path, err);
-  return s;
+void read_stack(const Json& v, const std::string& path, ProfileDraft& draft, ConfigErrors& errors) {
+  Json stack = resolve_options(v, stack_specs(), path, errors);
+  if (stack.contains("max_inflight_bytes"))
+    draft.profile.max_inflight_bytes = stack["max_inflight_bytes"];
+  if (stack.contains("op_timeout")) draft.profile.op_timeout_us = stack["op_timeout"];
 }
 
-// A plugin reference is "type" or {"type": ..., options...}. Returns type and its options.
-bool plugin_ref(const Json& v, const std::string& path, PluginKind kind, const Registry& registry,
-                std::string& type, Json& options, ConfigErrors& errors) {
-  Json given = Json::object();
-  if (v.is_string()) {
-    type = v.get<std::string>();
-  } else if (v.is_object()) {
-    if (!v.contains("type")) {
-      errors.add(path + "/type", fmt::format("required key is missing (a {} name)",
-                                             plugin_kind_name(kind)));
-      return false;
-    }
-    if (!v["type"].is_string()) {
-      errors.add(path + "/type", "expected a string, got " + describe_json(v["type"]));
-      return false;
-    }
-    type = v["type"].get<std::string>();
-    given = v;
-    given.erase("type");
-  } else {
-    errors.add(path, fmt::format("expected a {} name or an object with \"type\", got {}",
-                                 plugin_kind_name(kind), describe_json(v)));
-    return false;
+void read_tiers(const Json& v, const std::string& path, ProfileDraft& draft, ConfigErrors& errors) {
+  if (!v.is_array() || v.empty()) {
+    errors.add(path, "expected a non-empty array of tiers, got " + describe_json(v));
+    return;
   }
-  const PluginInfo* info = registry.find(kind, type);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    TierDraft tier{.path = fmt::format("{}/{}", path, i)};
+    if (!v[i].is_object()) {
+      errors.add(tier.path, "expected a tier object, got " + describe_json(v[i]));
+      continue;
+    }
+    read_object<TierDraft>(v[i], tier.path, kTierKeys, tier, errors);
+    draft.tiers.push_back(std::move(tier));
+  }
+}
+
+constexpr KeySpec<ProfileDraft> kProfileKeys[] = {
+    {"version", "integer", "the profile format; only 1 exists", "",
+     [](const Json& v, const std::string& path, ProfileDraft&, ConfigErrors& errors) {
+       if (v != Json(1)) errors.add(path, "expected 1, got " + describe_json(v));
+     }},
+    {"description", "string", "free text for people", "",
+     [](const Json& v, const std::string& path, ProfileDraft&, ConfigErrors& errors) {
+       if (!v.is_string()) errors.add(path, "expected a string, got " + describe_json(v));
+     }},
+    {"plugins", "array of strings",
+     "plugin names or .so paths, loaded before the tiers' backends and stages are checked", "",
+     read_plugins},
+    {"stack", "object", "options of the tier stack: max_inflight_bytes, op_timeout", "",
+     read_stack},
+    {"tiers", "array of objects", "the tiers, fastest first", "an array of tiers, fastest first",
+     read_tiers},
+};
+
+ProfileDraft read_profile(const Json& doc, std::string source, ConfigErrors& errors) {
+  ProfileDraft draft;
+  draft.profile.source = std::move(source);
+  if (!doc.is_object()) {
+    errors.add("", "expected a profile object, got " + describe_json(doc));
+    return draft;
+  }
+  read_object<ProfileDraft>(doc, "", kProfileKeys, draft, errors);
+  return draft;
+}
+
+// ---- Step 2: load the plugins the profile lists -----------------------------------------------
+
+void load_plugins(std::span<const PluginEntry> plugins, Registry& registry, Profile& profile,
+                  ConfigErrors& errors) {
+  for (const auto& plugin : plugins) {
+    Status st = registry.load(plugin.name);
+    if (!st) errors.add(plugin.path, std::string(st.message()));
+    profile.plugins.push_back(plugin.name);
+  }
+}
+
+// ---- Step 3: check each backend and stage against the registry, then across tiers --------------
+
+// The options of `ref` with defaults filled in, or nullopt when its type is not registered.
+std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
+                                       const Registry& registry, ConfigErrors& errors) {
+  const PluginInfo* info = registry.find(kind, ref.type);
   if (info == nullptr) {
     auto names = registry.names(kind);
-    std::string hint = did_you_mean(type, names);
-    errors.add(v.is_object() ? path + "/type" : path,
-               fmt::format("unknown {} \"{}\"{}; registered: {}", plugin_kind_name(kind), type,
+    std::string hint = did_you_mean(ref.type, names);
+    errors.add(ref.is_object ? ref.path + "/type" : ref.path,
+               fmt::format("unknown {} \"{}\"{}; registered: {}", plugin_kind_name(kind), ref.type,
                            hint.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", hint),
                            fmt::join(names, ", ")));
-    return false;
+    return std::nullopt;
   }
-  options = resolve_options(given, info->options, path, errors);
-  return true;
+  return resolve_options(ref.options, info->options, ref.path, errors);
+}
+
+TierSpec resolve_tier(const TierDraft& tier, const Registry& registry, ConfigErrors& errors) {
+  TierSpec spec = tier.spec;
+  if (tier.backend) {
+    spec.backend_type = tier.backend->type;
+    if (auto options = resolve_plugin_ref(*tier.backend, PluginKind::kBackend, registry, errors))
+      spec.backend_options = std::move(*options);
+  }
+  if (tier.stage) {
+    spec.stage_type = tier.stage->type;
+    if (auto options = resolve_plugin_ref(*tier.stage, PluginKind::kStage, registry, errors))
+      spec.stage_options = std::move(*options);
+  }
+  return spec;
+}
+
+// The rules that span a tier's keys or several tiers.
+void check_tiers(std::span<const TierDraft> tiers, ConfigErrors& errors) {
+  std::set<std::string> names;
+  bool any_write = false;
+  for (const auto& tier : tiers) {
+    const TierSpec& spec = tier.spec;
+    if (!spec.name.empty() && !names.insert(spec.name).second)
+      errors.add(tier.path + "/name", fmt::format("tier name \"{}\" is used twice", spec.name));
+    if (!spec.read && !spec.write)
+      errors.add(tier.path, "a tier that is neither read nor written does nothing; remove it");
+    any_write |= spec.write;
+  }
+  if (!any_write && errors.empty()) errors.add("/tiers", "no tier is writable (\"write\": true)");
+}
+
+// "<path>:<line>:<column>: invalid JSON: ..." for a syntax error in `text`.
+std::string json_syntax_error(const std::string& path, const std::string& text,
+                              const Json::parse_error& e) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < e.byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return fmt::format("{}:{}:{}: invalid JSON: {}", path, line, col > 1 ? col - 1 : 1, e.what());
 }
 
 }  // namespace
@@ -124,162 +385,40 @@ Json Profile::to_json() const {
   return j;
 }
 
+Json profile_schema_json() {
+  return {{"profile", key_table_json<ProfileDraft>(kProfileKeys)},
+          {"stack", options_schema_json(stack_specs())},
+          {"tier", key_table_json<TierDraft>(kTierKeys)}};
+}
+
 Result<Profile> parse_profile(const Json& doc, Registry& registry, std::string source,
                               ConfigErrors* errors_out) {
   ConfigErrors errors;
-  Profile p;
-  p.source = std::move(source);
-  auto finish = [&]() -> Result<Profile> {
-    if (errors_out) *errors_out = errors;
-    if (!errors.empty()) return errors.to_status();
-    return p;
-  };
-  if (!doc.is_object()) {
-    errors.add("", "expected a profile object, got " + describe_json(doc));
-    return finish();
-  }
-  unknown_keys(doc, kTopKeys, "", errors);
-  if (doc.contains("version") && doc["version"] != Json(1))
-    errors.add("/version", "expected 1, got " + describe_json(doc["version"]));
-  if (doc.contains("description") && !doc["description"].is_string())
-    errors.add("/description", "expected a string, got " + describe_json(doc["description"]));
-
-  if (doc.contains("plugins")) {
-    const Json& pl = doc["plugins"];
-    if (!pl.is_array()) {
-      errors.add("/plugins", "expected an array of plugin names or paths, got " +
-                                 describe_json(pl));
-    } else {
-      for (std::size_t i = 0; i < pl.size(); ++i) {
-        std::string path = fmt::format("/plugins/{}", i);
-        auto s = string_value(pl[i], path, errors);
-        if (!s) continue;
-        Status st = registry.load(*s);
-        if (!st) errors.add(path, std::string(st.message()));
-        p.plugins.push_back(*s);
-      }
-    }
-  }
-
-  Json stack = resolve_options(doc.contains("stack") ? doc["stack"] : Json(), stack_specs(),
-                               "/stack", errors);
-  if (stack.contains("max_inflight_bytes")) p.max_inflight_bytes = stack["max_inflight_bytes"];
-  if (stack.contains("op_timeout")) p.op_timeout_us = stack["op_timeout"];
-
-  if (!doc.contains("tiers")) {
-    errors.add("/tiers", "required key is missing (an array of tiers, fastest first)");
-    return finish();
-  }
-  const Json& tiers = doc["tiers"];
-  if (!tiers.is_array() || tiers.empty()) {
-    errors.add("/tiers", "expected a non-empty array of tiers, got " + describe_json(tiers));
-    return finish();
-  }
-  std::set<std::string> names;
-  for (std::size_t i = 0; i < tiers.size(); ++i) {
-    std::string path = fmt::format("/tiers/{}", i);
-    const Json& t = tiers[i];
-    if (!t.is_object()) {
-      errors.add(path, "expected a tier object, got " + describe_json(t));
-      continue;
-    }
-    unknown_keys(t, kTierKeys, path, errors);
-    TierSpec spec;
-    if (!t.contains("name")) {
-      errors.add(path + "/name", "required key is missing (the tier's name, e.g. \"cpu\")");
-    } else if (auto n = string_value(t["name"], path + "/name", errors)) {
-      if (n->empty()) errors.add(path + "/name", "expected a non-empty string, got \"\"");
-      else if (!names.insert(*n).second)
-        errors.add(path + "/name", fmt::format("tier name \"{}\" is used twice", *n));
-      spec.name = *n;
-    }
-    if (!t.contains("capacity")) {
-      errors.add(path + "/capacity", "required key is missing (a size like \"64GiB\")");
-    } else {
-      Json cap = t["capacity"];
-      std::string err;
-      bool ok = true;
-      if (cap.is_string()) {
-        auto e = expand_env(cap.get<std::string>(), &err);
-        if (!e) {
-          errors.add(path + "/capacity", err);
-          ok = false;
-        } else {
-          cap = *e;
-        }
-      }
-      if (ok) {
-        auto n = parse_size(cap);
-        if (!n || *n == 0)
-          errors.add(path + "/capacity",
-                     "expected a size like \"64GiB\", got " + describe_json(t["capacity"]));
-        else
-          spec.capacity_bytes = *n;
-      }
-    }
-    if (!t.contains("backend")) {
-      errors.add(path + "/backend",
-                 "required key is missing (e.g. {\"type\": \"cpu\"})");
-    } else {
-      plugin_ref(t["backend"], path + "/backend", PluginKind::kBackend, registry,
-                 spec.backend_type, spec.backend_options, errors);
-    }
-    if (t.contains("stage") && !t["stage"].is_null()) {
-      plugin_ref(t["stage"], path + "/stage", PluginKind::kStage, registry, spec.stage_type,
-                 spec.stage_options, errors);
-    }
-    for (auto [flag, field] : {std::pair<const char*, bool*>{"read", &spec.read},
-                               {"write", &spec.write}, {"optional", &spec.optional}}) {
-      if (!t.contains(flag)) continue;
-      if (!t[flag].is_boolean()) {
-        errors.add(path + "/" + flag, "expected true or false, got " + describe_json(t[flag]));
-        continue;
-      }
-      *field = t[flag].get<bool>();
-    }
-    if (t.contains("on_evict")) {
-      const Json& e = t["on_evict"];
-      if (e == Json("demote")) spec.on_evict = EvictPolicy::kDemote;
-      else if (e == Json("drop")) spec.on_evict = EvictPolicy::kDrop;
-      else errors.add(path + "/on_evict",
-                      "expected one of \"demote\", \"drop\", got " + describe_json(e));
-    }
-    if (!spec.read && !spec.write)
-      errors.add(path, "a tier that is neither read nor written does nothing; remove it");
-    p.tiers.push_back(std::move(spec));
-  }
-  bool any_write = false;
-  for (const auto& t : p.tiers) any_write |= t.write;
-  if (!any_write && errors.empty()) errors.add("/tiers", "no tier is writable (\"write\": true)");
-  return finish();
+  ProfileDraft draft = read_profile(doc, std::move(source), errors);
+  Profile profile = std::move(draft.profile);
+  load_plugins(draft.plugins, registry, profile, errors);
+  for (const auto& tier : draft.tiers)
+    profile.tiers.push_back(resolve_tier(tier, registry, errors));
+  check_tiers(draft.tiers, errors);
+  if (errors_out) *errors_out = errors;
+  if (!errors.empty()) return errors.to_status();
+  return profile;
 }
 
-Result<Profile> load_profile(const std::string& path, Registry& registry,
-                             ConfigErrors* errors) {
+Result<Profile> load_profile(const std::string& path, Registry& registry, ConfigErrors* errors) {
   std::ifstream in(path);
   if (!in) {
-    Status s = Status::not_found(fmt::format("{}: cannot open profile", path));
     if (errors) errors->add("", fmt::format("cannot open profile {}", path));
-    return s;
+    return Status::not_found(fmt::format("{}: cannot open profile", path));
   }
   std::stringstream ss;
   ss << in.rdbuf();
+  std::string text = ss.str();
   Json doc;
   try {
-    doc = Json::parse(ss.str());
+    doc = Json::parse(text);
   } catch (const Json::parse_error& e) {
-    std::string text = ss.str();
-    std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    std::string msg = fmt::format("{}:{}:{}: invalid JSON: {}", path, line, col > 1 ? col - 1 : 1,
-                                  e.what());
+    std::string msg = json_syntax_error(path, text, e);
     if (errors) errors->add("", msg);
     return Status::invalid(msg);
   }

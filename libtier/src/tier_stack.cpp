@@ -163,29 +163,31 @@ Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
   return img;
 }
 
-Result<std::span<const std::byte>> TierStack::raw_payload(int t, std::span<const std::byte> image,
-                                                          std::uint32_t* layout_id,
-                                                          Image& holder) {
+Result<TierStack::RawPayload> TierStack::raw_payload(int t, std::span<const std::byte> image) {
   auto h = parse_object_header(image);
   if (!h) return h.status();
-  *layout_id = h->layout_id;
-  auto payload = image.subspan(kObjectHeaderBytes, h->payload_bytes);
-  if (h->stage_id == 0) return payload;
+  RawPayload raw{.bytes = image.subspan(kObjectHeaderBytes, h->payload_bytes),
+                 .layout_id = h->layout_id};
+  if (h->stage_id == 0) return raw;
   const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
   if (!stage || stage->stage_id() != h->stage_id)
     return Status(Code::kChecksumMismatch,
                   fmt::format("object was written by stage {}, which tier {} does not use",
                               h->stage_id, tiers_[static_cast<std::size_t>(t)].spec.name));
-  auto size = stage->decoded_size(payload, h->layout_id);
+  auto size = stage->decoded_size(raw.bytes, h->layout_id);
   if (!size) return size.status();
-  holder = acquire(*size);
-  auto n = stage->decode(payload, h->layout_id, holder->span());
-  if (!n) return n.status();
-  return std::span<const std::byte>(holder->data(), *n);
+  raw.holder = acquire(*size);
+  auto n = stage->decode(raw.bytes, h->layout_id, raw.holder->span());
+  if (!n) {
+    recycle(raw.holder);
+    return n.status();
+  }
+  raw.bytes = std::span<const std::byte>(raw.holder->data(), *n);
+  return raw;
 }
 
-std::uint64_t TierStack::submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
-                                    Status* err) {
+Result<std::uint64_t> TierStack::submit_one(int t, Op op, const ObjectKey& key, Region buf,
+                                            Pending p) {
   Backend& b = *tiers_[static_cast<std::size_t>(t)].backend;
   std::uint64_t id = next_id_++;
   IoRequest req{op, key, buf, id};
@@ -198,8 +200,7 @@ std::uint64_t TierStack::submit_one(int t, Op op, const ObjectKey& key, Region b
     if (r && *r == 1) break;
     if (!r || Clock::now() > deadline) {
       pending_.erase(id);
-      if (err) *err = r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
-      return 0;
+      return r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
     }
     reap(t, 1, std::chrono::microseconds(1000));  // queue full: make room
   }
@@ -262,14 +263,13 @@ void TierStack::drain_evictions() {
     if (same_stage) {
       image = std::move(bytes);
     } else {
-      std::uint32_t layout = 0;
-      Image holder;
-      auto raw = raw_payload(t, bytes->span(), &layout, holder);
+      auto raw = raw_payload(t, bytes->span());
       if (!raw) {
         counters_.demotions_dropped.add();
         continue;
       }
-      auto img = make_image(to, key, layout, *raw);
+      auto img = make_image(to, key, raw->layout_id, raw->bytes);
+      recycle(raw->holder);
       if (!img) {
         counters_.demotions_dropped.add();
         continue;
@@ -295,8 +295,7 @@ void TierStack::put_background(int t, const ObjectKey& key, Image image, bool de
   p.charged = bytes;
   bg_bytes_ += bytes;
   ++bg_count_;
-  Status err;
-  if (submit_one(t, Op::kPut, key, buf, std::move(p), &err) == 0) {
+  if (!submit_one(t, Op::kPut, key, buf, std::move(p))) {
     bg_bytes_ -= bytes;
     --bg_count_;
     tiers_[static_cast<std::size_t>(t)].backend->metrics().dropped_saves.add();
@@ -352,8 +351,8 @@ Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
     bool any = false;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (found[i]) continue;
-      ids[i] = submit_one(static_cast<int>(t), Op::kContains, keys[i], Region{}, Pending{},
-                          nullptr);
+      ids[i] = submit_one(static_cast<int>(t), Op::kContains, keys[i], Region{}, Pending{})
+                   .value_or(0);
       any |= ids[i] != 0;
     }
     if (!any) continue;
@@ -369,11 +368,10 @@ Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
 Result<int> TierStack::locate(const ObjectKey& key) {
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (!tiers_[t].spec.read) continue;
-    std::uint64_t id =
-        submit_one(static_cast<int>(t), Op::kContains, key, Region{}, Pending{}, nullptr);
-    if (id == 0) continue;
-    wait_for({id});
-    if (take(id).status.is_ok()) return static_cast<int>(t);
+    auto id = submit_one(static_cast<int>(t), Op::kContains, key, Region{}, Pending{});
+    if (!id) continue;
+    wait_for({*id});
+    if (take(*id).status.is_ok()) return static_cast<int>(t);
   }
   return -1;
 }
@@ -419,10 +417,9 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
       if (static_cast<int>(t) == first) {
         Pending p;
         p.image = image;
-        Status err;
-        ids[i] = submit_one(first, Op::kPut, items[i].key, io_region(first, *image), std::move(p),
-                            &err);
-        if (ids[i] == 0) out[i] = err;
+        auto id = submit_one(first, Op::kPut, items[i].key, io_region(first, *image), std::move(p));
+        if (id) ids[i] = *id;
+        else out[i] = id.status();
       } else {
         put_background(static_cast<int>(t), items[i].key, std::move(image), false);
       }
@@ -474,8 +471,8 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       Pending p;
       p.image = bufs[i];
       ids[i] = submit_one(static_cast<int>(t), Op::kGet, items[i].key,
-                          io_region(static_cast<int>(t), *bufs[i]),
-                          std::move(p), nullptr);
+                          io_region(static_cast<int>(t), *bufs[i]), std::move(p))
+                   .value_or(0);
       any |= ids[i] != 0;
     }
     if (!any) continue;
@@ -493,38 +490,15 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
         }
         continue;
       }
-      std::span<const std::byte> image(bufs[i]->data(), c.bytes);
-      std::uint32_t layout = 0;
-      Image holder;
-      auto raw = raw_payload(static_cast<int>(t), image, &layout, holder);
-      Status st = raw ? Status::ok() : raw.status();
-      if (st && layout != codec.layout_id())
-        st = Status(Code::kInvalidArgument,
-                    fmt::format("object has layout {}, the codec expects {}", layout,
-                                codec.layout_id()));
-      if (st) st = codec.decode(*raw, items[i].dst);
+      Status st = serve_load(static_cast<int>(t), items[i], codec,
+                             std::span<const std::byte>(bufs[i]->data(), c.bytes));
+      recycle(bufs[i]);
       if (!st) {
-        counters_.decode_failures.add();
-        // A payload that fails its codec's own checks is as corrupt as a failed checksum.
-        if (st == Code::kChecksumMismatch) remove_background(static_cast<int>(t), items[i].key);
         out[i].status = st;
-        recycle(bufs[i]);
-        recycle(holder);
         continue;
       }
       out[i] = LoadResult{Status::ok(), static_cast<int>(t)};
       unserved[i] = 0;
-      counters_.loaded_bytes.add(raw->size());
-      // Promote into the faster writable tiers.
-      for (std::size_t u = 0; u < t; ++u) {
-        if (!tiers_[u].spec.write) continue;
-        auto img = make_image(static_cast<int>(u), items[i].key, layout, *raw);
-        if (!img) continue;
-        tiers_[t].backend->metrics().promotions.add();
-        put_background(static_cast<int>(u), items[i].key, std::move(img).value(), false);
-      }
-      recycle(bufs[i]);
-      recycle(holder);
     }
   }
   for (std::size_t i = 0; i < items.size(); ++i)
@@ -532,24 +506,55 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
   return Status::ok();
 }
 
+Status TierStack::serve_load(int t, const LoadItem& item, const Codec& codec,
+                             std::span<const std::byte> image) {
+  auto raw = raw_payload(t, image);
+  Status st = raw ? Status::ok() : raw.status();
+  if (st && raw->layout_id != codec.layout_id())
+    st = Status(Code::kInvalidArgument, fmt::format("object has layout {}, the codec expects {}",
+                                                    raw->layout_id, codec.layout_id()));
+  if (st) st = codec.decode(raw->bytes, item.dst);
+  if (!st) {
+    counters_.decode_failures.add();
+    // A payload that fails its codec's own checks is as corrupt as a failed checksum.
+    if (st == Code::kChecksumMismatch) remove_background(t, item.key);
+    if (raw) recycle(raw->holder);
+    return st;
+  }
+  counters_.loaded_bytes.add(raw->bytes.size());
+  promote(t, item.key, raw->layout_id, raw->bytes);
+  recycle(raw->holder);
+  return Status::ok();
+}
+
+void TierStack::promote(int t, const ObjectKey& key, std::uint32_t layout_id,
+                        std::span<const std::byte> raw) {
+  for (int u = 0; u < t; ++u) {
+    if (!tiers_[static_cast<std::size_t>(u)].spec.write) continue;
+    auto img = make_image(u, key, layout_id, raw);
+    if (!img) continue;
+    tiers_[static_cast<std::size_t>(t)].backend->metrics().promotions.add();
+    put_background(u, key, std::move(img).value(), false);
+  }
+}
+
 void TierStack::remove_background(int t, const ObjectKey& key) {
   Pending p;
   p.background = true;
   ++bg_count_;
-  if (submit_one(t, Op::kRemove, key, Region{}, std::move(p), nullptr) == 0) --bg_count_;
+  if (!submit_one(t, Op::kRemove, key, Region{}, std::move(p))) --bg_count_;
 }
 
 Status TierStack::remove(const ObjectKey& key) {
   std::vector<std::uint64_t> ids;
   Status result;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    Status err;
-    std::uint64_t id = submit_one(static_cast<int>(t), Op::kRemove, key, Region{}, Pending{}, &err);
-    if (id == 0) {
-      if (result.is_ok()) result = err;
+    auto id = submit_one(static_cast<int>(t), Op::kRemove, key, Region{}, Pending{});
+    if (!id) {
+      if (result.is_ok()) result = id.status();
       continue;
     }
-    ids.push_back(id);
+    ids.push_back(*id);
   }
   wait_for(ids);
   for (std::uint64_t id : ids) {

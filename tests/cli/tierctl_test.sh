@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tierctl as a user runs it: exit codes and messages of check, explain and key.
+# tierctl as a user runs it: exit codes and messages of check, explain, schema and key.
 set -uo pipefail
 tierctl=$1 source=$2
 fail() { echo "FAIL: $*"; exit 1; }
@@ -18,6 +18,10 @@ out=$("$tierctl" explain --json "$source/profiles/cpu.json") || fail "explain ex
 grep -q '"capacity": "4GiB"' <<<"$out" || fail "explain does not show the default capacity: $out"
 out=$(TIER_CPU_CAPACITY=3GiB "$tierctl" explain "$source/profiles/cpu.json") || fail "explain exited $?"
 grep -q 'capacity 3GiB' <<<"$out" || fail "explain ignores TIER_CPU_CAPACITY: $out"
+
+out=$("$tierctl" schema) || fail "schema exited $?"
+grep -qF '"name": "capacity"' <<<"$out" || fail "schema does not list the tier keys: $out"
+grep -qF '"name": "op_timeout"' <<<"$out" || fail "schema does not list the stack options: $out"
 
 out=$("$tierctl" key --namespace '{"model":"deepseek-v4-pro","layout_version":1,"kv_dtype":"fp8","block_size":256,"chunk_size":256,"tp_size":8}' --tokens 1,2,3,4,5,6,7,8 --chunk 4) || fail "key exited $?"
 grep -q 'namespace 6fe91321d1cb766be97f553a73bcd7f3' <<<"$out" || fail "$out"

@@ -262,6 +262,25 @@ TEST_CASE("option schemas need a doc for every option and a default that fits") 
   CHECK(resolved["qd"] == 32);
 }
 
+TEST_CASE("every profile key has a type and a doc") {
+  Json schema = profile_schema_json();
+  for (const char* table : {"profile", "stack", "tier"}) {
+    REQUIRE(schema[table].is_array());
+    CHECK_FALSE(schema[table].empty());
+    for (const Json& key : schema[table]) {
+      CHECK_MESSAGE(!key["type"].get<std::string>().empty(), key.dump());
+      CHECK_MESSAGE(!key["doc"].get<std::string>().empty(), key.dump());
+    }
+  }
+  // The keys of TierSpec that to_json() shows are the keys the tier table reads.
+  ConfigErrors errors;
+  auto p = parse_profile(Json::parse(std::string(R"({"tiers":[)") + kCpuTier + "]}"),
+                         Registry::global(), "<test>", &errors);
+  REQUIRE(p.is_ok());
+  for (const Json& key : schema["tier"])
+    CHECK_MESSAGE(p->to_json()["tiers"][0].contains(key["name"].get<std::string>()), key.dump());
+}
+
 TEST_CASE("every shipped profile is valid") {
   const char* root = std::getenv("TIER_SOURCE_ROOT");
   REQUIRE(root != nullptr);

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "disk_support.hpp"
+#include "support/disk_support.hpp"
 
 using namespace tier;
 using namespace tier::test;

@@ -15,7 +15,7 @@
 #include <set>
 #include <thread>
 
-#include "disk_support.hpp"
+#include "support/disk_support.hpp"
 
 using namespace tier;
 using namespace tier::test;

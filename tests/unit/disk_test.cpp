@@ -3,18 +3,13 @@
 // reused by a TierStack after a restart. Real io_uring on real files; exits 77 without them.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
 
-#include "disk_support.hpp"
+#include "support/disk_support.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"
 #include "tier/tier_stack.hpp"
@@ -35,32 +30,34 @@ TEST_CASE("slot codecs round-trip and reject flipped bytes") {
   disk::Entry e{key_of(9, 3, 2), 77, 123456, 42, 0xdeadbeef};
   std::byte slot[disk::kSlotBytes]{};
   disk::encode_entry(slot, e);
-  disk::Entry d;
-  REQUIRE(disk::decode_entry(slot, &d));
-  CHECK(d.key == e.key);
-  CHECK(d.seq == 77);
-  CHECK(d.image_bytes == 123456);
-  CHECK(d.offset_blocks == 42);
-  CHECK(d.payload_check == 0xdeadbeef);
+  auto d = disk::decode_entry(slot);
+  REQUIRE(d.has_value());
+  CHECK(d->key == e.key);
+  CHECK(d->seq == 77);
+  CHECK(d->image_bytes == 123456);
+  CHECK(d->offset_blocks == 42);
+  CHECK(d->payload_check == 0xdeadbeef);
   for (std::size_t i = 0; i < disk::kSlotBytes; ++i) {
     std::byte bad[disk::kSlotBytes];
     std::memcpy(bad, slot, sizeof bad);
     bad[i] ^= std::byte{0x10};
-    CHECK_FALSE(disk::decode_entry(bad, &d));
+    CHECK_FALSE(disk::decode_entry(bad).has_value());
   }
-  disk::RegionHeader h{5, 3}, hd;
+  disk::RegionHeader h{5, 3};
   disk::encode_region_header(slot, h);
-  REQUIRE(disk::decode_region_header(slot, &hd));
-  CHECK(hd.seq == 5);
-  CHECK(hd.region == 3);
+  auto hd = disk::decode_region_header(slot);
+  REQUIRE(hd.has_value());
+  CHECK(hd->seq == 5);
+  CHECK(hd->region == 3);
   slot[9] ^= std::byte{1};
-  CHECK_FALSE(disk::decode_region_header(slot, &hd));
+  CHECK_FALSE(disk::decode_region_header(slot).has_value());
 
-  disk::Geometry g{4096, 1 << 20, 8}, gd;
+  disk::Geometry g{4096, 1 << 20, 8};
   std::vector<std::byte> block(4096);
   disk::encode_superblock(block, g);
-  REQUIRE(disk::decode_superblock(block, &gd));
-  CHECK(gd == g);
+  auto gd = disk::decode_superblock(block);
+  REQUIRE(gd.has_value());
+  CHECK(*gd == g);
   CHECK(disk::Geometry{4096, 1 << 20, 1}.check().find("at least 2") != std::string::npos);
   CHECK_FALSE(disk::Geometry{1000, 1 << 20, 4}.check().empty());
 }
@@ -268,39 +265,6 @@ TEST_CASE("misaligned and too small buffers are refused") {
   Completion m =
       run(*b, Op::kPut, key_of(4), Region{a.data.get() + 512, 8192, MemoryKind::kHost, -1});
   CHECK(m.status.code() == Code::kInvalidArgument);
-}
-
-TEST_CASE("a kernel that refuses io_uring makes create() fail with NotSupported") {
-  TempDir dir;
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    // As a container's seccomp profile does: io_uring_setup fails with EPERM.
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      ::_exit(2);
-    BackendContext ctx{"disk", 8ull << 20, Json{{"path", dir.store()}, {"region_size", 1 << 20}}};
-    auto b = Registry::global().create_backend("disk", ctx);
-    const bool refused = !b && b.status().code() == Code::kNotSupported &&
-                         b.status().message().find("refused io_uring") != std::string_view::npos;
-    if (!refused) std::fprintf(stderr, "create: %s\n", b ? "ok" : b.status().to_string().c_str());
-    ::_exit(refused ? 0 : 1);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 2) {
-    MESSAGE("seccomp unavailable here; not exercised");
-    return;
-  }
-  CHECK(WEXITSTATUS(status) == 0);
 }
 
 namespace {

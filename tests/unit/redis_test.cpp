@@ -29,32 +29,36 @@ TEST_CASE("CRC16 and hash slots match Redis Cluster") {
 }
 
 TEST_CASE("complete replies parse; partial ones ask for more") {
-  Reply r;
-  auto n = parse_reply("+OK\r\n", r);
-  REQUIRE(n.is_ok());
-  CHECK(*n == 5);
-  CHECK((r.type == Reply::Type::kSimple && r.str == "OK"));
-  CHECK(*parse_reply("-MOVED 3999 127.0.0.1:6381\r\n", r) == 28);
-  CHECK(r.type == Reply::Type::kError);
-  CHECK(r.str == "MOVED 3999 127.0.0.1:6381");
-  CHECK(*parse_reply(":-42\r\n", r) == 6);
-  CHECK(r.integer == -42);
-  CHECK(*parse_reply("$-1\r\n", r) == 5);
-  CHECK(r.type == Reply::Type::kNil);
-  CHECK(*parse_reply("$3\r\na\r\n\r\n", r) == 9);  // binary-safe: CRLF inside a bulk
-  CHECK(r.str == "a\r\n");
+  auto p = parse_reply("+OK\r\n");
+  REQUIRE(p.is_ok());
+  CHECK(p->consumed == 5);
+  CHECK((p->reply.type == Reply::Type::kSimple && p->reply.str == "OK"));
+  p = parse_reply("-MOVED 3999 127.0.0.1:6381\r\n");
+  CHECK(p->consumed == 28);
+  CHECK(p->reply.type == Reply::Type::kError);
+  CHECK(p->reply.str == "MOVED 3999 127.0.0.1:6381");
+  p = parse_reply(":-42\r\n");
+  CHECK(p->consumed == 6);
+  CHECK(p->reply.integer == -42);
+  p = parse_reply("$-1\r\n");
+  CHECK(p->consumed == 5);
+  CHECK(p->reply.type == Reply::Type::kNil);
+  p = parse_reply("$3\r\na\r\n\r\n");  // binary-safe: CRLF inside a bulk
+  CHECK(p->consumed == 9);
+  CHECK(p->reply.str == "a\r\n");
   const std::string slots =
       "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n";
-  CHECK(*parse_reply(slots, r) == slots.size());
-  REQUIRE(r.elements.size() == 1);
-  CHECK(r.elements[0].elements[2].elements[1].integer == 7000);
+  p = parse_reply(slots);
+  CHECK(p->consumed == slots.size());
+  REQUIRE(p->reply.elements.size() == 1);
+  CHECK(p->reply.elements[0].elements[2].elements[1].integer == 7000);
   for (std::size_t cut = 0; cut < slots.size(); ++cut) {
-    auto p = parse_reply(std::string_view(slots).substr(0, cut), r);
-    REQUIRE(p.is_ok());
-    CHECK(*p == 0);
+    auto part = parse_reply(std::string_view(slots).substr(0, cut));
+    REQUIRE(part.is_ok());
+    CHECK(part->consumed == 0);
   }
-  CHECK(parse_reply("?x\r\n", r).status().code() == Code::kIoError);
-  CHECK(parse_reply(":12a\r\n", r).status().code() == Code::kIoError);
+  CHECK(parse_reply("?x\r\n").status().code() == Code::kIoError);
+  CHECK(parse_reply(":12a\r\n").status().code() == Code::kIoError);
 }
 
 TEST_CASE("commands encode as arrays of bulk strings") {
@@ -63,27 +67,28 @@ TEST_CASE("commands encode as arrays of bulk strings") {
 }
 
 TEST_CASE("urls") {
-  RedisConfig c;
-  REQUIRE(parse_redis_url("redis://alice:s3cret@cache.local:7001/5", c).is_ok());
-  CHECK(c.seed.host == "cache.local");
-  CHECK(c.seed.port == 7001);
-  CHECK(c.username == "alice");
-  CHECK(c.password == "s3cret");
-  CHECK(c.db == 5);
-  RedisConfig d;
-  REQUIRE(parse_redis_url("redis://:pw@127.0.0.1", d).is_ok());
-  CHECK(d.username.empty());
-  CHECK(d.password == "pw");
-  CHECK(d.seed.port == 6379);
-  RedisConfig e;
-  REQUIRE(parse_redis_url("redis://[::1]:6380", e).is_ok());
-  CHECK(e.seed.host == "::1");
-  CHECK(e.seed.port == 6380);
-  RedisConfig f;
-  CHECK(parse_redis_url("rediss://h:1", f).code() == Code::kNotSupported);
-  CHECK(parse_redis_url("http://h", f).code() == Code::kInvalidArgument);
-  CHECK(parse_redis_url("redis://h:99999", f).code() == Code::kInvalidArgument);
-  CHECK(parse_redis_url("redis://h/x", f).code() == Code::kInvalidArgument);
+  auto c = parse_redis_url("redis://alice:s3cret@cache.local:7001/5");
+  REQUIRE(c.is_ok());
+  CHECK(c->seed.host == "cache.local");
+  CHECK(c->seed.port == 7001);
+  CHECK(c->username == "alice");
+  CHECK(c->password == "s3cret");
+  CHECK(c->db == 5);
+  auto d = parse_redis_url("redis://:pw@127.0.0.1");
+  REQUIRE(d.is_ok());
+  CHECK(d->username.empty());
+  CHECK(d->password == "pw");
+  CHECK(d->seed.port == 6379);
+  auto e = parse_redis_url("redis://[::1]:6380");
+  REQUIRE(e.is_ok());
+  CHECK(e->seed.host == "::1");
+  CHECK(e->seed.port == 6380);
+  CHECK(parse_redis_url("rediss://h:1").status().code() == Code::kNotSupported);
+  CHECK(parse_redis_url("http://h").status().code() == Code::kInvalidArgument);
+  CHECK(parse_redis_url("redis://h:99999").status().code() == Code::kInvalidArgument);
+  CHECK(parse_redis_url("redis://h/x").status().code() == Code::kInvalidArgument);
+  CHECK(parse_redis_url("redis://h:").status().code() == Code::kInvalidArgument);
+  CHECK(parse_redis_url("redis://:6379").status().code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("options resolve; bad ones name their path") {

@@ -40,6 +40,13 @@ class ConfigErrors {
   const std::vector<std::string>& list() const noexcept { return errors_; }
   std::string joined() const;  // one error per line
   Status to_status() const;    // InvalidArgument with joined(), or OK
+  // The value `result` holds; else adds its message at `path` and returns nullopt.
+  template <class T>
+  std::optional<T> value_or_add(std::string path, Result<T> result) {
+    if (result) return std::move(result).value();
+    add(std::move(path), std::string(result.status().message()));
+    return std::nullopt;
+  }
 
  private:
   std::vector<std::string> errors_;
@@ -56,8 +63,9 @@ Json resolve_options(const Json& given, std::span<const OptionSpec> specs, const
 std::optional<std::uint64_t> parse_size(const Json& value);
 // "250ms", "5s", "2m", "100us", or an integer of microseconds.
 std::optional<std::uint64_t> parse_duration_us(const Json& value);
-// Expands ${VAR} and ${VAR:-default}. An unset variable without a default is an error.
-std::optional<std::string> expand_env(std::string_view text, std::string* error);
+// Expands ${VAR} and ${VAR:-default}. Errors: InvalidArgument (an unset variable without a
+// default, a bad variable name, an unterminated "${").
+Result<std::string> expand_env(std::string_view text);
 // Formats bytes as "64GiB" / "1.5MiB" / "300B".
 std::string format_size(std::uint64_t bytes);
 // The closest candidate to `word` within an edit distance of 2, or "".

@@ -54,11 +54,19 @@ struct Profile {
   int find_tier(std::string_view name) const;  // index or -1
 };
 
-// Parses and validates. Plugins listed in the profile are loaded into `registry` first.
+// Parses and validates, in three steps that each report every error they find:
+//   1. read: the document against the table of profile and tier keys (pure: the registry is
+//      not consulted, nothing is loaded);
+//   2. load: the plugins the profile lists, into `registry`;
+//   3. validate: each backend and stage against `registry` (type registered, options checked
+//      against its schema, defaults filled in), then the rules across tiers.
 // Errors: InvalidArgument whose message lists every error, one per line, each starting with its
 // JSON pointer; `errors` (if given) receives them one by one.
 Result<Profile> parse_profile(const Json& document, Registry& registry, std::string source,
                               ConfigErrors* errors = nullptr);
+// The keys a profile takes, for `tierctl schema`: {"profile": [...], "stack": [...], "tier": [...]},
+// each entry {name, type, doc, ...}.
+Json profile_schema_json();
 // Reads a file (JSON syntax errors are reported with line and column) and parses it.
 Result<Profile> load_profile(const std::string& path, Registry& registry,
                              ConfigErrors* errors = nullptr);

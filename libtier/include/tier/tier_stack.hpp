@@ -145,19 +145,30 @@ class TierStack {
   // Builds the image tier `t` stores from a raw payload (stage applied, header sealed).
   Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t layout_id,
                            std::span<const std::byte> raw);
-  // The raw payload of a verified image read from tier `t` (stage undone). `layout_id` receives
-  // the header's layout. The span points into `image` or into `holder`.
-  Result<std::span<const std::byte>> raw_payload(int t, std::span<const std::byte> image,
-                                                 std::uint32_t* layout_id, Image& holder);
+  struct RawPayload {
+    std::span<const std::byte> bytes;  // into the image, or into `holder`
+    std::uint32_t layout_id = 0;       // the image header's
+    Image holder;                      // the decoded bytes when the tier has a stage; else null
+  };
+  // The raw payload of a verified image read from tier `t` (stage undone).
+  Result<RawPayload> raw_payload(int t, std::span<const std::byte> image);
+  // Decodes `image`, read from tier `t` for `item`, into item.dst and promotes its payload into
+  // the faster writable tiers. Returns: Ok, or why the image cannot be served (a copy that
+  // fails its checks is removed from tier `t`).
+  Status serve_load(int t, const LoadItem& item, const Codec& codec,
+                    std::span<const std::byte> image);
+  // Queues background puts of a raw payload read from tier `t` into the writable tiers above it.
+  void promote(int t, const ObjectKey& key, std::uint32_t layout_id,
+               std::span<const std::byte> raw);
   // Largest image tier `t` may hold for `raw_bytes` of payload.
   std::size_t max_image_bytes(int t, std::size_t raw_bytes) const;
   // Queues a background put; drops it (counted) when the in-flight bound would be exceeded.
   void put_background(int t, const ObjectKey& key, Image image, bool demotion);
   // Queues a background remove of `key` from tier `t` (a corrupt copy); nobody waits for it.
   void remove_background(int t, const ObjectKey& key);
-  // Submits one request; returns its id (0 when the tier refused it: `err` says why).
-  std::uint64_t submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
-                           Status* err);
+  // Submits one request. Returns its id (never 0), or why the tier refused it (TimedOut: its
+  // queue stayed full).
+  Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p);
   void reap(int t, std::size_t min, std::chrono::microseconds wait);
   void drain_evictions();
   // Waits for foreground ids; on timeout they turn into background requests (TimedOut).

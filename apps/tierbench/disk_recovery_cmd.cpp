@@ -40,12 +40,12 @@ Status fill(disk::DiskBackend& b, std::uint64_t objects, std::size_t payload, st
   while (done < objects) {
     std::vector<IoRequest> reqs;
     while (next + reqs.size() < objects && !free.empty()) {
-      std::uint32_t slot = free.back();
+      std::uint32_t record = free.back();
       free.pop_back();
       ObjectKey k{ns, Key128{next + reqs.size(), 0}, 0};
-      seal_object({bufs[slot].get(), kObjectHeaderBytes + payload}, kIdentityLayoutId, 0, k);
+      seal_object({bufs[record].get(), kObjectHeaderBytes + payload}, kIdentityLayoutId, 0, k);
       reqs.push_back(
-          IoRequest{Op::kPut, k, Region{bufs[slot].get(), padded, MemoryKind::kHost, -1}, slot});
+          IoRequest{Op::kPut, k, Region{bufs[record].get(), padded, MemoryKind::kHost, -1}, record});
     }
     if (!reqs.empty()) {
       auto r = b.submit(reqs);

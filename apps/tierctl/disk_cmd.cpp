@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Bad {
   std::uint32_t region;
-  std::uint32_t slot;
+  std::uint32_t record;
   std::string key;
   std::string reason;
 };
@@ -154,8 +154,8 @@ void print_summary(const Json& j) {
 std::vector<Bad> verify_objects(const Store& s, std::uint64_t* checked_bytes) {
   const Geometry& g = s.geo;
   std::vector<Bad> bad;
-  for (const SlotRef& c : s.scan.corrupt_entries)
-    bad.push_back({c.region, c.slot, "", "index entry fails its checksum"});
+  for (const RecordRef& c : s.scan.corrupt_entries)
+    bad.push_back({c.region, c.record, "", "index entry fails its checksum"});
   for (std::uint32_t r : s.scan.corrupt_regions)
     bad.push_back({r, 0, "", "region header fails its checksum (all its objects are lost)"});
   std::uint64_t total = 0;
@@ -177,7 +177,7 @@ std::vector<Bad> verify_objects(const Store& s, std::uint64_t* checked_bytes) {
           st = Status(Code::kChecksumMismatch, "object differs from its index entry");
       }
     }
-    if (!st) bad.push_back({e.region, e.slot, e.entry.key.to_string(), std::string(st.message())});
+    if (!st) bad.push_back({e.region, e.record, e.entry.key.to_string(), std::string(st.message())});
     done += e.entry.image_bytes;
     bar.update(done);
   }
@@ -189,7 +189,7 @@ Json bad_json(const std::vector<Bad>& bad) {
   Json list = Json::array();
   for (std::size_t i = 0; i < bad.size() && i < 1000; ++i)
     list.push_back({{"region", bad[i].region},
-                    {"slot", bad[i].slot},
+                    {"record", bad[i].record},
                     {"key", bad[i].key},
                     {"reason", bad[i].reason}});
   return list;
@@ -216,7 +216,7 @@ int run_verify(Store& s, bool json) {
   } else {
     fmt::print("verified {} objects ({}): {} bad\n", s.live.size(), format_size(bytes), bad.size());
     for (const Bad& b : bad)
-      fmt::print("  region {} slot {} {}: {}\n", b.region, b.slot, b.key, b.reason);
+      fmt::print("  region {} record {} {}: {}\n", b.region, b.record, b.key, b.reason);
   }
   return bad.empty() ? 0 : 1;
 }
@@ -225,21 +225,21 @@ int run_repair(Store& s, bool json) {
   std::uint64_t bytes = 0;
   const auto bad = verify_objects(s, &bytes);
   const Geometry& g = s.geo;
-  // Per region: the slots to clear (slot 0: the whole directory).
+  // Per region: the records to clear (record 0: the whole directory).
   std::map<std::uint32_t, std::vector<std::uint32_t>> clear;
-  for (const Bad& b : bad) clear[b.region].push_back(b.slot);
+  for (const Bad& b : bad) clear[b.region].push_back(b.record);
   for (std::size_t i : s.shadowed)
-    clear[s.scan.entries[i].region].push_back(s.scan.entries[i].slot);
+    clear[s.scan.entries[i].region].push_back(s.scan.entries[i].record);
   AlignedBuffer dir(g.dir_bytes(), g.block_size);
-  for (auto& [region, slots] : clear) {
+  for (auto& [region, records] : clear) {
     Status rd =
         pread_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0), "index");
     if (!rd) return cli::fail(rd.to_string());
-    for (std::uint32_t slot : slots) {
-      if (slot == 0)
+    for (std::uint32_t record : records) {
+      if (record == 0)
         std::memset(dir.data(), 0, dir.size());
       else
-        std::memset(dir.data() + std::size_t{slot} * kSlotBytes, 0, kSlotBytes);
+        std::memset(dir.data() + std::size_t{record} * kRecordBytes, 0, kRecordBytes);
     }
     Status st =
         pwrite_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0), "index");

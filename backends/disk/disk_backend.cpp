@@ -164,15 +164,15 @@ Status DiskBackend::recover() {
     DiskRegion& R = regions_[r];
     R.state = RegionState::kReady;
     R.seq = scan.regions[r].seq;
-    R.slots.resize(1);
+    R.records.resize(1);
     next_seq_ = std::max(next_seq_, R.seq + 1);
     used.push_back(r);
   }
   for (const ScannedEntry& e : scan.entries) {
     DiskRegion& R = regions_[e.region];
-    if (R.slots.size() <= e.slot) R.slots.resize(e.slot + 1);
-    R.slots[e.slot] = Slot{e.entry.key, e.entry.offset_blocks, e.entry.image_bytes,
-                           e.entry.payload_check, SlotState::kLive};
+    if (R.records.size() <= e.record) R.records.resize(e.record + 1);
+    R.records[e.record] = Record{e.entry.key, e.entry.offset_blocks, e.entry.image_bytes,
+                           e.entry.payload_check, RecordState::kLive};
     R.write_blocks = std::max<std::uint32_t>(
         R.write_blocks,
         e.entry.offset_blocks + static_cast<std::uint32_t>(geo_.blocks_for(e.entry.image_bytes)));
@@ -184,13 +184,13 @@ Status DiskBackend::recover() {
   index_.reserve(scan.entries.size());
   for (std::uint32_t r : used) {
     DiskRegion& R = regions_[r];
-    for (std::uint32_t s = 1; s < R.slots.size(); ++s) {
-      Slot& sl = R.slots[s];
-      if (sl.state != SlotState::kLive) continue;
+    for (std::uint32_t s = 1; s < R.records.size(); ++s) {
+      Record& sl = R.records[s];
+      if (sl.state != RecordState::kLive) continue;
       auto [it, fresh] = index_.try_emplace(sl.key, Location{r, s});
       if (!fresh) {
-        Slot& old = regions_[it->second.region].slots[it->second.slot];
-        old.state = SlotState::kDead;
+        Record& old = regions_[it->second.region].records[it->second.record];
+        old.state = RecordState::kDead;
         used_bytes_ -= geo_.blocks_for(old.image_bytes) * geo_.block_size;
         it->second = Location{r, s};
       }
@@ -261,7 +261,7 @@ Result<std::size_t> DiskBackend::do_submit(std::span<const IoRequest> reqs) noex
           complete(r.user_data, Status::not_found(), 0);
         else
           complete(r.user_data, Status::ok(),
-                   regions_[it->second.region].slots[it->second.slot].image_bytes);
+                   regions_[it->second.region].records[it->second.record].image_bytes);
         continue;
       }
       if (user_inflight_ >= opts_.queue_depth) break;  // full: the caller polls and retries
@@ -292,7 +292,7 @@ void DiskBackend::accept_put(const IoRequest& r) {
   if (auto it = index_.find(r.key); it != index_.end()) {
     regions_[it->second.region].touched = ++clock_;
     complete(r.user_data, Status(Code::kAlreadyExists, ""),
-             regions_[it->second.region].slots[it->second.slot].image_bytes);
+             regions_[it->second.region].records[it->second.record].image_bytes);
     return;
   }
   if (writing_.count(r.key) != 0) {
@@ -322,7 +322,7 @@ void DiskBackend::accept_get(const IoRequest& r) {
   auto found = locate_or_complete(r);
   if (!found) return;
   const Location loc = *found;
-  const Slot& s = regions_[loc.region].slots[loc.slot];
+  const Record& s = regions_[loc.region].records[loc.record];
   regions_[loc.region].touched = ++clock_;
   const std::uint64_t need = geo_.blocks_for(s.image_bytes) * geo_.block_size;
   if (r.buf.size < need) {
@@ -335,7 +335,7 @@ void DiskBackend::accept_get(const IoRequest& r) {
   }
   std::uint32_t id = new_io(IoKind::kRead, loc.region);
   Io& io = ios_[id];
-  io.slot = loc.slot;
+  io.record = loc.record;
   io.buf = r.buf.data;
   io.offset = geo_.data_offset(loc.region, s.offset_blocks);
   io.len = static_cast<std::uint32_t>(need);
@@ -348,13 +348,13 @@ void DiskBackend::accept_remove(const IoRequest& r) {
   auto found = locate_or_complete(r);
   if (!found) return;
   const Location loc = *found;
-  Slot& s = regions_[loc.region].slots[loc.slot];
-  s.state = SlotState::kDead;
+  Record& s = regions_[loc.region].records[loc.record];
+  s.state = RecordState::kDead;
   used_bytes_ -= geo_.blocks_for(s.image_bytes) * geo_.block_size;
   index_.erase(r.key);
   ++user_inflight_;
-  schedule_dir(loc.region, loc.slot / geo_.slots_per_block(),
-               Waiter{WaitKind::kRemove, r.user_data, loc.slot});
+  schedule_dir(loc.region, loc.record / geo_.records_per_block(),
+               Waiter{WaitKind::kRemove, r.user_data, loc.record});
 }
 
 // Gives every accepted put a place in the open region, opening (and if need be evicting) regions.
@@ -366,13 +366,13 @@ void DiskBackend::place_puts() {
     if (open_ >= 0) {
       const auto r = static_cast<std::uint32_t>(open_);
       DiskRegion& R = regions_[r];
-      if (R.write_blocks + blocks <= geo_.region_blocks() && R.slots.size() < geo_.dir_slots()) {
-        const auto slot = static_cast<std::uint32_t>(R.slots.size());
-        R.slots.push_back(
-            Slot{p.key, R.write_blocks, p.image_bytes, p.payload_check, SlotState::kWriting});
+      if (R.write_blocks + blocks <= geo_.region_blocks() && R.records.size() < geo_.dir_records()) {
+        const auto record = static_cast<std::uint32_t>(R.records.size());
+        R.records.push_back(
+            Record{p.key, R.write_blocks, p.image_bytes, p.payload_check, RecordState::kWriting});
         std::uint32_t id = new_io(IoKind::kWrite, r);
         Io& io = ios_[id];
-        io.slot = slot;
+        io.record = record;
         io.buf = p.buf;
         io.offset = geo_.data_offset(r, R.write_blocks);
         io.len = blocks * geo_.block_size;
@@ -435,15 +435,15 @@ void DiskBackend::prepare_spare() {
 void DiskBackend::evict_region(std::uint32_t r) {
   DiskRegion& R = regions_[r];
   ++stats_.region_evictions;
-  for (std::uint32_t s = 1; s < R.slots.size(); ++s) {
-    Slot& sl = R.slots[s];
-    if (sl.state != SlotState::kLive) continue;
+  for (std::uint32_t s = 1; s < R.records.size(); ++s) {
+    Record& sl = R.records[s];
+    if (sl.state != RecordState::kLive) continue;
     index_.erase(sl.key);
     used_bytes_ -= geo_.blocks_for(sl.image_bytes) * geo_.block_size;
-    sl.state = SlotState::kDead;
+    sl.state = RecordState::kDead;
     notify_evicted(sl.key, {}, sl.image_bytes);
   }
-  R.slots.clear();
+  R.records.clear();
   R.state = RegionState::kFree;
 }
 
@@ -453,7 +453,7 @@ void DiskBackend::begin_reset(std::uint32_t r) {
   DiskRegion& R = regions_[r];
   R.seq = next_seq_++;
   R.write_blocks = 0;
-  R.slots.assign(1, Slot{});
+  R.records.assign(1, Record{});
   R.state = RegionState::kResetting;
   R.touched = ++clock_;
   schedule_dir(r, 0, Waiter{WaitKind::kReset, 0, 0});
@@ -478,7 +478,7 @@ void DiskBackend::start_dir_write(std::uint32_t region, std::uint32_t block) {
   fill_dir_block(region, block, b.data);
   std::uint32_t id = new_io(IoKind::kDir, region);
   Io& io = ios_[id];
-  io.slot = block;
+  io.record = block;
   io.buf = b.data;
   io.fixed_buf = b.fixed;
   io.offset = geo_.dir_offset(region, block);
@@ -490,18 +490,18 @@ void DiskBackend::start_dir_write(std::uint32_t region, std::uint32_t block) {
 void DiskBackend::fill_dir_block(std::uint32_t region, std::uint32_t block, std::byte* out) const {
   std::memset(out, 0, geo_.block_size);
   const DiskRegion& R = regions_[region];
-  const std::uint32_t per = geo_.slots_per_block();
+  const std::uint32_t per = geo_.records_per_block();
   for (std::uint32_t i = 0; i < per; ++i) {
     const std::uint32_t s = block * per + i;
-    if (s >= geo_.dir_slots()) break;
-    std::byte* p = out + std::size_t{i} * kSlotBytes;
+    if (s >= geo_.dir_records()) break;
+    std::byte* p = out + std::size_t{i} * kRecordBytes;
     if (s == 0) {
       encode_region_header(p, RegionHeader{R.seq, region});
       continue;
     }
-    if (s >= R.slots.size()) break;
-    const Slot& sl = R.slots[s];
-    if (sl.state == SlotState::kLive || sl.state == SlotState::kPublishing)
+    if (s >= R.records.size()) break;
+    const Record& sl = R.records[s];
+    if (sl.state == RecordState::kLive || sl.state == RecordState::kPublishing)
       encode_entry(p, Entry{sl.key, R.seq, sl.image_bytes, sl.offset_blocks, sl.payload_check});
   }
 }
@@ -517,16 +517,16 @@ void DiskBackend::finish_dir(std::uint32_t region, std::uint32_t block, int err)
   for (const Waiter& w : flying) {
     switch (w.kind) {
       case WaitKind::kPublish: {
-        Slot& s = R.slots[w.slot];
+        Record& s = R.records[w.record];
         writing_.erase(s.key);
         --user_inflight_;
         if (err == 0) {
-          s.state = SlotState::kLive;
-          index_[s.key] = Location{region, w.slot};
+          s.state = RecordState::kLive;
+          index_[s.key] = Location{region, w.record};
           used_bytes_ += geo_.blocks_for(s.image_bytes) * geo_.block_size;
           complete(w.user_data, Status::ok(), s.image_bytes);
         } else {
-          s.state = SlotState::kDead;
+          s.state = RecordState::kDead;
           complete(w.user_data, error_status(err, "directory write"), 0);
         }
         break;
@@ -547,14 +547,14 @@ void DiskBackend::finish_dir(std::uint32_t region, std::uint32_t block, int err)
         // The old generation may still be on disk, intact (none of the new writes was issued).
         Status s = error_status(err, "region header write");
         for (std::uint32_t id : waiting) {
-          Slot& sl = R.slots[ios_[id].slot];
-          sl.state = SlotState::kDead;
+          Record& sl = R.records[ios_[id].record];
+          sl.state = RecordState::kDead;
           writing_.erase(sl.key);
           --user_inflight_;
           complete(ios_[id].user_data, s, 0);
         }
         R.state = RegionState::kFree;
-        R.slots.clear();
+        R.records.clear();
         if (open_ == static_cast<std::int64_t>(region)) open_ = -1;
         if (spare_ == static_cast<std::int64_t>(region)) spare_ = -1;
         sealed_.erase(std::remove(sealed_.begin(), sealed_.end(), region), sealed_.end());
@@ -689,26 +689,26 @@ void DiskBackend::finish_io(std::uint32_t id, int err) {
       if (err != 0)
         complete(io.user_data, error_status(err, "read"), 0);
       else
-        complete(io.user_data, Status::ok(), R.slots[io.slot].image_bytes);
+        complete(io.user_data, Status::ok(), R.records[io.record].image_bytes);
       break;
     case IoKind::kWrite: {
-      Slot& s = R.slots[io.slot];
+      Record& s = R.records[io.record];
       if (err != 0) {
-        s.state = SlotState::kDead;
+        s.state = RecordState::kDead;
         writing_.erase(s.key);
         --user_inflight_;
         complete(io.user_data, error_status(err, "write"), 0);
         break;
       }
       ++stats_.data_writes;
-      s.state = SlotState::kPublishing;
-      schedule_dir(io.region, io.slot / geo_.slots_per_block(),
-                   Waiter{WaitKind::kPublish, io.user_data, io.slot});
+      s.state = RecordState::kPublishing;
+      schedule_dir(io.region, io.record / geo_.records_per_block(),
+                   Waiter{WaitKind::kPublish, io.user_data, io.record});
       break;
     }
     case IoKind::kDir:
       free_dir_bufs_.push_back(DirBuffer{io.buf, io.fixed_buf});
-      finish_dir(io.region, io.slot, err);
+      finish_dir(io.region, io.record, err);
       break;
   }
   release_io(id);

@@ -88,13 +88,13 @@ class DiskBackend final : public Backend {
                               std::chrono::microseconds wait) noexcept override;
 
  private:
-  enum class SlotState : std::uint8_t { kEmpty, kWriting, kPublishing, kLive, kDead };
-  struct Slot {
+  enum class RecordState : std::uint8_t { kEmpty, kWriting, kPublishing, kLive, kDead };
+  struct Record {
     ObjectKey key;
     std::uint32_t offset_blocks = 0;
     std::uint32_t image_bytes = 0;
     std::uint32_t payload_check = 0;
-    SlotState state = SlotState::kEmpty;
+    RecordState state = RecordState::kEmpty;
   };
   // kResetting: its new header is being written; writes into it wait. kReady: writable. Whether a
   // ready region is open or sealed is said by open_ and sealed_.
@@ -105,7 +105,7 @@ class DiskBackend final : public Backend {
     RegionState state = RegionState::kFree;
     std::uint64_t seq = 0;
     std::uint32_t write_blocks = 0;      // next free data block
-    std::vector<Slot> slots;             // index 0 stands for the header
+    std::vector<Record> records;             // index 0 stands for the header
     std::uint32_t pending = 0;           // in-flight I/O touching the region
     std::uint64_t touched = 0;           // recency: opened, or an object in it got or put again
     std::vector<std::uint32_t> waiting;  // data writes held until the reset completes
@@ -115,7 +115,7 @@ class DiskBackend final : public Backend {
   struct Io {
     IoKind kind = IoKind::kRead;
     std::uint32_t region = 0;
-    std::uint32_t slot = 0;  // kRead/kWrite: the object's slot; kDir: the directory block
+    std::uint32_t record = 0;  // kRead/kWrite: the object's record; kDir: the directory block
     std::byte* buf = nullptr;
     std::uint64_t offset = 0;
     std::uint32_t len = 0;
@@ -128,7 +128,7 @@ class DiskBackend final : public Backend {
   struct Waiter {
     WaitKind kind;
     std::uint64_t user_data;
-    std::uint32_t slot;
+    std::uint32_t record;
   };
   struct DirBlock {
     bool in_flight = false;
@@ -141,7 +141,7 @@ class DiskBackend final : public Backend {
   };
   struct Location {
     std::uint32_t region;
-    std::uint32_t slot;
+    std::uint32_t record;
   };
   struct PutWait {  // an accepted put that has no place yet
     std::uint64_t user_data;

@@ -55,7 +55,7 @@ void encode_superblock(std::span<std::byte> block, const Geometry& g) noexcept {
 }
 
 std::optional<Geometry> decode_superblock(std::span<const std::byte> block) noexcept {
-  if (block.size() < kSlotBytes) return std::nullopt;
+  if (block.size() < kRecordBytes) return std::nullopt;
   const std::byte* p = block.data();
   if (get_le<std::uint32_t>(p) != kSuperMagic || get_le<std::uint32_t>(p + 4) != kLayoutVersion)
     return std::nullopt;
@@ -69,7 +69,7 @@ std::optional<Geometry> decode_superblock(std::span<const std::byte> block) noex
 }
 
 void encode_region_header(std::byte* p, const RegionHeader& h) noexcept {
-  std::memset(p, 0, kSlotBytes);
+  std::memset(p, 0, kRecordBytes);
   put_le<std::uint32_t>(p + 0, kRegionMagic);
   put_le<std::uint32_t>(p + 4, h.region);
   put_le<std::uint64_t>(p + 8, h.seq);
@@ -117,8 +117,8 @@ std::optional<Entry> decode_entry(const std::byte* p) noexcept {
   return e;
 }
 
-bool slot_is_zero(const std::byte* p) noexcept {
-  for (std::size_t i = 0; i < kSlotBytes; ++i)
+bool record_is_zero(const std::byte* p) noexcept {
+  for (std::size_t i = 0; i < kRecordBytes; ++i)
     if (p[i] != std::byte{0}) return false;
   return true;
 }
@@ -141,13 +141,13 @@ Result<ScanResult> scan_index(int fd, const Geometry& g,
       const std::byte* d = buf.data() + k * dir;
       auto h = decode_region_header(d);
       if (!h || h->region != r) {
-        if (!slot_is_zero(d)) out.corrupt_regions.push_back(r);
+        if (!record_is_zero(d)) out.corrupt_regions.push_back(r);
         continue;
       }
       out.regions[r] = ScannedRegion{true, h->seq};
-      for (std::uint32_t s = 1; s < g.dir_slots(); ++s) {
-        const std::byte* p = d + std::size_t{s} * kSlotBytes;
-        if (slot_is_zero(p)) continue;
+      for (std::uint32_t s = 1; s < g.dir_records(); ++s) {
+        const std::byte* p = d + std::size_t{s} * kRecordBytes;
+        if (record_is_zero(p)) continue;
         auto entry = decode_entry(p);
         if (!entry) {
           out.corrupt_entries.push_back({r, s});
@@ -191,7 +191,7 @@ Result<Geometry> read_superblock(int fd, std::uint32_t block_size_hint) {
   }
   if (n < 0)
     return Status::io_error(fmt::format("index: read superblock: {}", std::strerror(errno)));
-  if (static_cast<std::size_t>(n) < kSlotBytes) return Status::not_found("index: no superblock");
+  if (static_cast<std::size_t>(n) < kRecordBytes) return Status::not_found("index: no superblock");
   auto g = decode_superblock(buf.span().first(static_cast<std::size_t>(n)));
   if (!g) return Status::not_found("index: no valid superblock");
   return *g;

@@ -8,12 +8,12 @@
 //          appended at block-aligned offsets (block_size, the O_DIRECT unit) and padded to a
 //          whole number of blocks. Nothing but image bytes lives here.
 //   index  block 0: the superblock (geometry); then one directory per region, dir_bytes each.
-//          A directory is an array of 64-byte slots: slot 0 is the region header (the region's
-//          sequence number, its generation), slots 1.. are entries, one per object, naming the
+//          A directory is an array of 64-byte records: record 0 is the region header (the region's
+//          sequence number, its generation), records 1.. are entries, one per object, naming the
 //          key, the image size, the block offset in the region and a check of the payload.
 //
 // An entry is valid only when its own checksum holds and its sequence number equals the region
-// header's; anything else in a slot (zeros, a stale entry of an earlier generation of the region,
+// header's; anything else in a record (zeros, a stale entry of an earlier generation of the region,
 // torn or flipped bytes) is not an object. An entry is written only after the image it names has
 // been written completely (write-then-publish), and a region's header is rewritten with a new
 // sequence number, and that write completed, before any image of the new generation is written.
@@ -33,7 +33,7 @@
 
 namespace tier::disk {
 
-inline constexpr std::size_t kSlotBytes = 64;
+inline constexpr std::size_t kRecordBytes = 64;
 inline constexpr std::uint32_t kSuperMagic = 0x5344544Cu;   // "LTDS"
 inline constexpr std::uint32_t kRegionMagic = 0x5244544Cu;  // "LTDR"
 inline constexpr std::uint32_t kEntryMagic = 0x4544544Cu;   // "LTDE"
@@ -51,12 +51,12 @@ struct Geometry {
     return static_cast<std::uint32_t>(region_size / block_size);
   }
   // Slots per directory: the header plus one entry per block (an image takes at least a block).
-  std::uint32_t dir_slots() const noexcept { return region_blocks() + 1; }
-  std::uint32_t slots_per_block() const noexcept {
-    return static_cast<std::uint32_t>(block_size / kSlotBytes);
+  std::uint32_t dir_records() const noexcept { return region_blocks() + 1; }
+  std::uint32_t records_per_block() const noexcept {
+    return static_cast<std::uint32_t>(block_size / kRecordBytes);
   }
   std::uint64_t dir_bytes() const noexcept {
-    std::uint64_t raw = std::uint64_t{dir_slots()} * kSlotBytes;
+    std::uint64_t raw = std::uint64_t{dir_records()} * kRecordBytes;
     return (raw + block_size - 1) / block_size * block_size;
   }
   std::uint64_t index_file_bytes() const noexcept {
@@ -92,39 +92,39 @@ struct Entry {
   std::uint32_t payload_check = 0;  // low 32 bits of the image's payload checksum
 };
 
-// Slot codecs. A decoder returns nullopt when the slot does not hold a valid record of its kind.
+// Record codecs. A decoder returns nullopt when the record does not hold a valid record of its kind.
 void encode_superblock(std::span<std::byte> block, const Geometry& g) noexcept;
 std::optional<Geometry> decode_superblock(std::span<const std::byte> block) noexcept;
-void encode_region_header(std::byte* slot, const RegionHeader& h) noexcept;
-std::optional<RegionHeader> decode_region_header(const std::byte* slot) noexcept;
-void encode_entry(std::byte* slot, const Entry& e) noexcept;
-std::optional<Entry> decode_entry(const std::byte* slot) noexcept;
-bool slot_is_zero(const std::byte* slot) noexcept;
+void encode_region_header(std::byte* record, const RegionHeader& h) noexcept;
+std::optional<RegionHeader> decode_region_header(const std::byte* record) noexcept;
+void encode_entry(std::byte* record, const Entry& e) noexcept;
+std::optional<Entry> decode_entry(const std::byte* record) noexcept;
+bool record_is_zero(const std::byte* record) noexcept;
 
 // What a scan of the index finds.
 struct ScannedEntry {
   Entry entry;
   std::uint32_t region = 0;
-  std::uint32_t slot = 0;
+  std::uint32_t record = 0;
 };
 struct ScannedRegion {
   bool in_use = false;  // holds a valid header
   std::uint64_t seq = 0;
 };
-struct SlotRef {
+struct RecordRef {
   std::uint32_t region = 0;
-  std::uint32_t slot = 0;
+  std::uint32_t record = 0;
 };
 struct ScanResult {
   std::vector<ScannedRegion> regions;    // one per region
-  std::vector<ScannedEntry> entries;     // valid entries of regions in use, by region then slot
-  std::vector<SlotRef> corrupt_entries;  // non-zero slots that are neither valid nor stale
+  std::vector<ScannedEntry> entries;     // valid entries of regions in use, by region then record
+  std::vector<RecordRef> corrupt_entries;  // non-zero records that are neither valid nor stale
   std::vector<std::uint32_t> corrupt_regions;  // non-zero region headers that do not parse
   std::uint64_t stale_entries = 0;             // valid entries of an earlier generation (ignored)
 };
 
 // Reads every directory of the index file (opened with O_DIRECT or not) and classifies its
-// slots. `progress(done, total)` is called with bytes scanned. Returns: what it found, or IoError.
+// records. `progress(done, total)` is called with bytes scanned. Returns: what it found, or IoError.
 Result<ScanResult> scan_index(
     int index_fd, const Geometry& g,
     const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});

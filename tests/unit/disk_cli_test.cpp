@@ -60,7 +60,7 @@ TEST_CASE("tierctl disk verify finds flipped bytes; repair drops them") {
   CHECK(json_of(clean)["bad_objects"] == 0);
 
   flip_byte(dir.store() + "/data", 3 * 3 * 4096 + 4000);  // payload of object 3
-  flip_byte(dir.store() + "/index", 4096 + 8 * 64 + 20);  // entry of object 7 (slot 8)
+  flip_byte(dir.store() + "/index", 4096 + 8 * 64 + 20);  // entry of object 7 (record 8)
   Run bad = tierctl("disk verify " + dir.store() + " --json");
   CHECK(bad.rc == 1);
   CHECK(json_of(bad)["objects"] == 9);

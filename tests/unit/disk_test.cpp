@@ -1,4 +1,4 @@
-// The disk tier's layout and recovery: slot codecs, restart (clean), removes and evictions that
+// The disk tier's layout and recovery: record codecs, restart (clean), removes and evictions that
 // persist, flipped bytes never served, full file system as failed saves, the lock, and the cache
 // reused by a TierStack after a restart. Real io_uring on real files; exits 77 without them.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -26,31 +26,31 @@ std::vector<std::byte> image_of(std::uint64_t n, std::size_t payload = 10'000) {
 
 }  // namespace
 
-TEST_CASE("slot codecs round-trip and reject flipped bytes") {
+TEST_CASE("record codecs round-trip and reject flipped bytes") {
   disk::Entry e{key_of(9, 3, 2), 77, 123456, 42, 0xdeadbeef};
-  std::byte slot[disk::kSlotBytes]{};
-  disk::encode_entry(slot, e);
-  auto d = disk::decode_entry(slot);
+  std::byte record[disk::kRecordBytes]{};
+  disk::encode_entry(record, e);
+  auto d = disk::decode_entry(record);
   REQUIRE(d.has_value());
   CHECK(d->key == e.key);
   CHECK(d->seq == 77);
   CHECK(d->image_bytes == 123456);
   CHECK(d->offset_blocks == 42);
   CHECK(d->payload_check == 0xdeadbeef);
-  for (std::size_t i = 0; i < disk::kSlotBytes; ++i) {
-    std::byte bad[disk::kSlotBytes];
-    std::memcpy(bad, slot, sizeof bad);
+  for (std::size_t i = 0; i < disk::kRecordBytes; ++i) {
+    std::byte bad[disk::kRecordBytes];
+    std::memcpy(bad, record, sizeof bad);
     bad[i] ^= std::byte{0x10};
     CHECK_FALSE(disk::decode_entry(bad).has_value());
   }
   disk::RegionHeader h{5, 3};
-  disk::encode_region_header(slot, h);
-  auto hd = disk::decode_region_header(slot);
+  disk::encode_region_header(record, h);
+  auto hd = disk::decode_region_header(record);
   REQUIRE(hd.has_value());
   CHECK(hd->seq == 5);
   CHECK(hd->region == 3);
-  slot[9] ^= std::byte{1};
-  CHECK_FALSE(disk::decode_region_header(slot).has_value());
+  record[9] ^= std::byte{1};
+  CHECK_FALSE(disk::decode_region_header(record).has_value());
 
   disk::Geometry g{4096, 1 << 20, 8};
   std::vector<std::byte> block(4096);
@@ -160,7 +160,7 @@ TEST_CASE("flipped bytes are never served") {
   // Objects are appended from block 0 of the first region, 3 blocks each (10 096 bytes).
   flip_byte(dir.store() + "/data", 0 * 3 * 4096 + 5000);  // payload of object 0
   flip_byte(dir.store() + "/data", 1 * 3 * 4096 + 20);    // header of object 1
-  // The entry of object 2: slot 3 of region 0's directory (after the 4 KiB superblock).
+  // The entry of object 2: record 3 of region 0's directory (after the 4 KiB superblock).
   flip_byte(dir.store() + "/index", 4096 + 3 * 64 + 30);
   auto b = open_disk(opts);
   REQUIRE(b);

@@ -244,7 +244,8 @@ class LibtierHiCacheStorage(HiCacheStorage):
             call = self.store.save if op == "save" else self.store.load
             codes = call(self._keys(pool, keys), regions)
         except (libtier.Error, ValueError, AttributeError) as e:
-            log.error("libtier HiCache %s of %d pages of pool %s failed: %s", op, len(keys), pool, e)
+            log.error("libtier HiCache %s of %d pages of pool %s failed: %s", op, len(keys), pool,
+                      e)
             return [False] * len(keys)
         return [c == libtier.Code.OK for c in codes]
 
@@ -254,7 +255,7 @@ class LibtierHiCacheStorage(HiCacheStorage):
                      extra_info: Optional[Any] = None) -> list:
         """Loads each page straight into its host-pool slots; True per page loaded.
 
-        `host_indices` holds len(keys) * page_size slots, page i at [i*page_size, (i+1)*page_size)."""
+        `host_indices` holds len(keys) * page_size slots: page i at [i, i + 1) * page_size."""
         return self._transfer("load", KV_POOL, self.mem_pool_host, keys, host_indices)
 
     def batch_set_v1(self, keys: list, host_indices: Any,

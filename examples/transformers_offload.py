@@ -51,7 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--chunk", type=int, default=256, help="tokens per libtier object")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workdir", help="directory of the disk tier (default: a fresh temp dir)")
+    p.add_argument("--workdir", help="directory of the disk tier (default: a fresh directory "
+                   "under the current one, which must support O_DIRECT: not a tmpfs)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--resume", metavar="MANIFEST", help=argparse.SUPPRESS)  # mode (b) child
     return p.parse_args(argv)
@@ -331,7 +332,7 @@ def main(argv=None):
     plain = decode(model, cache, first, args.new_tokens)
     del cache
     a = mode_layer_by_layer(args, model, prompt)
-    with tempfile.TemporaryDirectory(prefix="libtier-example-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=".libtier-example-", dir=os.getcwd()) as tmp:
         workdir = args.workdir or tmp
         os.makedirs(workdir, exist_ok=True)
         b = mode_fresh_process(args, model, prompt, workdir)

@@ -12,7 +12,8 @@ downloaded) runs on the GPU three times on the same random prompt:
   is dropped, and a fresh Python process (this script with --resume) rebuilds the model from the
   seed, restores the KV from the disk tier straight into GPU tensors and decodes.
 
-Both modes must produce exactly the plain run's tokens (exit status 1 otherwise). The KV moves
+Both modes must produce exactly the plain run's tokens, and bit for bit the same logits at every
+decode step (compared through a SHA-256 of them; exit status 1 otherwise). The KV moves
 zero-copy: libtier reads and writes the CUDA tensors' memory, each object being one layer's K
 and V of one chunk of --chunk tokens (a region per batch row and head, keys from
 libtier.chunk_keys over the prompt). The script reports the restore time against a bulk
@@ -150,17 +151,23 @@ def prefill(model, ids):
 
 
 def decode(model, cache, token, n):
-    """Greedy: `token` and the n - 1 tokens after it."""
+    """Greedy: {"tokens": `token` and the n - 1 tokens after it, "logits": the SHA-256 of every
+    decode step's logits (a random tiny model soon repeats one token; its logits still differ
+    at the last bit when the KV does)}."""
+    import hashlib
+
     import torch
 
-    tokens = [int(token)]
+    tokens, digest = [int(token)], hashlib.sha256()
     with torch.no_grad():
         for _ in range(n - 1):
             out = model(input_ids=token.view(1, 1), past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            token = out.logits[:, -1].argmax(-1)
+            logits = out.logits[:, -1]
+            digest.update(logits.float().cpu().numpy().tobytes())
+            token = logits.argmax(-1)
             tokens.append(int(token))
-    return tokens
+    return {"tokens": tokens, "logits": digest.hexdigest()}
 
 
 # --- libtier -----------------------------------------------------------------------------------
@@ -271,9 +278,9 @@ def mode_layer_by_layer(args, model, prompt):
                                     for i, (k, v) in enumerate(restored)])
         for i, (k, v) in enumerate(restored):
             set_kv(cache, i, k, v)
-    tokens = decode(model, cache, first, args.new_tokens)
+    out = decode(model, cache, first, args.new_tokens)
     nbytes = sum(2 * k.numel() * k.element_size() for k, _ in restored)
-    return {"tokens": tokens, "save_ms": save_ms, "restore_ms": restore_ms, "bytes": nbytes}
+    return dict(out, save_ms=save_ms, restore_ms=restore_ms, bytes=nbytes)
 
 
 def mode_fresh_process(args, model, prompt, workdir):
@@ -315,9 +322,13 @@ def resume(manifest_path):
         restore_ms = timed(lambda: [load_layer(store, args, prompt, i, k, v)
                                     for i, (k, v) in enumerate(kv)])
     first = torch.tensor([manifest["first"]], device="cuda")
-    tokens = decode(model, new_cache_from(kv), first, args.new_tokens)
+    out = decode(model, new_cache_from(kv), first, args.new_tokens)
     nbytes = sum(2 * k.numel() * k.element_size() for k, _ in kv)
-    json.dump({"tokens": tokens, "restore_ms": restore_ms, "bytes": nbytes}, sys.stdout)
+    json.dump(dict(out, restore_ms=restore_ms, bytes=nbytes), sys.stdout)
+
+
+def same(run, plain):
+    return run["tokens"] == plain["tokens"] and run["logits"] == plain["logits"]
 
 
 def main(argv=None):
@@ -341,8 +352,7 @@ def main(argv=None):
         "plain": plain,
         "layer_by_layer": a,
         "fresh_process": b,
-        "identical": {"layer_by_layer": a["tokens"] == plain,
-                      "fresh_process": b["tokens"] == plain},
+        "identical": {"layer_by_layer": same(a, plain), "fresh_process": same(b, plain)},
         "bulk_h2d_ms": h2d_ms,
     }
     if args.json:
@@ -353,8 +363,8 @@ def main(argv=None):
         print(f"model: {args.layers} layers, KV {a['bytes'] / 2**20:.1f} MiB "
               f"({args.prompt} prompt tokens), {args.new_tokens} greedy tokens")
         for name, r in (("layer by layer (cpu tier)", a), ("fresh process (disk tier)", b)):
-            same = "identical" if r["tokens"] == plain else "DIFFERENT"
-            print(f"{name:27s} tokens {same}; restore {r['restore_ms']:.2f} ms "
+            verdict = "identical" if same(r, plain) else "DIFFERENT"
+            print(f"{name:27s} tokens and logits {verdict}; restore {r['restore_ms']:.2f} ms "
                   f"({gb / (r['restore_ms'] / 1e3):.2f} GB/s) = {r['restore_ms'] / h2d_ms:.1f}x "
                   f"the bulk H2D copy")
         print(f"bulk pinned H2D copy of the same bytes: {h2d_ms:.2f} ms "

@@ -26,7 +26,9 @@ def test_tokens_identical_after_layer_offload_and_after_a_fresh_process_restore(
         pytest.skip(run.stderr.strip())
     assert run.returncode in (0, 1), run.stderr
     report = json.loads(run.stdout)
-    assert len(report["plain"]) == 16
-    assert report["layer_by_layer"]["tokens"] == report["plain"]
-    assert report["fresh_process"]["tokens"] == report["plain"]
+    plain = report["plain"]
+    assert len(plain["tokens"]) == 16
+    for mode in ("layer_by_layer", "fresh_process"):
+        assert report[mode]["tokens"] == plain["tokens"], mode
+        assert report[mode]["logits"] == plain["logits"], mode
     assert report["fresh_process"]["bytes"] == report["layer_by_layer"]["bytes"] > 0

@@ -339,16 +339,20 @@ class Store {
     return codes_list(codes.data(), codes.size());
   }
   py::list load(py::handle keys, py::handle buffers) {
+    return load_with_tiers(keys, buffers)[0];
+  }
+  py::tuple load_with_tiers(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, true);
-    std::vector<std::int32_t> codes(b.items.size());
+    std::vector<std::int32_t> codes(b.items.size()), tiers(b.items.size());
     tier_store* h = handle();
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = tier_store_load(h, b.items.data(), b.items.size(), codes.data(), nullptr);
+      rc = tier_store_load(h, b.items.data(), b.items.size(), codes.data(), tiers.data());
     }
     check(rc);
-    return codes_list(codes.data(), codes.size());
+    return py::make_tuple(codes_list(codes.data(), codes.size()),
+                          std::vector<int>(tiers.begin(), tiers.end()));
   }
   std::uint64_t submit(py::handle keys, py::handle buffers, bool load) {
     Batch b = make_batch(keys, buffers, load);
@@ -908,6 +912,7 @@ PYBIND11_MODULE(_libtier, m) {
       .def("exists", &Store::exists, py::arg("keys"))
       .def("save", &Store::save, py::arg("keys"), py::arg("buffers"))
       .def("load", &Store::load, py::arg("keys"), py::arg("buffers"))
+      .def("load_with_tiers", &Store::load_with_tiers, py::arg("keys"), py::arg("buffers"))
       .def("save_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, false); },
            py::arg("keys"), py::arg("buffers"))
       .def("load_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, true); },

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -365,9 +366,11 @@ class Store {
                 : tier_store_submit_save(h, b.items.data(), b.items.size(), &ticket);
     }
     check(rc);
-    // The buffers stay referenced until the completion is handed out.
+    // The buffers stay referenced until the completion is handed out (unless another thread
+    // took it while the GIL was released above).
     std::lock_guard<std::mutex> lock(mu_);
-    pending_[ticket] = py::reinterpret_borrow<py::object>(buffers);
+    if (taken_early_.erase(ticket) == 0)
+      pending_[ticket] = py::reinterpret_borrow<py::object>(buffers);
     return ticket;
   }
   Completion convert(tier_completion* c) {
@@ -382,7 +385,7 @@ class Store {
     if (const std::int32_t* t = tier_completion_tiers(c)) out.tiers.assign(t, t + n);
     tier_completion_free(c);
     std::lock_guard<std::mutex> lock(mu_);
-    pending_.erase(out.ticket);
+    if (pending_.erase(out.ticket) == 0) taken_early_.insert(out.ticket);
     return out;
   }
   std::vector<Completion> poll() {
@@ -451,8 +454,9 @@ class Store {
   tier_store* h_ = nullptr;
   std::string ns_;
   std::uint32_t rank_ = 0;
-  std::mutex mu_;  // guards pending_ (completions may be taken from several threads)
-  std::map<std::uint64_t, py::object> pending_;
+  std::mutex mu_;  // guards pending_ and taken_early_ (completions may be taken by any thread)
+  std::map<std::uint64_t, py::object> pending_;  // ticket -> the batch's buffers
+  std::set<std::uint64_t> taken_early_;          // completed before submit() recorded them
 };
 
 class Registration {

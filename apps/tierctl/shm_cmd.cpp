@@ -32,10 +32,9 @@ tier::Json stats_json(const tier::cpu::ShmStats& s) {
 int inspect(const std::string& name, bool json, bool list_objects) {
   auto store = ShmStore::attach(name);
   if (!store) return tier::cli::fail(store.status().to_string());
-  std::vector<tier::cpu::ShmClientInfo> clients;
-  std::vector<tier::cpu::ShmObjectInfo> objects;
-  auto st = (*store)->inspect(&clients, &objects);
-  if (!st) return tier::cli::fail(st.status().to_string());
+  auto found = (*store)->inspect();
+  if (!found) return tier::cli::fail(found.status().to_string());
+  auto& [st, clients, objects] = *found;
   // Our own client slot is not worth listing.
   std::erase_if(clients,
                 [](const auto& c) { return c.pid == static_cast<std::int32_t>(::getpid()); });
@@ -46,7 +45,7 @@ int inspect(const std::string& name, bool json, bool list_objects) {
     bytes += o.image_bytes;
   }
   if (json) {
-    tier::Json j = stats_json(*st);
+    tier::Json j = stats_json(st);
     j["clients"] = clients.size();
     j["client_list"] = tier::Json::array();
     for (const auto& c : clients)
@@ -65,16 +64,16 @@ int inspect(const std::string& name, bool json, bool list_objects) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("segment     {} ({} mapped)\n", st->segment, tier::format_size(st->segment_bytes));
+  fmt::print("segment     {} ({} mapped)\n", st.segment, tier::format_size(st.segment_bytes));
   fmt::print("capacity    {} in {} blocks of {}, {} index entries\n",
-             tier::format_size(st->capacity_bytes), st->capacity_bytes / st->block_bytes,
-             tier::format_size(st->block_bytes), st->max_objects);
-  fmt::print("used        {} in blocks ({} of images)\n", tier::format_size(st->used_bytes),
-             tier::format_size(st->image_bytes));
-  fmt::print("objects     {} ready, {} being written, {} removed while read\n", st->objects,
-             st->writing, st->doomed);
-  fmt::print("recoveries  {} lock-holder deaths repaired, {} dead clients reaped\n", st->recoveries,
-             st->reaped_clients);
+             tier::format_size(st.capacity_bytes), st.capacity_bytes / st.block_bytes,
+             tier::format_size(st.block_bytes), st.max_objects);
+  fmt::print("used        {} in blocks ({} of images)\n", tier::format_size(st.used_bytes),
+             tier::format_size(st.image_bytes));
+  fmt::print("objects     {} ready, {} being written, {} removed while read\n", st.objects,
+             st.writing, st.doomed);
+  fmt::print("recoveries  {} lock-holder deaths repaired, {} dead clients reaped\n", st.recoveries,
+             st.reaped_clients);
   fmt::print("clients     {}\n", clients.size());
   for (const auto& c : clients)
     fmt::print("  pid {:<8} {}{}\n", c.pid, c.alive ? "alive" : "dead (reaped on next use)",

@@ -20,6 +20,12 @@
 // Threads: one ShmStore is used by one thread at a time (like the Backend that owns it); any
 // number of stores, in any number of processes, may use one segment at once.
 // Data path calls never throw.
+//
+// The parts, one class each (namespace shm): Segment (shm_segment.hpp: naming, layout, creation,
+// mapping), Blocks (shm_blocks.hpp: block chains and the copies through them), Index
+// (shm_index.hpp: hash, LRU, free lists, pins, client slots), Recovery (shm_recovery.hpp: the
+// robust lock, the rebuild after a death, dead-client reaping); the records they share are in
+// shm_format.hpp.
 
 #include <cstddef>
 #include <cstdint>
@@ -71,6 +77,13 @@ struct ShmObjectInfo {
   std::uint64_t image_bytes = 0;
   std::uint32_t blocks = 0;
   const char* state = "";  // "ready", "writing" or "doomed"
+};
+
+// What inspect() found, under the lock.
+struct ShmInspection {
+  ShmStats stats;
+  std::vector<ShmClientInfo> clients;  // client slots in use
+  std::vector<ShmObjectInfo> objects;  // entries that are not free
 };
 
 // What verify() found.
@@ -147,8 +160,7 @@ class ShmStore {
   // Counters read without the lock (each one is consistent; together they are approximate).
   ShmStats stats() const noexcept;
   // Under the lock: counts states and lists clients and objects (tierctl).
-  Result<ShmStats> inspect(std::vector<ShmClientInfo>* clients,
-                           std::vector<ShmObjectInfo>* objects);
+  Result<ShmInspection> inspect();
   // Releases what dead clients held, checks the index, and verifies every ready image (header,
   // key, length, checksum); corrupt objects are removed.
   Result<ShmVerifyReport> verify();

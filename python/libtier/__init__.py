@@ -18,7 +18,32 @@ Every transfer releases the GIL. See ``__init__.pyi`` for the full typed surface
 thread-safety.
 """
 
-from ._errors import (
+import ctypes as _ctypes
+import glob as _glob
+import os as _os
+
+
+def _preload_bundled_libraries():
+    """Loads the libraries a wheel bundles, before the extension needs them.
+
+    meson-python (0.12) puts libtier's shared libraries in ``.libtier.mesonpy.libs`` beside the
+    package under their file names (``libtier.so.0.1.0``) without the soname links
+    (``libtier.so.0``) that the extension and the plugins ask for; a library loaded by path is
+    found by its soname afterwards. Dependency order. A build tree or a ``meson install`` has no
+    such directory and finds the libraries through RUNPATH."""
+    libs = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))),
+                         ".libtier.mesonpy.libs")
+    if not _os.path.isdir(libs):
+        return
+    for name in ("libtier", "libtier_gpu", "libtier_dsv4", "libtier_engine",
+                 "libtier_dsv4_layout", "libtier_c"):
+        for path in sorted(_glob.glob(_os.path.join(libs, name + ".so.*"))):
+            _ctypes.CDLL(path)
+
+
+_preload_bundled_libraries()
+
+from ._errors import (  # noqa: E402
     AlreadyExists,
     BadState,
     Cancelled,
@@ -35,7 +60,7 @@ from ._errors import (
     Retry,
     TimedOut,
 )
-from ._libtier import (
+from ._libtier import (  # noqa: E402
     ABI_VERSION,
     Boundary,
     Completion,

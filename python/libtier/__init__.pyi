@@ -169,6 +169,10 @@ class Store:
         """Loads each key into its regions (blocking; the GIL is released). One code per key:
         OK, NOT_FOUND (a miss) or the decode error; the regions' sizes must equal the stored
         object's (else INVALID_ARGUMENT for that key, nothing written)."""
+    def load_with_tiers(
+        self, keys: Sequence[KeyLike], buffers: Sequence[Regions]
+    ) -> tuple[list[Code], list[int]]:
+        """As load(), plus the index of the tier that served each key (-1 on a miss)."""
     def save_async(self, keys: Sequence[KeyLike], buffers: Sequence[Regions]) -> int:
         """Queues a save and returns its ticket at once. The buffers are kept referenced (and
         must stay unchanged) until its Completion is returned by poll() or wait()."""

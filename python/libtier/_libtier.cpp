@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -339,16 +340,20 @@ class Store {
     return codes_list(codes.data(), codes.size());
   }
   py::list load(py::handle keys, py::handle buffers) {
+    return load_with_tiers(keys, buffers)[0];
+  }
+  py::tuple load_with_tiers(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, true);
-    std::vector<std::int32_t> codes(b.items.size());
+    std::vector<std::int32_t> codes(b.items.size()), tiers(b.items.size());
     tier_store* h = handle();
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = tier_store_load(h, b.items.data(), b.items.size(), codes.data(), nullptr);
+      rc = tier_store_load(h, b.items.data(), b.items.size(), codes.data(), tiers.data());
     }
     check(rc);
-    return codes_list(codes.data(), codes.size());
+    return py::make_tuple(codes_list(codes.data(), codes.size()),
+                          std::vector<int>(tiers.begin(), tiers.end()));
   }
   std::uint64_t submit(py::handle keys, py::handle buffers, bool load) {
     Batch b = make_batch(keys, buffers, load);
@@ -361,9 +366,11 @@ class Store {
                 : tier_store_submit_save(h, b.items.data(), b.items.size(), &ticket);
     }
     check(rc);
-    // The buffers stay referenced until the completion is handed out.
+    // The buffers stay referenced until the completion is handed out (unless another thread
+    // took it while the GIL was released above).
     std::lock_guard<std::mutex> lock(mu_);
-    pending_[ticket] = py::reinterpret_borrow<py::object>(buffers);
+    if (taken_early_.erase(ticket) == 0)
+      pending_[ticket] = py::reinterpret_borrow<py::object>(buffers);
     return ticket;
   }
   Completion convert(tier_completion* c) {
@@ -378,7 +385,7 @@ class Store {
     if (const std::int32_t* t = tier_completion_tiers(c)) out.tiers.assign(t, t + n);
     tier_completion_free(c);
     std::lock_guard<std::mutex> lock(mu_);
-    pending_.erase(out.ticket);
+    if (pending_.erase(out.ticket) == 0) taken_early_.insert(out.ticket);
     return out;
   }
   std::vector<Completion> poll() {
@@ -447,8 +454,9 @@ class Store {
   tier_store* h_ = nullptr;
   std::string ns_;
   std::uint32_t rank_ = 0;
-  std::mutex mu_;  // guards pending_ (completions may be taken from several threads)
-  std::map<std::uint64_t, py::object> pending_;
+  std::mutex mu_;  // guards pending_ and taken_early_ (completions may be taken by any thread)
+  std::map<std::uint64_t, py::object> pending_;  // ticket -> the batch's buffers
+  std::set<std::uint64_t> taken_early_;          // completed before submit() recorded them
 };
 
 class Registration {
@@ -908,6 +916,7 @@ PYBIND11_MODULE(_libtier, m) {
       .def("exists", &Store::exists, py::arg("keys"))
       .def("save", &Store::save, py::arg("keys"), py::arg("buffers"))
       .def("load", &Store::load, py::arg("keys"), py::arg("buffers"))
+      .def("load_with_tiers", &Store::load_with_tiers, py::arg("keys"), py::arg("buffers"))
       .def("save_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, false); },
            py::arg("keys"), py::arg("buffers"))
       .def("load_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, true); },

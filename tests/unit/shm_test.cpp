@@ -142,12 +142,13 @@ void check_segment(const std::string& segment) {
   REQUIRE(report.is_ok());
   CHECK(report->corrupt == 0);
   for (const auto& p : report->problems) MESSAGE(p);
-  auto st = (*store)->inspect(nullptr, nullptr);
-  REQUIRE(st.is_ok());
-  CHECK(st->used_bytes <= st->capacity_bytes);
-  CHECK(st->writing == 0);
-  CHECK(st->doomed == 0);
-  CHECK(st->clients == 1);  // this store only: every child's slot was released or reaped
+  auto found = (*store)->inspect();
+  REQUIRE(found.is_ok());
+  const cpu::ShmStats& st = found->stats;
+  CHECK(st.used_bytes <= st.capacity_bytes);
+  CHECK(st.writing == 0);
+  CHECK(st.doomed == 0);
+  CHECK(st.clients == 1);  // this store only: every child's slot was released or reaped
 }
 
 // Fills the whole segment from this process: proves no lock is stuck and no space leaked.
@@ -343,8 +344,9 @@ TEST_CASE("shm: two namespaces side by side never see each other") {
   CHECK(wait_child(b) == kChildOk);
   auto store = ShmStore::attach(seg.name);
   REQUIRE(store.is_ok());
-  std::vector<cpu::ShmObjectInfo> objects;
-  REQUIRE((*store)->inspect(nullptr, &objects).is_ok());
+  auto found = (*store)->inspect();
+  REQUIRE(found.is_ok());
+  const std::vector<cpu::ShmObjectInfo>& objects = found->objects;
   std::size_t in_a = 0, in_b = 0;
   for (const auto& o : objects) {
     in_a += o.key.ns.lo == 10;

@@ -1,13 +1,13 @@
-// The CPU tier's pinned mode: page-locked storage and device-memory puts and gets
-// (pinned_mode.hpp).
+// The CPU tier's pinned modes: device-memory puts and gets (pinned_transfer.hpp).
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include "pinned_transfer.hpp"
+
 #include <fmt/format.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <array>
 
-#include "pinned_mode.hpp"
 #include "tier/object.hpp"
 
 namespace tier::cpu {
@@ -43,22 +43,23 @@ std::size_t total_size(std::span<const Piece> pieces) {
   return n;
 }
 
-// The first min(kObjectHeaderBytes, image) bytes of the image, gathered from its pieces.
-std::span<const std::byte> gather_header(std::span<const Piece> pieces,
-                                         std::array<std::byte, kObjectHeaderBytes>& out) {
+// The object header at the start of the image held by `pieces` (parse_object_header of its first
+// min(kObjectHeaderBytes, image) bytes, gathered from the pieces).
+Result<ObjectHeader> header_of(std::span<const Piece> pieces) noexcept {
+  std::array<std::byte, kObjectHeaderBytes> head;
   std::size_t n = 0;
   for (const Piece& p : pieces) {
-    const std::size_t take = std::min(p.size(), out.size() - n);
-    std::copy_n(p.data(), take, out.data() + n);
+    const std::size_t take = std::min(p.size(), head.size() - n);
+    std::copy_n(p.data(), take, head.data() + n);
     n += take;
-    if (n == out.size()) break;
+    if (n == head.size()) break;
   }
-  return {out.data(), n};
+  return parse_object_header({head.data(), n});
 }
 
 }  // namespace
 
-Status pinned_mode_available() noexcept {
+Status PinnedTransfer::available() noexcept {
   if (gpu::device_count() == 0)
     return Status(Code::kNotSupported,
                   fmt::format("pinned: true needs a GPU, and this machine has no {} device",
@@ -66,28 +67,22 @@ Status pinned_mode_available() noexcept {
   return Status::ok();
 }
 
-Result<std::unique_ptr<PinnedMode>> PinnedMode::create_arena(std::size_t bytes) {
-  TIER_RETURN_IF_ERROR(pinned_mode_available());
-  TIER_ASSIGN_OR_RETURN(gpu::PinnedBuffer arena, gpu::PinnedBuffer::allocate(bytes));
-  std::unique_ptr<PinnedMode> m(new PinnedMode());
-  m->arena_.emplace(std::move(arena));
-  return m;
+Result<std::unique_ptr<PinnedTransfer>> PinnedTransfer::create() {
+  TIER_RETURN_IF_ERROR(available());
+  return std::unique_ptr<PinnedTransfer>(new PinnedTransfer());
 }
 
-Result<std::unique_ptr<PinnedMode>> PinnedMode::register_mapping(std::span<std::byte> mapping) {
-  TIER_RETURN_IF_ERROR(pinned_mode_available());
+Result<std::unique_ptr<DeviceTransfer>> PinnedTransfer::register_mapping(
+    std::span<std::byte> mapping) {
+  TIER_RETURN_IF_ERROR(available());
   TIER_ASSIGN_OR_RETURN(gpu::PinnedRegistration reg,
                         gpu::PinnedRegistration::register_host(mapping));
-  std::unique_ptr<PinnedMode> m(new PinnedMode());
-  m->registration_.emplace(std::move(reg));
-  return m;
+  std::unique_ptr<PinnedTransfer> t(new PinnedTransfer());
+  t->registration_.emplace(std::move(reg));
+  return std::unique_ptr<DeviceTransfer>(std::move(t));
 }
 
-std::span<std::byte> PinnedMode::arena() const noexcept {
-  return arena_ ? arena_->bytes() : std::span<std::byte>();
-}
-
-Result<gpu::Stream*> PinnedMode::stream_for(int device) noexcept {
+Result<gpu::Stream*> PinnedTransfer::stream_for(int device) noexcept {
   const auto d = static_cast<std::size_t>(device);
   if (device >= 0 && d < streams_.size() && streams_[d]) return &*streams_[d];
   if (device < 0 || device >= gpu::device_count())
@@ -98,8 +93,8 @@ Result<gpu::Stream*> PinnedMode::stream_for(int device) noexcept {
   return &*streams_[d];
 }
 
-Status PinnedMode::put_from_device(std::span<const Piece> pieces, Region src,
-                                   const ObjectKey& key) noexcept {
+Status PinnedTransfer::put_from_device(std::span<const Piece> pieces, Region src,
+                                       const ObjectKey& key) noexcept {
   TIER_ASSIGN_OR_RETURN(gpu::Stream * s, stream_for(src.device));
   const std::size_t n = total_size(pieces);
   Status st = enqueue_range(pieces, src, 0, n, true, *s);
@@ -107,8 +102,7 @@ Status PinnedMode::put_from_device(std::span<const Piece> pieces, Region src,
   Status sync = s->synchronize();
   TIER_RETURN_IF_ERROR(st);
   TIER_RETURN_IF_ERROR(sync);
-  std::array<std::byte, kObjectHeaderBytes> head;
-  auto h = parse_object_header(gather_header(pieces, head));
+  auto h = header_of(pieces);
   if (!h)
     return Status::invalid("put: image has no valid object header: " + h.status().to_string());
   if (!(h->key == key))
@@ -118,11 +112,10 @@ Status PinnedMode::put_from_device(std::span<const Piece> pieces, Region src,
   return Status::ok();
 }
 
-Status PinnedMode::get_to_device(Region dst, std::span<const Piece> pieces,
-                                 const ObjectKey& key) noexcept {
+Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
+                                     const ObjectKey& key) noexcept {
   const std::size_t n = total_size(pieces);
-  std::array<std::byte, kObjectHeaderBytes> head;
-  auto h = parse_object_header(gather_header(pieces, head));
+  auto h = header_of(pieces);
   if (!h) return h.status();
   if (!(h->key == key)) return Status(Code::kChecksumMismatch, "object header names another key");
   if (h->payload_bytes != n - kObjectHeaderBytes)

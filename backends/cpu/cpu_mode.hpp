@@ -1,0 +1,83 @@
+#pragma once
+// CpuMode: where the CPU tier's objects live, one class per mode, behind the one "cpu" backend
+// (cpu_backend.hpp), which turns requests into these calls and their results into completions:
+//
+//  - HeapMode (heap_mode.hpp): this process's heap, exact LRU;
+//  - PinnedHeapMode (pinned_heap_mode.hpp; GPU builds): one page-locked arena, exact LRU;
+//  - ShmMode (shm_mode.hpp; builds with Boost.Interprocess): a named shared-memory segment,
+//    optionally registered as page-locked memory.
+// make_cpu_mode() (cpu_mode_factory.cpp) picks one from the options; it is the only place that
+// knows which modes this build has.
+//
+// Images are host bytes the mode copies in and out itself, or, for memory the CPU cannot address
+// (device memory in a pinned mode), pieces: the stored image's bytes in this process, handed to a
+// caller's function while the object is reserved (put) or held (get), so nothing else sees or
+// reuses them meanwhile.
+//
+// Errors: Status codes as Backend documents per op; nothing throws. Threads: the tier's owner
+// thread only.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tier/backend.hpp"
+
+namespace tier::cpu {
+
+class DeviceTransfer;
+
+// A contiguous host byte range of a stored image; an image is a list of pieces in image order.
+using Piece = std::span<std::byte>;
+
+class CpuMode {
+ public:
+  // Called for each object evicted for capacity: its image when the mode still has it (heap), or
+  // an empty span (shm: keys only), and its size.
+  using EvictFn =
+      std::function<void(const ObjectKey&, std::span<const std::byte>, std::uint64_t image_bytes)>;
+  // Fills (put) or drains (get) the pieces of one image; its status is the operation's.
+  using PiecesFn = std::function<Status(std::span<const Piece>)>;
+
+  // A put's or get's status with the image bytes its completion reports.
+  struct Outcome {
+    Status status;
+    std::uint64_t bytes = 0;
+  };
+
+  virtual ~CpuMode() = default;
+
+  // Put-if-absent of a host image. Returns: Ok, AlreadyExists, NoSpace, BadState.
+  virtual Outcome put(const ObjectKey& key, std::span<const std::byte> image,
+                      const EvictFn& on_evict) = 0;
+  // A put of `image_bytes` whose bytes `fill` writes (and checks) into the reserved pieces; when
+  // fill fails nothing is stored and its status is returned.
+  virtual Outcome put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
+                           const EvictFn& on_evict) = 0;
+  // Copies the image into `out`, verified (copy_verified). Returns: Ok, NotFound,
+  // InvalidArgument (out too small; `bytes` = the size needed), ChecksumMismatch, BadState.
+  virtual Outcome get(const ObjectKey& key, std::span<std::byte> out) = 0;
+  // A get into a destination of `capacity` bytes that `drain` copies the pieces into; `drain`
+  // verifies them, and its status is the result's.
+  virtual Outcome get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain) = 0;
+  // The image size of a stored object; does not refresh recency. Returns: NotFound, BadState.
+  virtual Result<std::uint64_t> contains(const ObjectKey& key) = 0;
+  // Returns: Ok, NotFound, BadState.
+  virtual Status remove(const ObjectKey& key) = 0;
+
+  virtual Usage usage() const noexcept = 0;
+  // Whether other processes share the objects and they outlive this one (shm).
+  virtual bool shared() const noexcept = 0;
+  virtual std::string describe(std::string_view tier_name) const = 0;
+  // The device path of a pinned mode (requests whose buffer is device memory), or nullptr.
+  virtual DeviceTransfer* device() noexcept = 0;
+};
+
+// The mode the options ask for ("mode", "pinned"; the capacity is > 0). Returns: NotSupported
+// when this build or machine lacks it, or the mode's own creation errors.
+Result<std::unique_ptr<CpuMode>> make_cpu_mode(const BackendContext& ctx);
+
+}  // namespace tier::cpu

@@ -1,0 +1,49 @@
+#include "heap_mode.hpp"
+
+#include <fmt/format.h>
+
+#include <new>
+
+#include "tier/options.hpp"
+
+namespace tier::cpu {
+
+Result<std::unique_ptr<CpuMode>> HeapMode::create(const BackendContext& ctx) {
+  return std::unique_ptr<CpuMode>(std::make_unique<HeapMode>(ctx.capacity_bytes));
+}
+
+HeapMode::HeapMode(std::uint64_t capacity) : HeapLru(capacity) {}
+
+std::string HeapMode::describe(std::string_view tier_name) const {
+  return fmt::format("cpu heap tier \"{}\": {} of {} used, {} objects", tier_name,
+                     format_size(used()), format_size(capacity()), objects());
+}
+
+HeapLru::Buffer HeapMode::allocate(std::size_t bytes) {
+  auto it = spare_.find(bytes);
+  if (it != spare_.end()) {
+    Buffer b = std::move(it->second);
+    spare_.erase(it);
+    spare_bytes_ -= bytes;
+    return b;
+  }
+  // Spare buffers of other sizes count against the capacity: give them back first.
+  while (!spare_.empty() && used() + spare_bytes_ + bytes > capacity()) {
+    spare_bytes_ -= spare_.begin()->first;
+    spare_.erase(spare_.begin());
+  }
+  Buffer b;
+  b.heap.reset(new (std::nothrow) std::byte[bytes]);
+  b.data = b.heap.get();
+  b.size = bytes;
+  return b;
+}
+
+void HeapMode::release(Buffer b) {
+  if (!b.data) return;
+  spare_bytes_ += b.size;
+  std::size_t size = b.size;
+  spare_.emplace(size, std::move(b));
+}
+
+}  // namespace tier::cpu

@@ -1,0 +1,47 @@
+#pragma once
+// shm::Blocks: a segment's object arena as block chains (docs/shm.md "Layout"): an object of n
+// bytes takes ceil(n / block_size) blocks chained through `next`, and the free blocks form one
+// more chain. Taking and giving blocks needs the segment lock; copying an image through its chain
+// does not (the chain is reserved by a put or pinned by a get). Physically consecutive blocks are
+// copied as one run.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shm_format.hpp"
+#include "tier/status.hpp"
+
+namespace tier::cpu::shm {
+
+class Blocks {
+ public:
+  explicit Blocks(const Tables& t) noexcept : t_(t) {}
+
+  // Takes `n` blocks off the free list as one chain; returns its first block. Requires
+  // free_blocks >= n >= 1. Lock held.
+  std::uint32_t take(std::uint32_t n) noexcept;
+  // Puts the chain of `n` blocks starting at `first` back on the free list. Lock held.
+  void give(std::uint32_t first, std::uint32_t n) noexcept;
+
+  // Copies `image` into the chain starting at `first`.
+  void write_image(std::uint32_t first, std::span<const std::byte> image) const;
+  // Copies the image of `nblocks` blocks from `first` into `out` (exactly the image) and
+  // verifies it (header, key, length, payload checksum) on the way; on failure `out` holds no
+  // valid header. A chain of consecutive blocks is copied by copy_verified in one pass; a
+  // fragmented one run by run, then verified. Returns: Ok, ChecksumMismatch.
+  Status read_image(const ObjectKey& key, std::uint32_t first, std::uint32_t nblocks,
+                    std::span<std::byte> out) const;
+  // The bytes [0, bytes) of the image stored from `first`, as runs of consecutive blocks.
+  std::vector<std::span<std::byte>> pieces(std::uint32_t first, std::uint64_t bytes) const;
+
+ private:
+  // Calls f(image_offset, arena_pointer, length) for the bytes [begin, end) of the image stored
+  // in the chain starting at `first`, merging physically consecutive blocks into one call.
+  template <class F>
+  void for_each_run(std::uint32_t first, std::uint64_t begin, std::uint64_t end, F&& f) const;
+
+  Tables t_;
+};
+
+}  // namespace tier::cpu::shm

@@ -46,6 +46,15 @@ for pc in "$pcdir"/*.pc; do
     libtier_gpu) dir=tier/gpu base=tier/gpu ;;
     libtier_dsv4) dir=tier/dsv4/dsv4 base=tier/dsv4 ;;
     libtier_dsv4_layout) dir=tier/dsv4/dsv4/layout base=tier/dsv4 ;;
+    libtier_c)  # the C API: its one header, compiled as C
+      printf '#include "tier/tier.h"\nint main(void) { return tier_abi_version() == TIER_C_ABI_VERSION ? 0 : 1; }\n' > "$work/$module.c"
+      gcc -std=c99 -Wall -Werror $(pkg-config --cflags "$module") "$work/$module.c" \
+        $(pkg-config --libs "$module") -Wl,-rpath,"$libdir" -o "$work/$module" ||
+        { echo "FAIL: $module's header as C"; exit 1; }
+      "$work/$module"
+      echo "$module: tier/tier.h compiles as C and links"
+      checked=$((checked + 1))
+      continue ;;
     *) echo "FAIL: unexpected pkg-config file $pc"; exit 1 ;;
   esac
   tu=$work/$module.cpp

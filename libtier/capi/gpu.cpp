@@ -1,0 +1,56 @@
+// The C API's device paths through the GPU floor (hip/gpu.hpp): one copy executor per device,
+// and page-locking of registered host memory.
+#include <map>
+
+#include "capi_internal.hpp"
+#include "gpu.hpp"
+
+namespace tier::capi {
+
+struct GpuExecutors {
+  std::map<int, std::unique_ptr<gpu::DeviceCopyExecutor>> by_device;
+};
+
+GpuExecutorsPtr make_gpu_executors() { return GpuExecutorsPtr(new GpuExecutors); }
+void GpuExecutorsDeleter::operator()(GpuExecutors* g) const noexcept { delete g; }
+
+Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept {
+  try {
+    auto it = g.by_device.find(device);
+    if (it != g.by_device.end()) return static_cast<CopyExecutor*>(it->second.get());
+    if (device >= gpu::device_count())
+      return Status::invalid("device " + std::to_string(device) + ": no such GPU");
+    gpu::ExecutorOptions opts;
+    opts.device = device;
+    TIER_ASSIGN_OR_RETURN(auto exec, gpu::DeviceCopyExecutor::create(opts));
+    CopyExecutor* p = exec.get();
+    g.by_device.emplace(device, std::move(exec));
+    return p;
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "out of memory");
+  }
+}
+
+namespace {
+class Pinned final : public PinnedHold {
+ public:
+  explicit Pinned(gpu::PinnedRegistration r) : reg_(std::move(r)) {}
+
+ private:
+  gpu::PinnedRegistration reg_;
+};
+}  // namespace
+
+Result<std::unique_ptr<PinnedHold>> pin_host(void* ptr, std::size_t bytes) noexcept {
+  if (gpu::device_count() == 0)
+    return Status(Code::kNotSupported, "pinned registration: no GPU on this machine");
+  auto r = gpu::PinnedRegistration::register_host({static_cast<std::byte*>(ptr), bytes});
+  if (!r) return r.status();
+  try {
+    return std::unique_ptr<PinnedHold>(std::make_unique<Pinned>(std::move(r).value()));
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "out of memory");
+  }
+}
+
+}  // namespace tier::capi

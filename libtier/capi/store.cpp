@@ -1,0 +1,532 @@
+// The C API's status, key, memory and store calls (tier/tier.h).
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "capi_internal.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+
+using namespace tier;
+using tier::capi::guarded;
+
+namespace tier::capi {
+namespace {
+thread_local std::string t_last_error;
+
+// A C string of `s` the caller frees with tier_free.
+char* dup_string(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+Status need(const void* p, const char* what) {
+  return p ? Status::ok() : Status::invalid(std::string(what) + " is NULL");
+}
+
+ObjectKey object_key(const tier_store& s, const tier_key& k) { return {s.ns, to_key(k), s.rank}; }
+
+// Item i's regions, converted; appended to `regions`.
+Status convert_items(tier_store& s, const tier_item* items, std::size_t count,
+                     std::vector<ObjectKey>& keys, std::vector<Region>& regions,
+                     std::vector<std::size_t>& first) {
+  if (count && !items) return Status::invalid("items is NULL");
+  keys.clear();
+  regions.clear();
+  first.assign(1, 0);
+  for (std::size_t i = 0; i < count; ++i) {
+    const tier_item& it = items[i];
+    if (it.region_count && !it.regions) return Status::invalid("item regions is NULL");
+    keys.push_back(object_key(s, it.key));
+    for (std::size_t j = 0; j < it.region_count; ++j) {
+      auto r = to_region(s, it.regions[j]);
+      if (!r)
+        return Status(r.status().code(), "item " + std::to_string(i) + ", region " +
+                                             std::to_string(j) + ": " +
+                                             std::string(r.status().message()));
+      regions.push_back(*r);
+    }
+    first.push_back(regions.size());
+  }
+  return Status::ok();
+}
+
+// The largest batch handed to the TierStack at once. The stack recycles at most 64 image
+// buffers; a larger batch allocates (and page-faults) fresh ones on every call, which made a
+// 256-object load of 64 KiB objects ~8x slower (python/bench/bench_store.py). Results are per
+// item, so splitting changes nothing else.
+constexpr std::size_t kSubBatch = 64;
+
+// Runs a save or load of converted items under the store's lock, in sub-batches.
+Status run_batch(tier_store& s, std::int32_t op, const std::vector<ObjectKey>& keys,
+                 const std::vector<Region>& regions, const std::vector<std::size_t>& first,
+                 std::int32_t* codes, std::int32_t* tiers) {
+  const std::size_t n = keys.size();
+  auto list = [&](std::size_t i) {
+    return RegionList(regions.data() + first[i], first[i + 1] - first[i]);
+  };
+  Status result;
+  std::vector<SaveItem> saves;
+  std::vector<LoadItem> loads;
+  std::vector<Status> saved;
+  std::vector<LoadResult> loaded;
+  for (std::size_t begin = 0; begin < n; begin += kSubBatch) {
+    const std::size_t end = std::min(n, begin + kSubBatch);
+    Status st;
+    if (op == TIER_OP_SAVE) {
+      saves.clear();
+      for (std::size_t i = begin; i < end; ++i) saves.push_back({keys[i], list(i)});
+      saved.assign(end - begin, Status());
+      st = s.stack->save(saves, s.codec, saved);
+      for (std::size_t i = begin; i < end; ++i)
+        codes[i] = static_cast<std::int32_t>(saved[i - begin].code());
+    } else {
+      loads.clear();
+      for (std::size_t i = begin; i < end; ++i) loads.push_back({keys[i], list(i)});
+      loaded.assign(end - begin, LoadResult{});
+      st = s.stack->load(loads, s.codec, loaded);
+      for (std::size_t i = begin; i < end; ++i) {
+        const LoadResult& r = loaded[i - begin];
+        codes[i] = static_cast<std::int32_t>(r.status.code());
+        if (tiers) tiers[i] = r.status.is_ok() ? r.tier : -1;
+      }
+    }
+    if (result.is_ok()) result = st;
+  }
+  return result;
+}
+
+void transfer_thread(tier_store* s) {
+  for (;;) {
+    tier_store::Job job;
+    {
+      std::unique_lock<std::mutex> lock(s->qmu);
+      s->work_cv.wait(lock, [&] { return s->stopping || !s->jobs.empty(); });
+      if (s->jobs.empty()) return;  // stopping, and every queued job ran
+      job = std::move(s->jobs.front());
+      s->jobs.pop_front();
+      ++s->running;
+    }
+    auto c = std::make_unique<tier_completion>();
+    c->ticket = job.ticket;
+    c->op = job.op;
+    const std::size_t n = job.keys.size();
+    c->codes.assign(n, TIER_OK);
+    if (job.op == TIER_OP_LOAD) c->tiers.assign(n, -1);
+    Status st;
+    try {
+      std::lock_guard<std::mutex> lock(s->mu);
+      st = run_batch(*s, job.op, job.keys, job.regions, job.first, c->codes.data(),
+                     job.op == TIER_OP_LOAD ? c->tiers.data() : nullptr);
+    } catch (const std::exception& e) {
+      st = Status(Code::kBadState, e.what());
+    }
+    c->status = static_cast<std::int32_t>(st.code());
+    {
+      std::lock_guard<std::mutex> lock(s->qmu);
+      s->done.emplace(c->ticket, std::move(c));
+      --s->running;
+    }
+    s->done_cv.notify_all();
+  }
+}
+
+Status submit(tier_store* s, std::int32_t op, const tier_item* items, std::size_t count,
+              std::uint64_t* ticket) {
+  TIER_RETURN_IF_ERROR(need(s, "store"));
+  TIER_RETURN_IF_ERROR(need(ticket, "ticket"));
+  tier_store::Job job;
+  job.op = op;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    TIER_RETURN_IF_ERROR(convert_items(*s, items, count, job.keys, job.regions, job.first));
+  }
+  std::lock_guard<std::mutex> lock(s->qmu);
+  if (s->stopping) return Status(Code::kBadState, "the store is closing");
+  if (!s->thread.joinable()) s->thread = std::thread(transfer_thread, s);
+  job.ticket = s->next_ticket++;
+  *ticket = job.ticket;
+  s->issued.push_back(job.ticket);
+  s->jobs.push_back(std::move(job));
+  s->work_cv.notify_one();
+  return Status::ok();
+}
+
+// Hands out the completion of `ticket` (0: the oldest finished). Call under qmu.
+tier_completion* take_done(tier_store& s, std::uint64_t ticket) {
+  auto it = ticket ? s.done.find(ticket) : s.done.begin();
+  if (it == s.done.end()) return nullptr;
+  tier_completion* c = it->second.release();
+  s.issued.erase(std::find(s.issued.begin(), s.issued.end(), c->ticket));
+  s.done.erase(it);
+  s.done_cv.notify_all();  // waiters on this ticket learn it is gone
+  return c;
+}
+
+Status open_store(Result<Profile> profile, const tier_key* ns, std::uint32_t rank,
+                  tier_store** out) {
+  TIER_RETURN_IF_ERROR(need(out, "out"));
+  *out = nullptr;
+  if (!profile) return profile.status();
+  auto stack = TierStack::open(*profile, Registry::global());
+  if (!stack) return stack.status();
+  auto s = std::make_unique<tier_store>();
+  s->stack = std::move(stack).value();
+  s->ns = ns ? to_key(*ns) : Key128{};
+  s->rank = rank;
+  s->op_timeout_ms = std::max<std::uint64_t>(1, profile->op_timeout_us / 1000);
+  for (std::size_t i = 0; i < s->stack->tier_count(); ++i)
+    s->tier_names.push_back(s->stack->spec(i).name);
+  *out = s.release();
+  return Status::ok();
+}
+
+}  // namespace
+
+int report(const Status& s) noexcept {
+  if (s.is_ok()) return TIER_OK;
+  try {
+    t_last_error.assign(s.message().empty() ? code_name(s.code()) : s.message());
+  } catch (...) {
+  }
+  return static_cast<int>(s.code());
+}
+
+Result<Region> to_region(tier_store& store, const tier_region& r) {
+  if (r.kind < TIER_MEMORY_HOST || r.kind > TIER_MEMORY_SHM)
+    return Status::invalid("unknown memory kind " + std::to_string(r.kind));
+  if (!r.ptr && r.bytes) return Status::invalid("a region of " + std::to_string(r.bytes) +
+                                                " bytes has a NULL pointer");
+  Region out{static_cast<std::byte*>(r.ptr), r.bytes, static_cast<MemoryKind>(r.kind),
+             r.kind == TIER_MEMORY_DEVICE ? r.device : -1};
+  if (out.kind == MemoryKind::kDevice && out.device < 0)
+    return Status::invalid("a device region needs a device >= 0");
+  if (out.kind == MemoryKind::kHost) {
+    for (const tier_memory* m : store.registrations) {
+      if (m->region.kind != MemoryKind::kPinnedHost) continue;
+      if (out.data >= m->region.data && out.data + out.size <= m->region.data + m->region.size) {
+        out.kind = MemoryKind::kPinnedHost;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace tier::capi
+
+using namespace tier::capi;
+
+extern "C" {
+
+const char* tier_code_name(int code) {
+  if (code < 0 || code > static_cast<int>(Code::kNoSpace)) return "unknown";
+  return code_name(static_cast<Code>(code)).data();  // the names are string literals
+}
+const char* tier_last_error(void) { return t_last_error.c_str(); }
+uint32_t tier_abi_version(void) { return TIER_C_ABI_VERSION; }
+const char* tier_version(void) { return TIER_VERSION_STRING; }
+void tier_free(void* p) { std::free(p); }
+
+void tier_key_to_hex(const tier_key* key, char out[33]) {
+  std::string h = to_key(*key).hex();
+  std::memcpy(out, h.c_str(), 33);
+}
+int tier_key_from_hex(const char* hex, tier_key* out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(hex, "hex"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    TIER_ASSIGN_OR_RETURN(Key128 k, Key128::from_hex(hex));
+    *out = from_key(k);
+    return Status::ok();
+  });
+}
+int tier_namespace_id(const char* identity_json, tier_key* out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(identity_json, "identity_json"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    Json j = Json::parse(identity_json, nullptr, false);
+    if (j.is_discarded()) return Status::invalid("identity is not valid JSON");
+    TIER_ASSIGN_OR_RETURN(Key128 k, namespace_id(j));
+    *out = from_key(k);
+    return Status::ok();
+  });
+}
+int tier_chunk_keys(const tier_key* ns, const uint32_t* tokens, size_t token_count,
+                    size_t chunk_tokens, int include_partial, tier_key* out, size_t capacity,
+                    size_t* count) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(ns, "ns"));
+    TIER_RETURN_IF_ERROR(need(count, "count"));
+    if (token_count && !tokens) return Status::invalid("tokens is NULL");
+    if (chunk_tokens == 0) return Status::invalid("chunk_tokens is 0");
+    const std::size_t n = token_count / chunk_tokens +
+                          (include_partial && token_count % chunk_tokens ? 1 : 0);
+    *count = n;
+    if (capacity == 0 && !out) return Status::ok();
+    if (capacity < n)
+      return Status::invalid("room for " + std::to_string(capacity) + " keys, " +
+                             std::to_string(n) + " needed");
+    auto keys = chunk_keys(to_key(*ns), std::span(tokens, token_count), chunk_tokens,
+                           include_partial != 0);
+    for (std::size_t i = 0; i < keys.size(); ++i) out[i] = from_key(keys[i]);
+    return Status::ok();
+  });
+}
+void tier_external_key(const void* name, size_t bytes, tier_key* out) {
+  static constexpr char kDomain[] = "libtier-external-v1";  // hashed with its NUL
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  XXH3_128bits_update(st, kDomain, sizeof kDomain);
+  if (bytes) XXH3_128bits_update(st, name, bytes);
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  *out = from_key(Key128{h.low64, h.high64});
+}
+
+int tier_store_open(const char* profile_path, const tier_key* ns, uint32_t rank,
+                    tier_store** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(profile_path, "profile_path"));
+    return open_store(load_profile(profile_path, Registry::global()), ns, rank, out);
+  });
+}
+int tier_store_open_json(const char* profile_json, const tier_key* ns, uint32_t rank,
+                         tier_store** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(profile_json, "profile_json"));
+    Json j = Json::parse(profile_json, nullptr, false);
+    if (j.is_discarded()) return Status::invalid("the profile is not valid JSON");
+    return open_store(parse_profile(j, Registry::global(), "<inline>"), ns, rank, out);
+  });
+}
+
+void tier_store_close(tier_store* store) {
+  if (!store) return;
+  {
+    std::lock_guard<std::mutex> lock(store->qmu);
+    store->stopping = true;
+  }
+  store->work_cv.notify_all();
+  if (store->thread.joinable()) store->thread.join();
+  {
+    std::lock_guard<std::mutex> lock(store->mu);
+    store->stack->flush(std::chrono::milliseconds(store->op_timeout_ms)).ignore();
+    // Registrations the caller did not release end with the store.
+    for (tier_memory* m : store->registrations) m->store = nullptr;
+    store->registrations.clear();
+  }
+  delete store;
+}
+
+size_t tier_store_tier_count(tier_store* store) { return store ? store->tier_names.size() : 0; }
+const char* tier_store_tier_name(tier_store* store, size_t index) {
+  if (!store || index >= store->tier_names.size()) return nullptr;
+  return store->tier_names[index].c_str();
+}
+
+int tier_store_metrics_json(tier_store* store, char** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    std::lock_guard<std::mutex> lock(store->mu);
+    *out = dup_string(store->stack->metrics_json().dump());
+    return Status::ok();
+  });
+}
+int tier_store_metrics_prometheus(tier_store* store, char** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    std::lock_guard<std::mutex> lock(store->mu);
+    *out = dup_string(store->stack->metrics_prometheus());
+    return Status::ok();
+  });
+}
+
+int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kind, int32_t device,
+                         tier_memory** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    TIER_RETURN_IF_ERROR(need(ptr, "ptr"));
+    *out = nullptr;
+    auto m = std::make_unique<tier_memory>();
+    m->store = store;
+    if (kind == TIER_MEMORY_PINNED) {
+      TIER_ASSIGN_OR_RETURN(m->pinned, pin_host(ptr, bytes));
+    } else if (kind == TIER_MEMORY_DEVICE) {
+      if (device < 0) return Status::invalid("a device registration needs a device >= 0");
+    } else if (kind != TIER_MEMORY_HOST && kind != TIER_MEMORY_SHM) {
+      return Status::invalid("unknown memory kind " + std::to_string(kind));
+    }
+    m->region = Region{static_cast<std::byte*>(ptr), bytes, static_cast<MemoryKind>(kind),
+                       kind == TIER_MEMORY_DEVICE ? device : -1};
+    std::lock_guard<std::mutex> lock(store->mu);
+    store->registrations.push_back(m.get());
+    *out = m.release();
+    return Status::ok();
+  });
+}
+int tier_memory_release(tier_memory* memory) {
+  return guarded([&]() -> Status {
+    if (!memory) return Status::ok();
+    std::unique_ptr<tier_memory> m(memory);
+    if (m->store) {
+      std::lock_guard<std::mutex> lock(m->store->mu);
+      auto& regs = m->store->registrations;
+      regs.erase(std::remove(regs.begin(), regs.end(), memory), regs.end());
+    }
+    return Status::ok();
+  });
+}
+
+int tier_store_lookup_prefix(tier_store* store, const tier_key* keys, size_t count,
+                             size_t* prefix) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    TIER_RETURN_IF_ERROR(need(prefix, "prefix"));
+    if (count && !keys) return Status::invalid("keys is NULL");
+    std::vector<ObjectKey> k;
+    k.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(*store, keys[i]));
+    std::lock_guard<std::mutex> lock(store->mu);
+    TIER_ASSIGN_OR_RETURN(*prefix, store->stack->lookup_prefix(k));
+    return Status::ok();
+  });
+}
+int tier_store_exists(tier_store* store, const tier_key* keys, size_t count, uint8_t* out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    if (count && (!keys || !out)) return Status::invalid("keys or out is NULL");
+    std::lock_guard<std::mutex> lock(store->mu);
+    for (std::size_t i = 0; i < count; ++i) {
+      TIER_ASSIGN_OR_RETURN(int t, store->stack->locate(object_key(*store, keys[i])));
+      out[i] = t >= 0 ? 1 : 0;
+    }
+    return Status::ok();
+  });
+}
+
+int tier_store_save(tier_store* store, const tier_item* items, size_t count, int32_t* codes) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    if (count && !codes) return Status::invalid("codes is NULL");
+    std::vector<ObjectKey> keys;
+    std::vector<Region> regions;
+    std::vector<std::size_t> first;
+    std::lock_guard<std::mutex> lock(store->mu);
+    TIER_RETURN_IF_ERROR(convert_items(*store, items, count, keys, regions, first));
+    return run_batch(*store, TIER_OP_SAVE, keys, regions, first, codes, nullptr);
+  });
+}
+int tier_store_load(tier_store* store, const tier_item* items, size_t count, int32_t* codes,
+                    int32_t* tiers) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    if (count && !codes) return Status::invalid("codes is NULL");
+    std::vector<ObjectKey> keys;
+    std::vector<Region> regions;
+    std::vector<std::size_t> first;
+    std::lock_guard<std::mutex> lock(store->mu);
+    TIER_RETURN_IF_ERROR(convert_items(*store, items, count, keys, regions, first));
+    return run_batch(*store, TIER_OP_LOAD, keys, regions, first, codes, tiers);
+  });
+}
+int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int32_t* codes) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    if (count && (!keys || !codes)) return Status::invalid("keys or codes is NULL");
+    std::lock_guard<std::mutex> lock(store->mu);
+    for (std::size_t i = 0; i < count; ++i)
+      codes[i] = static_cast<std::int32_t>(
+          store->stack->remove(object_key(*store, keys[i])).code());
+    return Status::ok();
+  });
+}
+int tier_store_progress(tier_store* store) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    std::lock_guard<std::mutex> lock(store->mu);
+    store->stack->progress();
+    return Status::ok();
+  });
+}
+int tier_store_flush(tier_store* store, int64_t timeout_ms) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    std::lock_guard<std::mutex> lock(store->mu);
+    const std::uint64_t ms = timeout_ms < 0 ? store->op_timeout_ms
+                                            : static_cast<std::uint64_t>(timeout_ms);
+    return store->stack->flush(std::chrono::milliseconds(ms));
+  });
+}
+
+int tier_store_submit_save(tier_store* store, const tier_item* items, size_t count,
+                           uint64_t* ticket) {
+  return guarded([&] { return submit(store, TIER_OP_SAVE, items, count, ticket); });
+}
+int tier_store_submit_load(tier_store* store, const tier_item* items, size_t count,
+                           uint64_t* ticket) {
+  return guarded([&] { return submit(store, TIER_OP_LOAD, items, count, ticket); });
+}
+int tier_store_poll(tier_store* store, tier_completion** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    std::lock_guard<std::mutex> lock(store->qmu);
+    *out = take_done(*store, 0);
+    return Status::ok();
+  });
+}
+int tier_store_wait(tier_store* store, uint64_t ticket, int64_t timeout_ms,
+                    tier_completion** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = nullptr;
+    std::unique_lock<std::mutex> lock(store->qmu);
+    auto known = [&] {
+      return ticket ? std::find(store->issued.begin(), store->issued.end(), ticket) !=
+                          store->issued.end()
+                    : !store->issued.empty();
+    };
+    if (!known())
+      return Status::not_found(ticket ? "ticket " + std::to_string(ticket) + " is not pending"
+                                      : "no batch is pending");
+    // Also wakes when another thread took the completion (the ticket is no longer pending).
+    auto ready = [&] {
+      return (ticket ? store->done.count(ticket) > 0 : !store->done.empty()) || !known();
+    };
+    if (timeout_ms < 0) {
+      store->done_cv.wait(lock, ready);
+    } else if (!store->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
+      return Status(Code::kTimedOut, "the batch did not complete in " +
+                                         std::to_string(timeout_ms) + " ms");
+    }
+    *out = take_done(*store, ticket);
+    if (!*out) return Status::not_found("another thread took the completion");
+    return Status::ok();
+  });
+}
+uint64_t tier_completion_ticket(const tier_completion* c) { return c ? c->ticket : 0; }
+int32_t tier_completion_op(const tier_completion* c) { return c ? c->op : -1; }
+int32_t tier_completion_status(const tier_completion* c) {
+  return c ? c->status : TIER_INVALID_ARGUMENT;
+}
+size_t tier_completion_count(const tier_completion* c) { return c ? c->codes.size() : 0; }
+const int32_t* tier_completion_codes(const tier_completion* c) {
+  return c ? c->codes.data() : nullptr;
+}
+const int32_t* tier_completion_tiers(const tier_completion* c) {
+  return c && !c->tiers.empty() ? c->tiers.data() : nullptr;
+}
+void tier_completion_free(tier_completion* c) { delete c; }
+
+}  // extern "C"

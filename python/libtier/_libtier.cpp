@@ -1,0 +1,1065 @@
+// libtier._libtier: the Python binding of the C API (tier/tier.h, libtier_c).
+//
+// Buffers are taken by pointer (numpy arrays, torch tensors, __array_interface__,
+// __cuda_array_interface__, Region, (ptr, nbytes)); nothing is copied through Python objects.
+// Arguments are converted while the GIL is held; every call into the library that moves bytes
+// or may wait runs with the GIL released. A failing call raises libtier._errors.error_for(code,
+// tier_last_error()) (read on the same thread, right after the call).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tier/tier.h"
+
+namespace py = pybind11;
+
+namespace {
+
+py::object errors_module() {
+  static py::object* mod = new py::object(py::module_::import("libtier._errors"));
+  return *mod;
+}
+
+[[noreturn]] void raise_code(int code, const std::string& message) {
+  py::object err = errors_module().attr("error_for")(code, message);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+  throw py::error_already_set();
+}
+[[noreturn]] void raise_invalid(const std::string& message) {
+  raise_code(TIER_INVALID_ARGUMENT, message);
+}
+// Raises for a failing status; reads the message on this thread (the GIL may have been released
+// around the call, the thread is the same).
+void check(int rc) {
+  if (rc != TIER_OK) raise_code(rc, tier_last_error());
+}
+
+py::object py_code(int code) { return errors_module().attr("Code")(code); }
+
+// ---- keys ---------------------------------------------------------------------------------
+
+tier_key to_key(py::handle h) {
+  tier_key k{};
+  if (py::isinstance<py::str>(h)) {
+    check(tier_key_from_hex(h.cast<std::string>().c_str(), &k));
+  } else if (py::isinstance<py::bytes>(h)) {
+    std::string b = h.cast<std::string>();
+    if (b.size() != 16) raise_invalid("a key in bytes is 16 bytes, got " + std::to_string(b.size()));
+    std::memcpy(k.bytes, b.data(), 16);
+  } else {
+    raise_invalid("a key is 32 hex digits (str) or 16 bytes");
+  }
+  return k;
+}
+std::vector<tier_key> to_keys(py::handle seq) {
+  std::vector<tier_key> out;
+  for (py::handle h : seq) out.push_back(to_key(h));
+  return out;
+}
+std::string hex(const tier_key& k) {
+  char buf[33];
+  tier_key_to_hex(&k, buf);
+  return buf;
+}
+std::string dumps(py::handle obj) {
+  return py::module_::import("json").attr("dumps")(obj).cast<std::string>();
+}
+tier_key namespace_of(py::handle ns) {
+  if (ns.is_none()) return tier_key{};
+  if (py::isinstance<py::dict>(ns)) {
+    tier_key k;
+    check(tier_namespace_id(dumps(ns).c_str(), &k));
+    return k;
+  }
+  return to_key(ns);
+}
+std::vector<std::uint32_t> to_u32(py::handle seq) {
+  if (py::isinstance<py::array>(seq)) {
+    auto a = py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast>::ensure(seq);
+    if (!a) raise_invalid("tokens: not convertible to uint32");
+    return std::vector<std::uint32_t>(a.data(), a.data() + a.size());
+  }
+  std::vector<std::uint32_t> out;
+  for (py::handle h : seq) {
+    long long v = h.cast<long long>();
+    if (v < 0 || v > 0xffffffffLL) raise_invalid("a token id is an unsigned 32-bit integer");
+    out.push_back(static_cast<std::uint32_t>(v));
+  }
+  return out;
+}
+
+// ---- buffers ------------------------------------------------------------------------------
+
+struct Region {
+  std::uintptr_t ptr = 0;
+  std::size_t nbytes = 0;
+  int kind = TIER_MEMORY_HOST;
+  int device = -1;
+  tier_region c() const {
+    return tier_region{reinterpret_cast<void*>(ptr), nbytes, kind, kind == TIER_MEMORY_DEVICE ? device : -1};
+  }
+};
+
+std::size_t itemsize_of(const std::string& typestr) {
+  if (typestr.size() < 3) raise_invalid("bad typestr '" + typestr + "'");
+  return std::stoul(typestr.substr(2));
+}
+
+// A C-contiguous array interface (numpy's or CUDA's) as a region.
+tier_region from_interface(py::dict ai, int kind, int device, bool writable, const char* what) {
+  py::tuple data = ai["data"];
+  const auto ptr = data[0].cast<std::uintptr_t>();
+  const bool readonly = data[1].cast<bool>();
+  if (writable && readonly) raise_invalid(std::string(what) + ": read-only buffer for a load");
+  std::size_t items = 1;
+  py::tuple shape = ai["shape"];
+  for (py::handle d : shape) items *= d.cast<std::size_t>();
+  const std::size_t itemsize = itemsize_of(ai["typestr"].cast<std::string>());
+  if (ai.contains("strides") && !ai["strides"].is_none()) {
+    std::size_t expect = itemsize;
+    py::tuple strides = ai["strides"];
+    for (std::size_t i = shape.size(); i-- > 0;) {
+      const auto extent = shape[i].cast<std::size_t>();
+      if (extent > 1 && strides[i].cast<std::size_t>() != expect)
+        raise_invalid(std::string(what) + ": the array is not C-contiguous");
+      expect *= extent;
+    }
+  }
+  return tier_region{reinterpret_cast<void*>(ptr), items * itemsize, kind, device};
+}
+
+int device_of(py::handle obj) {
+  if (py::hasattr(obj, "device")) {
+    py::object d = obj.attr("device");
+    if (py::hasattr(d, "index") && !d.attr("index").is_none()) return d.attr("index").cast<int>();
+    if (py::isinstance<py::int_>(d)) return d.cast<int>();
+  }
+  return 0;  // the current device of the caller's CUDA context
+}
+
+// One buffer as a region (see the stub for the accepted forms).
+tier_region to_region(py::handle obj, bool writable) {
+  if (py::isinstance<Region>(obj)) return obj.cast<const Region&>().c();
+  if (py::isinstance<py::array>(obj)) {
+    auto a = py::reinterpret_borrow<py::array>(obj);
+    if (!(a.flags() & py::array::c_style)) raise_invalid("buffer: the array is not C-contiguous");
+    if (writable && !a.writeable()) raise_invalid("buffer: read-only array for a load");
+    return tier_region{const_cast<void*>(a.data()), static_cast<std::size_t>(a.nbytes()),
+                       TIER_MEMORY_HOST, -1};
+  }
+  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_cuda")) {  // torch.Tensor
+    if (!obj.attr("is_contiguous")().cast<bool>()) raise_invalid("buffer: the tensor is not contiguous");
+    const auto ptr = obj.attr("data_ptr")().cast<std::uintptr_t>();
+    const auto bytes =
+        obj.attr("numel")().cast<std::size_t>() * obj.attr("element_size")().cast<std::size_t>();
+    if (obj.attr("is_cuda").cast<bool>())
+      return tier_region{reinterpret_cast<void*>(ptr), bytes, TIER_MEMORY_DEVICE, device_of(obj)};
+    const bool pinned = obj.attr("is_pinned")().cast<bool>();
+    return tier_region{reinterpret_cast<void*>(ptr), bytes,
+                       pinned ? TIER_MEMORY_PINNED : TIER_MEMORY_HOST, -1};
+  }
+  if (py::hasattr(obj, "__cuda_array_interface__"))
+    return from_interface(obj.attr("__cuda_array_interface__"), TIER_MEMORY_DEVICE, device_of(obj),
+                          writable, "buffer");
+  if (py::hasattr(obj, "__array_interface__"))
+    return from_interface(obj.attr("__array_interface__"), TIER_MEMORY_HOST, -1, writable,
+                          "buffer");
+  if (py::isinstance<py::tuple>(obj) && py::len(obj) == 2) {
+    py::tuple t = py::reinterpret_borrow<py::tuple>(obj);
+    return tier_region{reinterpret_cast<void*>(t[0].cast<std::uintptr_t>()),
+                       t[1].cast<std::size_t>(), TIER_MEMORY_HOST, -1};
+  }
+  raise_invalid("buffer: expected a numpy array, a torch tensor, an object with "
+                "__array_interface__ or __cuda_array_interface__, a Region or (ptr, nbytes)");
+}
+
+// A batch in C form: the items point into `regions`, which must not reallocate afterwards.
+struct Batch {
+  std::vector<tier_key> keys;
+  std::vector<tier_region> regions;
+  std::vector<tier_item> items;
+};
+
+// One buffer, or a scatter/gather list: a list, or a tuple other than (ptr, nbytes).
+bool is_single_buffer(py::handle b) {
+  if (py::isinstance<py::list>(b)) return false;
+  if (!py::isinstance<py::tuple>(b)) return true;
+  auto t = py::reinterpret_borrow<py::tuple>(b);
+  return t.size() == 2 && py::isinstance<py::int_>(t[0]) && py::isinstance<py::int_>(t[1]);
+}
+
+Batch make_batch(py::handle keys, py::handle buffers, bool writable) {
+  Batch b;
+  b.keys = to_keys(keys);
+  std::vector<std::size_t> first{0};
+  std::size_t n = 0;
+  for (py::handle buf : buffers) {
+    if (is_single_buffer(buf)) {
+      b.regions.push_back(to_region(buf, writable));
+    } else {
+      for (py::handle part : buf) b.regions.push_back(to_region(part, writable));
+    }
+    first.push_back(b.regions.size());
+    ++n;
+  }
+  if (n != b.keys.size())
+    raise_invalid(std::to_string(b.keys.size()) + " keys for " + std::to_string(n) + " buffers");
+  for (std::size_t i = 0; i < n; ++i)
+    b.items.push_back(tier_item{b.keys[i], b.regions.data() + first[i], first[i + 1] - first[i]});
+  return b;
+}
+
+py::list codes_list(const std::int32_t* codes, std::size_t n) {
+  py::list out;
+  for (std::size_t i = 0; i < n; ++i) out.append(py_code(codes[i]));
+  return out;
+}
+
+py::object json_loads(char* text) {
+  std::string s(text);
+  tier_free(text);
+  return py::module_::import("json").attr("loads")(s);
+}
+std::string take_string(char* text) {
+  std::string s(text);
+  tier_free(text);
+  return s;
+}
+
+// ---- Store --------------------------------------------------------------------------------
+
+struct Completion {
+  std::uint64_t ticket = 0;
+  std::string op;
+  py::list codes;
+  std::vector<int> tiers;
+  bool ok = true;
+};
+
+class Registration;
+
+class Store {
+ public:
+  static std::shared_ptr<Store> open(py::object profile, py::object ns, std::uint32_t rank) {
+    tier_key k = namespace_of(ns);
+    auto s = std::make_shared<Store>();
+    int rc;
+    if (py::isinstance<py::dict>(profile)) {
+      std::string text = dumps(profile);
+      py::gil_scoped_release nogil;
+      rc = tier_store_open_json(text.c_str(), &k, rank, &s->h_);
+    } else {
+      std::string text = py::str(py::module_::import("os").attr("fspath")(profile));
+      const bool inline_json = text.find_first_not_of(" \t\r\n") != std::string::npos &&
+                               text[text.find_first_not_of(" \t\r\n")] == '{';
+      py::gil_scoped_release nogil;
+      rc = inline_json ? tier_store_open_json(text.c_str(), &k, rank, &s->h_)
+                       : tier_store_open(text.c_str(), &k, rank, &s->h_);
+    }
+    check(rc);
+    s->ns_ = hex(k);
+    s->rank_ = rank;
+    return s;
+  }
+  ~Store() {
+    if (h_) {
+      py::gil_scoped_release nogil;
+      tier_store_close(h_);
+    }
+  }
+
+  void close() {
+    tier_store* h = h_;
+    if (!h) return;
+    h_ = nullptr;
+    {
+      py::gil_scoped_release nogil;
+      tier_store_close(h);
+    }
+    pending_.clear();
+  }
+  bool closed() const { return h_ == nullptr; }
+  tier_store* handle() const {
+    if (!h_) raise_code(TIER_BAD_STATE, "the store is closed");
+    return h_;
+  }
+  const std::string& ns() const { return ns_; }
+  std::uint32_t rank() const { return rank_; }
+  std::vector<std::string> tier_names() const {
+    std::vector<std::string> out;
+    tier_store* h = handle();
+    for (std::size_t i = 0; i < tier_store_tier_count(h); ++i)
+      out.emplace_back(tier_store_tier_name(h, i));
+    return out;
+  }
+
+  std::size_t lookup_prefix(py::handle keys) {
+    auto k = to_keys(keys);
+    tier_store* h = handle();
+    std::size_t n = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_lookup_prefix(h, k.data(), k.size(), &n);
+    }
+    check(rc);
+    return n;
+  }
+  std::vector<bool> exists(py::handle keys) {
+    auto k = to_keys(keys);
+    tier_store* h = handle();
+    std::vector<std::uint8_t> out(k.size());
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_exists(h, k.data(), k.size(), out.data());
+    }
+    check(rc);
+    return std::vector<bool>(out.begin(), out.end());
+  }
+  py::list save(py::handle keys, py::handle buffers) {
+    Batch b = make_batch(keys, buffers, false);
+    std::vector<std::int32_t> codes(b.items.size());
+    tier_store* h = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_save(h, b.items.data(), b.items.size(), codes.data());
+    }
+    check(rc);
+    return codes_list(codes.data(), codes.size());
+  }
+  py::list load(py::handle keys, py::handle buffers) {
+    return load_with_tiers(keys, buffers)[0];
+  }
+  py::tuple load_with_tiers(py::handle keys, py::handle buffers) {
+    Batch b = make_batch(keys, buffers, true);
+    std::vector<std::int32_t> codes(b.items.size()), tiers(b.items.size());
+    tier_store* h = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_load(h, b.items.data(), b.items.size(), codes.data(), tiers.data());
+    }
+    check(rc);
+    return py::make_tuple(codes_list(codes.data(), codes.size()),
+                          std::vector<int>(tiers.begin(), tiers.end()));
+  }
+  std::uint64_t submit(py::handle keys, py::handle buffers, bool load) {
+    Batch b = make_batch(keys, buffers, load);
+    tier_store* h = handle();
+    std::uint64_t ticket = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = load ? tier_store_submit_load(h, b.items.data(), b.items.size(), &ticket)
+                : tier_store_submit_save(h, b.items.data(), b.items.size(), &ticket);
+    }
+    check(rc);
+    // The buffers stay referenced until the completion is handed out (unless another thread
+    // took it while the GIL was released above).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (taken_early_.erase(ticket) == 0)
+      pending_[ticket] = py::reinterpret_borrow<py::object>(buffers);
+    return ticket;
+  }
+  Completion convert(tier_completion* c) {
+    Completion out;
+    out.ticket = tier_completion_ticket(c);
+    out.op = tier_completion_op(c) == TIER_OP_LOAD ? "load" : "save";
+    const std::size_t n = tier_completion_count(c);
+    const std::int32_t* codes = tier_completion_codes(c);
+    out.codes = codes_list(codes, n);
+    out.ok = tier_completion_status(c) == TIER_OK;
+    for (std::size_t i = 0; i < n; ++i) out.ok = out.ok && codes[i] == TIER_OK;
+    if (const std::int32_t* t = tier_completion_tiers(c)) out.tiers.assign(t, t + n);
+    tier_completion_free(c);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.erase(out.ticket) == 0) taken_early_.insert(out.ticket);
+    return out;
+  }
+  std::vector<Completion> poll() {
+    std::vector<Completion> out;
+    for (;;) {
+      tier_completion* c = nullptr;
+      check(tier_store_poll(handle(), &c));
+      if (!c) return out;
+      out.push_back(convert(c));
+    }
+  }
+  Completion wait(std::optional<std::uint64_t> ticket, std::optional<double> timeout) {
+    tier_store* h = handle();
+    tier_completion* c = nullptr;
+    const std::int64_t ms = timeout ? static_cast<std::int64_t>(*timeout * 1000.0) : -1;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_wait(h, ticket.value_or(0), ms, &c);
+    }
+    check(rc);
+    return convert(c);
+  }
+  py::list remove(py::handle keys) {
+    auto k = to_keys(keys);
+    tier_store* h = handle();
+    std::vector<std::int32_t> codes(k.size());
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_remove(h, k.data(), k.size(), codes.data());
+    }
+    check(rc);
+    return codes_list(codes.data(), codes.size());
+  }
+  void progress() {
+    tier_store* h = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_progress(h);
+    }
+    check(rc);
+  }
+  void flush(std::optional<double> timeout) {
+    tier_store* h = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_flush(h, timeout ? static_cast<std::int64_t>(*timeout * 1000.0) : -1);
+    }
+    check(rc);
+  }
+  py::object metrics() {
+    char* text = nullptr;
+    check(tier_store_metrics_json(handle(), &text));
+    return json_loads(text);
+  }
+  std::string metrics_prometheus() {
+    char* text = nullptr;
+    check(tier_store_metrics_prometheus(handle(), &text));
+    return take_string(text);
+  }
+
+ private:
+  tier_store* h_ = nullptr;
+  std::string ns_;
+  std::uint32_t rank_ = 0;
+  std::mutex mu_;  // guards pending_ and taken_early_ (completions may be taken by any thread)
+  std::map<std::uint64_t, py::object> pending_;  // ticket -> the batch's buffers
+  std::set<std::uint64_t> taken_early_;          // completed before submit() recorded them
+};
+
+class Registration {
+ public:
+  Registration(std::shared_ptr<Store> store, py::object buffer, std::optional<int> kind,
+               std::optional<int> device)
+      : store_(std::move(store)), buffer_(std::move(buffer)) {
+    tier_region r = to_region(buffer_, false);
+    if (kind) r.kind = *kind;
+    if (device) r.device = *device;
+    region_ = Region{reinterpret_cast<std::uintptr_t>(r.ptr), r.bytes, r.kind, r.device};
+    check(tier_memory_register(store_->handle(), r.ptr, r.bytes, r.kind, r.device, &h_));
+  }
+  ~Registration() { tier_memory_release(h_); }
+  void release() {
+    if (!h_) return;
+    tier_memory* h = h_;
+    h_ = nullptr;
+    check(tier_memory_release(h));
+  }
+  const Region& region() const { return region_; }
+
+ private:
+  std::shared_ptr<Store> store_;
+  py::object buffer_;
+  tier_memory* h_ = nullptr;
+  Region region_;
+};
+
+// ---- engine -------------------------------------------------------------------------------
+
+struct Boundary {
+  std::uint64_t tokens = 0;
+  std::string key;
+};
+std::optional<Boundary> boundary(int has, const tier_boundary& b) {
+  if (!has) return std::nullopt;
+  return Boundary{b.tokens, hex(b.key)};
+}
+struct MatchResult {
+  std::uint64_t tokens = 0;
+  bool park = false;
+  std::uint64_t page_hit = 0;
+  std::optional<Boundary> slot;
+};
+struct LoadDecision {
+  std::string action, reason;
+  std::uint64_t load_start = 0, load_end = 0, handoff_tokens = 0;
+};
+struct LoadOp {
+  std::uint64_t request = 0, generation = 0, hbm_tokens = 0, lmc_tokens = 0;
+  std::vector<std::string> chunk_keys;
+  std::vector<std::uint32_t> block_ids;
+  std::optional<Boundary> slot;
+  int slot_group = -1;
+};
+struct SaveOp {
+  std::uint64_t request = 0, generation = 0, page_start = 0, page_end = 0;
+  std::vector<std::string> chunk_keys;
+  std::vector<std::uint32_t> block_ids;
+  std::optional<Boundary> slot;
+  int slot_group = -1;
+};
+struct OpReport {
+  std::string channel;
+  std::uint64_t request = 0, generation = 0;
+  std::uint32_t rank = 0;
+  bool ok = false;
+  std::string reason;
+};
+struct StepEvents {
+  std::vector<std::uint64_t> loaded, load_failed, freeable;
+};
+
+const char* const kChannels[] = {"load", "page_save", "slot_save"};
+const char* const kActions[] = {"none", "load", "recompute", "handoff"};
+
+std::vector<std::string> hexes(const tier_key* k, std::size_t n) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(hex(k[i]));
+  return out;
+}
+
+struct StepPlan {
+  std::shared_ptr<tier_plan> plan;
+  std::uint64_t step() const { return tier_plan_step(plan.get()); }
+  bool has_work() const {
+    return tier_plan_load_count(plan.get()) + tier_plan_save_count(plan.get()) > 0;
+  }
+  std::vector<LoadOp> loads() const {
+    std::vector<LoadOp> out;
+    for (std::size_t i = 0; i < tier_plan_load_count(plan.get()); ++i) {
+      tier_load_op op;
+      check(tier_plan_load(plan.get(), i, &op));
+      out.push_back(LoadOp{op.request, op.generation, op.hbm_tokens, op.lmc_tokens,
+                           hexes(op.chunk_keys, op.chunk_count),
+                           std::vector<std::uint32_t>(op.block_ids, op.block_ids + op.block_count),
+                           boundary(op.has_slot, op.slot), op.slot_group});
+    }
+    return out;
+  }
+  std::vector<SaveOp> saves() const {
+    std::vector<SaveOp> out;
+    for (std::size_t i = 0; i < tier_plan_save_count(plan.get()); ++i) {
+      tier_save_op op;
+      check(tier_plan_save(plan.get(), i, &op));
+      out.push_back(SaveOp{op.request, op.generation, op.page_start, op.page_end,
+                           hexes(op.chunk_keys, op.chunk_count),
+                           std::vector<std::uint32_t>(op.block_ids, op.block_ids + op.block_count),
+                           boundary(op.has_slot, op.slot), op.slot_group});
+    }
+    return out;
+  }
+};
+
+class Dsv4Layout {
+ public:
+  Dsv4Layout(py::object geometry, py::handle page_ns, std::uint32_t tp_size,
+             std::uint32_t tp_rank, const std::string& memory, int device) {
+    std::string geo = py::isinstance<py::str>(geometry) ? geometry.cast<std::string>()
+                                                         : dumps(geometry);
+    tier_key ns = to_key(page_ns);
+    std::string opts = "{\"memory\": \"" + memory + "\", \"device\": " + std::to_string(device) + "}";
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_dsv4_layout_create(geo.c_str(), &ns, tp_size, tp_rank, opts.c_str(), &h_);
+    }
+    check(rc);
+  }
+  ~Dsv4Layout() { tier_dsv4_layout_destroy(h_); }
+  void close() {
+    tier_dsv4_layout_destroy(h_);
+    h_ = nullptr;
+  }
+  tier_dsv4_layout* handle() const {
+    if (!h_) raise_code(TIER_BAD_STATE, "the layout is closed");
+    return h_;
+  }
+  std::vector<Region> page_regions(py::handle block_ids) const {
+    auto ids = to_u32(block_ids);
+    std::size_t n = 0;
+    check(tier_dsv4_layout_page_regions(handle(), ids.data(), ids.size(), nullptr, 0, &n));
+    std::vector<tier_region> r(n);
+    check(tier_dsv4_layout_page_regions(handle(), ids.data(), ids.size(), r.data(), n, &n));
+    return convert(r);
+  }
+  std::vector<Region> slot_regions(int group) const {
+    std::size_t n = 0;
+    check(tier_dsv4_layout_slot_regions(handle(), group, nullptr, 0, &n));
+    std::vector<tier_region> r(n);
+    check(tier_dsv4_layout_slot_regions(handle(), group, r.data(), n, &n));
+    return convert(r);
+  }
+
+ private:
+  static std::vector<Region> convert(const std::vector<tier_region>& r) {
+    std::vector<Region> out;
+    for (const tier_region& x : r)
+      out.push_back(Region{reinterpret_cast<std::uintptr_t>(x.ptr), x.bytes, x.kind, x.device});
+    return out;
+  }
+  tier_dsv4_layout* h_ = nullptr;
+};
+
+std::string config_text(py::handle config) { return config.is_none() ? "{}" : dumps(config); }
+
+class Worker {
+ public:
+  Worker(py::object config, std::uint32_t rank, std::shared_ptr<Store> store,
+         std::shared_ptr<Dsv4Layout> layout, py::handle page_ns)
+      : store_(std::move(store)), layout_(std::move(layout)), rank_(rank) {
+    std::string cfg = config_text(config);
+    tier_key ns = to_key(page_ns);
+    check(tier_worker_create(cfg.c_str(), &ns, rank, store_->handle(), layout_->handle(), &h_));
+  }
+  ~Worker() {
+    py::gil_scoped_release nogil;
+    tier_worker_destroy(h_);
+  }
+  void close() {
+    tier_worker* h = h_;
+    h_ = nullptr;
+    py::gil_scoped_release nogil;
+    tier_worker_destroy(h);
+  }
+  tier_worker* handle() const {
+    if (!h_) raise_code(TIER_BAD_STATE, "the worker is closed");
+    return h_;
+  }
+  std::uint32_t rank() const { return rank_; }
+  void submit(const StepPlan& plan) {
+    tier_worker* h = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_worker_submit(h, plan.plan.get());
+    }
+    check(rc);
+  }
+  std::size_t progress(std::optional<std::size_t> max_saves) {
+    tier_worker* h = handle();
+    std::size_t done = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_worker_progress(h, max_saves.value_or(SIZE_MAX), &done);
+    }
+    check(rc);
+    return done;
+  }
+  std::vector<OpReport> take_reports() {
+    std::vector<OpReport> out;
+    tier_op_report buf[64];
+    for (;;) {
+      std::size_t n = 0;
+      check(tier_worker_take_reports(handle(), buf, 64, &n));
+      for (std::size_t i = 0; i < n; ++i)
+        out.push_back(OpReport{kChannels[buf[i].channel], buf[i].request, buf[i].generation,
+                               buf[i].rank, buf[i].ok != 0, buf[i].reason});
+      if (n < 64) return out;
+    }
+  }
+  std::size_t queued_saves() const { return tier_worker_queued_saves(handle()); }
+  std::size_t queued_loads() const { return tier_worker_queued_loads(handle()); }
+
+ private:
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<Dsv4Layout> layout_;
+  tier_worker* h_ = nullptr;
+  std::uint32_t rank_;
+};
+
+std::vector<tier_worker*> worker_handles(const std::vector<std::shared_ptr<Worker>>& ws) {
+  std::vector<tier_worker*> out;
+  for (const auto& w : ws) out.push_back(w->handle());
+  return out;
+}
+
+class Scheduler {
+ public:
+  Scheduler(py::object config, std::shared_ptr<Worker> view, py::handle page_ns)
+      : view_(std::move(view)) {
+    std::string cfg = config_text(config);
+    tier_key ns = to_key(page_ns);
+    check(tier_scheduler_create(cfg.c_str(), &ns, view_->handle(), &h_));
+  }
+  ~Scheduler() { tier_scheduler_destroy(h_); }
+  void close() {
+    tier_scheduler_destroy(h_);
+    h_ = nullptr;
+  }
+  tier_scheduler* handle() const {
+    if (!h_) raise_code(TIER_BAD_STATE, "the scheduler is closed");
+    return h_;
+  }
+  std::uint64_t add_request(std::uint64_t id, py::handle prompt) {
+    auto p = to_u32(prompt);
+    std::uint64_t h = 0;
+    check(tier_scheduler_add_request(handle(), id, p.data(), p.size(), &h));
+    return h;
+  }
+  MatchResult lookup(std::uint64_t h) {
+    tier_match m;
+    tier_scheduler* s = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_scheduler_lookup(s, h, &m);
+    }
+    check(rc);
+    return MatchResult{m.tokens, m.park != 0, m.page_hit, boundary(m.has_slot, m.slot)};
+  }
+  LoadDecision after_alloc(std::uint64_t h, std::uint64_t hbm, py::handle blocks, int group) {
+    auto b = to_u32(blocks);
+    tier_load_decision d;
+    tier_scheduler* s = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_scheduler_after_alloc(s, h, hbm, b.data(), b.size(), group, &d);
+    }
+    check(rc);
+    return LoadDecision{kActions[d.action], d.reason, d.load_start, d.load_end, d.handoff_tokens};
+  }
+  void set_blocks(std::uint64_t h, py::handle blocks) {
+    auto b = to_u32(blocks);
+    check(tier_scheduler_set_blocks(handle(), h, b.data(), b.size()));
+  }
+  std::uint64_t cut_prefill_chunk(std::uint64_t h, std::uint64_t start, std::uint64_t len) {
+    std::uint64_t out = 0;
+    check(tier_scheduler_cut_prefill_chunk(handle(), h, start, len, &out));
+    return out;
+  }
+  void on_computed(std::uint64_t h, std::uint64_t tokens) {
+    check(tier_scheduler_on_computed(handle(), h, tokens));
+  }
+  StepPlan build_step() {
+    tier_plan* p = nullptr;
+    tier_scheduler* s = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_scheduler_build_step(s, &p);
+    }
+    check(rc);
+    return StepPlan{std::shared_ptr<tier_plan>(p, tier_plan_free)};
+  }
+  StepEvents process(py::iterable reports) {
+    std::vector<OpReport> in;
+    for (py::handle r : reports) in.push_back(r.cast<OpReport>());
+    std::vector<tier_op_report> c;
+    for (const OpReport& r : in) {
+      int ch = -1;
+      for (int i = 0; i < 3; ++i)
+        if (r.channel == kChannels[i]) ch = i;
+      if (ch < 0) raise_invalid("unknown channel '" + r.channel + "'");
+      c.push_back(tier_op_report{ch, r.rank, r.request, r.generation, r.ok ? 1 : 0,
+                                 r.reason.c_str()});
+    }
+    tier_events* ev = nullptr;
+    tier_scheduler* s = handle();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_scheduler_process(s, c.data(), c.size(), &ev);
+    }
+    check(rc);
+    StepEvents out;
+    std::size_t n = 0;
+    const std::uint64_t* p = tier_events_loaded(ev, &n);
+    out.loaded.assign(p, p + n);
+    p = tier_events_load_failed(ev, &n);
+    out.load_failed.assign(p, p + n);
+    p = tier_events_freeable(ev, &n);
+    out.freeable.assign(p, p + n);
+    tier_events_free(ev);
+    return out;
+  }
+  bool should_defer_free(std::uint64_t h) {
+    std::int32_t out = 0;
+    check(tier_scheduler_should_defer_free(handle(), h, &out));
+    return out != 0;
+  }
+  bool finish(std::uint64_t h) {
+    std::int32_t out = 0;
+    check(tier_scheduler_finish(handle(), h, &out));
+    return out != 0;
+  }
+  std::uint64_t loads_pending() { return tier_scheduler_loads_pending(handle()); }
+  std::uint64_t saves_pending() { return tier_scheduler_saves_pending(handle()); }
+  py::object metrics(const std::vector<std::shared_ptr<Worker>>& workers) {
+    auto ws = worker_handles(workers);
+    char* text = nullptr;
+    check(tier_engine_metrics_json(handle(), ws.data(), ws.size(), &text));
+    return json_loads(text);
+  }
+  std::string metrics_prometheus(const std::vector<std::shared_ptr<Worker>>& workers) {
+    auto ws = worker_handles(workers);
+    char* text = nullptr;
+    check(tier_engine_metrics_prometheus(handle(), ws.data(), ws.size(), &text));
+    return take_string(text);
+  }
+
+ private:
+  std::shared_ptr<Worker> view_;
+  tier_scheduler* h_ = nullptr;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_libtier, m) {
+  m.doc() = "libtier's C API (tier/tier.h) as Python objects; see libtier/__init__.pyi.";
+  if (tier_abi_version() != TIER_C_ABI_VERSION)
+    throw std::runtime_error("libtier_c ABI " + std::to_string(tier_abi_version()) +
+                             ", the extension was built for " +
+                             std::to_string(TIER_C_ABI_VERSION));
+  m.attr("ABI_VERSION") = TIER_C_ABI_VERSION;
+  m.def("abi_version", &tier_abi_version, "The C ABI version of the loaded libtier_c.");
+  m.def("version", [] { return std::string(tier_version()); }, "libtier's version string.");
+
+  py::object int_enum = py::module_::import("enum").attr("IntEnum");
+  py::dict kinds;
+  kinds["HOST"] = static_cast<int>(TIER_MEMORY_HOST);
+  kinds["PINNED"] = static_cast<int>(TIER_MEMORY_PINNED);
+  kinds["DEVICE"] = static_cast<int>(TIER_MEMORY_DEVICE);
+  kinds["SHM"] = static_cast<int>(TIER_MEMORY_SHM);
+  py::object memory_kind = int_enum("MemoryKind", kinds, py::arg("module") = "libtier");
+  m.attr("MemoryKind") = memory_kind;
+
+  py::class_<Region>(m, "Region", "A non-owning view {ptr, nbytes, kind, device}.")
+      .def(py::init([memory_kind](std::uintptr_t ptr, std::size_t nbytes, int kind, int device) {
+             if (kind < TIER_MEMORY_HOST || kind > TIER_MEMORY_SHM)
+               raise_invalid("unknown memory kind " + std::to_string(kind));
+             return Region{ptr, nbytes, kind, device};
+           }),
+           py::arg("ptr"), py::arg("nbytes"), py::arg("kind") = static_cast<int>(TIER_MEMORY_HOST),
+           py::arg("device") = -1)
+      .def_property_readonly("ptr", [](const Region& r) { return r.ptr; })
+      .def_property_readonly("nbytes", [](const Region& r) { return r.nbytes; })
+      .def_property_readonly("kind",
+                             [memory_kind](const Region& r) { return memory_kind(r.kind); })
+      .def_property_readonly("device", [](const Region& r) { return r.device; })
+      .def("__repr__", [](const Region& r) {
+        return "Region(ptr=" + std::to_string(r.ptr) + ", nbytes=" + std::to_string(r.nbytes) +
+               ", kind=" + std::to_string(r.kind) + ", device=" + std::to_string(r.device) + ")";
+      });
+  m.def("region_of", [](py::handle b) {
+    tier_region r = to_region(b, false);
+    return Region{reinterpret_cast<std::uintptr_t>(r.ptr), r.bytes, r.kind, r.device};
+  }, py::arg("buffer"), "How the library sees `buffer`, without copying it.");
+
+  m.def("namespace_id", [](py::object identity) {
+    std::string text = py::isinstance<py::str>(identity) ? identity.cast<std::string>()
+                                                          : dumps(identity);
+    tier_key k;
+    check(tier_namespace_id(text.c_str(), &k));
+    return hex(k);
+  }, py::arg("identity"), "Namespace id of a model identity (a dict or its JSON text).");
+  m.def("chunk_keys", [](py::object ns, py::handle tokens, std::size_t chunk, bool partial) {
+    tier_key k = py::isinstance<py::dict>(ns) ? namespace_of(ns) : to_key(ns);
+    auto t = to_u32(tokens);
+    std::size_t n = 0;
+    check(tier_chunk_keys(&k, t.data(), t.size(), chunk, partial, nullptr, 0, &n));
+    std::vector<tier_key> out(n);
+    check(tier_chunk_keys(&k, t.data(), t.size(), chunk, partial, out.data(), n, &n));
+    return hexes(out.data(), n);
+  }, py::arg("namespace"), py::arg("tokens"), py::arg("chunk"), py::arg("include_partial") = false,
+     "Chained chunk keys of `tokens` in `chunk`-token chunks (docs/keys.md).");
+  m.def("external_key", [](py::object name) {
+    std::string b = py::isinstance<py::str>(name) ? name.cast<std::string>()
+                                                   : py::bytes(name).cast<std::string>();
+    tier_key k;
+    tier_external_key(b.data(), b.size(), &k);
+    return hex(k);
+  }, py::arg("name"), "A key for an engine's own object name (docs/keys.md).");
+
+  py::class_<Completion>(m, "Completion", "The outcome of one asynchronous batch.")
+      .def_readonly("ticket", &Completion::ticket)
+      .def_readonly("op", &Completion::op)
+      .def_readonly("codes", &Completion::codes)
+      .def_readonly("tiers", &Completion::tiers)
+      .def_readonly("ok", &Completion::ok);
+
+  py::class_<Store, std::shared_ptr<Store>>(m, "Store",
+                                            "A profile's tiers as one cache; see the stub.")
+      .def_static("open", &Store::open, py::arg("profile"), py::kw_only(),
+                  py::arg("namespace") = py::none(), py::arg("rank") = 0)
+      .def("close", &Store::close)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](Store& s, py::args) { s.close(); })
+      .def_property_readonly("closed", &Store::closed)
+      .def_property_readonly("namespace", &Store::ns)
+      .def_property_readonly("rank", &Store::rank)
+      .def_property_readonly("tier_names", &Store::tier_names)
+      .def("lookup_prefix", &Store::lookup_prefix, py::arg("keys"))
+      .def("exists", &Store::exists, py::arg("keys"))
+      .def("save", &Store::save, py::arg("keys"), py::arg("buffers"))
+      .def("load", &Store::load, py::arg("keys"), py::arg("buffers"))
+      .def("load_with_tiers", &Store::load_with_tiers, py::arg("keys"), py::arg("buffers"))
+      .def("save_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, false); },
+           py::arg("keys"), py::arg("buffers"))
+      .def("load_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, true); },
+           py::arg("keys"), py::arg("buffers"))
+      .def("poll", &Store::poll)
+      .def("wait", &Store::wait, py::arg("ticket") = py::none(), py::arg("timeout") = py::none())
+      .def("remove", &Store::remove, py::arg("keys"))
+      .def("progress", &Store::progress)
+      .def("flush", &Store::flush, py::arg("timeout") = py::none())
+      .def("register",
+           [](std::shared_ptr<Store> s, py::object buffer, std::optional<int> kind,
+              std::optional<int> device) {
+             return std::make_shared<Registration>(std::move(s), std::move(buffer), kind, device);
+           },
+           py::arg("buffer"), py::arg("kind") = py::none(), py::arg("device") = py::none())
+      .def("metrics", &Store::metrics)
+      .def("metrics_prometheus", &Store::metrics_prometheus);
+
+  py::class_<Registration, std::shared_ptr<Registration>>(m, "Registration")
+      .def_property_readonly("region", &Registration::region)
+      .def("release", &Registration::release)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](Registration& r, py::args) { r.release(); });
+
+  py::class_<Boundary>(m, "Boundary")
+      .def_readonly("tokens", &Boundary::tokens)
+      .def_readonly("key", &Boundary::key);
+  py::class_<MatchResult>(m, "MatchResult")
+      .def_readonly("tokens", &MatchResult::tokens)
+      .def_readonly("park", &MatchResult::park)
+      .def_readonly("page_hit", &MatchResult::page_hit)
+      .def_readonly("slot", &MatchResult::slot);
+  py::class_<LoadDecision>(m, "LoadDecision")
+      .def_readonly("action", &LoadDecision::action)
+      .def_readonly("reason", &LoadDecision::reason)
+      .def_readonly("load_start", &LoadDecision::load_start)
+      .def_readonly("load_end", &LoadDecision::load_end)
+      .def_readonly("handoff_tokens", &LoadDecision::handoff_tokens);
+  py::class_<LoadOp>(m, "LoadOp")
+      .def_readonly("request", &LoadOp::request)
+      .def_readonly("generation", &LoadOp::generation)
+      .def_readonly("hbm_tokens", &LoadOp::hbm_tokens)
+      .def_readonly("lmc_tokens", &LoadOp::lmc_tokens)
+      .def_readonly("chunk_keys", &LoadOp::chunk_keys)
+      .def_readonly("block_ids", &LoadOp::block_ids)
+      .def_readonly("slot", &LoadOp::slot)
+      .def_readonly("slot_group", &LoadOp::slot_group);
+  py::class_<SaveOp>(m, "SaveOp")
+      .def_readonly("request", &SaveOp::request)
+      .def_readonly("generation", &SaveOp::generation)
+      .def_readonly("page_start", &SaveOp::page_start)
+      .def_readonly("page_end", &SaveOp::page_end)
+      .def_readonly("chunk_keys", &SaveOp::chunk_keys)
+      .def_readonly("block_ids", &SaveOp::block_ids)
+      .def_readonly("slot", &SaveOp::slot)
+      .def_readonly("slot_group", &SaveOp::slot_group);
+  py::class_<StepPlan>(m, "StepPlan", "One step's plan: submit it to every rank's Worker.")
+      .def_property_readonly("step", &StepPlan::step)
+      .def_property_readonly("has_work", &StepPlan::has_work)
+      .def_property_readonly("loads", &StepPlan::loads)
+      .def_property_readonly("saves", &StepPlan::saves);
+  py::class_<OpReport>(m, "OpReport", "One rank's terminal result for one operation.")
+      .def(py::init([](std::string channel, std::uint64_t request, std::uint64_t generation,
+                       std::uint32_t rank, bool ok, std::string reason) {
+             return OpReport{std::move(channel), request, generation, rank, ok, std::move(reason)};
+           }),
+           py::arg("channel"), py::arg("request"), py::arg("generation"), py::arg("rank"),
+           py::arg("ok"), py::arg("reason") = "")
+      .def_readonly("channel", &OpReport::channel)
+      .def_readonly("request", &OpReport::request)
+      .def_readonly("generation", &OpReport::generation)
+      .def_readonly("rank", &OpReport::rank)
+      .def_readonly("ok", &OpReport::ok)
+      .def_readonly("reason", &OpReport::reason);
+  py::class_<StepEvents>(m, "StepEvents")
+      .def_readonly("loaded", &StepEvents::loaded)
+      .def_readonly("load_failed", &StepEvents::load_failed)
+      .def_readonly("freeable", &StepEvents::freeable);
+
+  py::class_<Dsv4Layout, std::shared_ptr<Dsv4Layout>>(m, "Dsv4Layout",
+                                                      "The DSV4 KV layout of one rank.")
+      .def_static("create",
+                  [](py::object geometry, py::object ns, std::uint32_t tp_size,
+                     std::uint32_t tp_rank, const std::string& memory, int device) {
+                    return std::make_shared<Dsv4Layout>(geometry, ns, tp_size, tp_rank, memory,
+                                                        device);
+                  },
+                  py::arg("geometry"), py::arg("page_namespace"), py::arg("tp_size") = 1,
+                  py::arg("tp_rank") = 0, py::arg("memory") = "host", py::arg("device") = 0)
+      .def_property_readonly("block_tokens",
+                             [](const Dsv4Layout& l) { return tier_dsv4_layout_block_tokens(l.handle()); })
+      .def_property_readonly("page_bytes_per_block",
+                             [](const Dsv4Layout& l) {
+                               return tier_dsv4_layout_page_bytes_per_block(l.handle());
+                             })
+      .def_property_readonly("slot_bytes",
+                             [](const Dsv4Layout& l) { return tier_dsv4_layout_slot_bytes(l.handle()); })
+      .def("page_regions", &Dsv4Layout::page_regions, py::arg("block_ids"))
+      .def("slot_regions", &Dsv4Layout::slot_regions, py::arg("group"))
+      .def("close", &Dsv4Layout::close);
+
+  py::class_<Worker, std::shared_ptr<Worker>>(m, "Worker", "One TP rank's worker.")
+      .def_static("create",
+                  [](py::object config, std::uint32_t rank, std::shared_ptr<Store> store,
+                     std::shared_ptr<Dsv4Layout> layout, py::object ns) {
+                    return std::make_shared<Worker>(config, rank, std::move(store),
+                                                    std::move(layout), ns);
+                  },
+                  py::arg("config"), py::arg("rank"), py::arg("store"), py::arg("layout"),
+                  py::arg("page_namespace"))
+      .def_property_readonly("rank", &Worker::rank)
+      .def("submit", &Worker::submit, py::arg("plan"))
+      .def("progress", &Worker::progress, py::arg("max_saves") = py::none())
+      .def("take_reports", &Worker::take_reports)
+      .def_property_readonly("queued_saves", &Worker::queued_saves)
+      .def_property_readonly("queued_loads", &Worker::queued_loads)
+      .def("close", &Worker::close);
+
+  py::class_<Scheduler, std::shared_ptr<Scheduler>>(m, "Scheduler",
+                                                    "The scheduler half of the offload engine.")
+      .def_static("create",
+                  [](py::object config, std::shared_ptr<Worker> view, py::object ns) {
+                    return std::make_shared<Scheduler>(config, std::move(view), ns);
+                  },
+                  py::arg("config"), py::arg("view"), py::arg("page_namespace"))
+      .def("add_request", &Scheduler::add_request, py::arg("request_id"), py::arg("prompt"))
+      .def("lookup", &Scheduler::lookup, py::arg("handle"))
+      .def("after_alloc", &Scheduler::after_alloc, py::arg("handle"), py::arg("hbm_tokens"),
+           py::arg("blocks"), py::arg("group") = -1)
+      .def("set_blocks", &Scheduler::set_blocks, py::arg("handle"), py::arg("blocks"))
+      .def("cut_prefill_chunk", &Scheduler::cut_prefill_chunk, py::arg("handle"),
+           py::arg("start"), py::arg("length"))
+      .def("on_computed", &Scheduler::on_computed, py::arg("handle"),
+           py::arg("computed_tokens"))
+      .def("build_step", &Scheduler::build_step)
+      .def("process", &Scheduler::process, py::arg("reports"))
+      .def("should_defer_free", &Scheduler::should_defer_free, py::arg("handle"))
+      .def("finish", &Scheduler::finish, py::arg("handle"))
+      .def_property_readonly("loads_pending", &Scheduler::loads_pending)
+      .def_property_readonly("saves_pending", &Scheduler::saves_pending)
+      .def("metrics", &Scheduler::metrics,
+           py::arg("workers") = std::vector<std::shared_ptr<Worker>>{})
+      .def("metrics_prometheus", &Scheduler::metrics_prometheus,
+           py::arg("workers") = std::vector<std::shared_ptr<Worker>>{})
+      .def("close", &Scheduler::close);
+}

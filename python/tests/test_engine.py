@@ -1,0 +1,112 @@
+"""The offload engine's per-step calls from Python over a small DSV4 layout: a request's PAGE
+chunks and SLOT are saved, then a second request with the same prefix resumes from them and the
+restored KV bytes equal the first request's."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import libtier
+from conftest import CPU_PROFILE
+
+BLOCK = 128
+CHUNKS = 4
+GEOMETRY = {"compress_ratios": [4, 128, 0], "kv_head_dim": 64, "rope_head_dim": 16,
+            "index_head_dim": 32, "block_size": BLOCK, "sliding_window": 8, "num_blocks": 16,
+            "num_slots": 2}
+CONFIG = {"block_tokens": BLOCK, "chunk_tokens": BLOCK, "checkpoint_interval_tokens": 2 * BLOCK,
+          "min_load_tokens": BLOCK}
+
+
+def view(region):
+    """A numpy view of a host region (zero-copy)."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * region.nbytes).from_address(region.ptr))
+
+
+def fill(regions, seed):
+    for i, r in enumerate(regions):
+        view(r)[:] = np.random.default_rng(seed * 100 + i).integers(0, 256, r.nbytes, np.uint8)
+
+
+def same(regions, seed):
+    return all(
+        np.array_equal(view(r), np.random.default_rng(seed * 100 + i).integers(0, 256, r.nbytes, np.uint8))
+        for i, r in enumerate(regions))
+
+
+def step(sched, worker):
+    plan = sched.build_step()
+    worker.submit(plan)
+    worker.progress()
+    reports = worker.take_reports()
+    assert all(r.ok for r in reports), [(r.channel, r.reason) for r in reports]
+    return plan, sched.process(reports)
+
+
+@pytest.fixture
+def engine():
+    ns = libtier.namespace_id({"model": "python-engine-test"})
+    store = libtier.Store.open(CPU_PROFILE)
+    layout = libtier.Dsv4Layout.create(GEOMETRY, ns)
+    worker = libtier.Worker.create(CONFIG, 0, store, layout, ns)
+    sched = libtier.Scheduler.create(CONFIG, worker, ns)
+    yield sched, worker, layout
+    sched.close()
+    worker.close()
+    layout.close()
+    store.close()
+
+
+def test_save_then_resume_restores_page_and_slot(engine):
+    sched, worker, layout = engine
+    assert layout.block_tokens == BLOCK and layout.page_bytes_per_block > 0
+    prompt = np.arange(1000, 1000 + CHUNKS * BLOCK + 5, dtype=np.uint32)
+
+    h1 = sched.add_request(1, prompt[: CHUNKS * BLOCK])
+    assert sched.lookup(h1).tokens == 0
+    d = sched.after_alloc(h1, 0, [0, 1, 2, 3], 0)
+    assert (d.action, d.reason) == ("none", "no_hit")
+    for c in range(CHUNKS):
+        fill(layout.page_regions([c]), c + 1)
+    fill(layout.slot_regions(0), 99)
+    sched.on_computed(h1, CHUNKS * BLOCK)
+    saves = 0
+    for _ in range(4):
+        plan, _ = step(sched, worker)
+        saves += len(plan.saves)
+    assert saves > 0 and sched.saves_pending == 0
+    assert sched.finish(h1)
+
+    h2 = sched.add_request(2, prompt)
+    m = sched.lookup(h2)
+    assert m.tokens == CHUNKS * BLOCK and m.slot is not None and m.slot.tokens == CHUNKS * BLOCK
+    blocks = [8, 9, 10, 11, 12]
+    d = sched.after_alloc(h2, 0, blocks, 1)
+    assert d.action == "load" and (d.load_start, d.load_end) == (0, CHUNKS * BLOCK)
+    plan, ev = step(sched, worker)
+    assert len(plan.loads) == 1
+    op = plan.loads[0]
+    assert op.request == 2 and op.block_ids == blocks[:CHUNKS] and len(op.chunk_keys) == CHUNKS
+    assert op.slot is not None and op.slot_group == 1
+    assert ev.loaded == [h2] and ev.load_failed == []
+    for c in range(CHUNKS):
+        assert same(layout.page_regions([blocks[c]]), c + 1)
+    assert same(layout.slot_regions(1), 99)
+    m = sched.metrics([worker])
+    assert m["engine"]["load_requests"] == 1
+    assert "libtier_engine_load_requests_total 1" in sched.metrics_prometheus([worker])
+
+
+def test_engine_errors(engine):
+    sched, worker, layout = engine
+    with pytest.raises(libtier.NotFound):
+        sched.lookup(12345)
+    with pytest.raises(libtier.InvalidArgument):
+        layout.page_regions([10**6])
+    with pytest.raises(libtier.NotFound):
+        libtier.Dsv4Layout.create("no-such-preset", libtier.namespace_id({}))
+    with pytest.raises(libtier.InvalidArgument):
+        libtier.Scheduler.create({"block_tokens": "x"}, worker, libtier.namespace_id({}))
+    with pytest.raises(libtier.InvalidArgument, match="channel"):
+        sched.process([libtier.OpReport("nope", 1, 1, 0, True)])

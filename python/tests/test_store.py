@@ -1,0 +1,232 @@
+"""Store: batches, zero-copy buffers, errors, asynchronous batches, threads, the GIL."""
+
+import ctypes
+import json
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import libtier
+from conftest import CPU_PROFILE
+
+
+def keys_of(n, tag="k"):
+    return [libtier.external_key(f"{tag}-{i}") for i in range(n)]
+
+
+def test_codes_match_the_c_api():
+    assert libtier.Code.OK == 0 and libtier.Code.NOT_FOUND == 1
+    assert libtier.Code.CHECKSUM_MISMATCH == 8 and libtier.Code.NO_SPACE == 13
+    assert libtier.Code.TIMED_OUT.code_name == "timed_out"
+    assert libtier.abi_version() == libtier.ABI_VERSION
+    assert libtier.version()
+
+
+def test_bad_profile_raises_invalid_argument_with_the_path():
+    with pytest.raises(libtier.InvalidArgument) as e:
+        libtier.Store.open({"tiers": [{"name": 3}]})
+    assert e.value.code == libtier.Code.INVALID_ARGUMENT
+    assert e.value.code_name == "invalid_argument"
+    assert "/tiers/0" in e.value.message
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(libtier.Error):
+        libtier.Store.open("/nonexistent/profile.json")
+
+
+def test_open_from_path_and_json_text(source_root, tmp_path):
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(CPU_PROFILE))
+    with libtier.Store.open(p) as s:
+        assert s.tier_names == ["cpu"]
+    with libtier.Store.open(json.dumps(CPU_PROFILE), namespace={"model": "m"}, rank=3) as s:
+        assert s.namespace == libtier.namespace_id({"model": "m"}) and s.rank == 3
+
+
+def test_keys_golden_vectors():
+    ns = libtier.namespace_id(
+        {"model": "deepseek-v4-pro", "layout_version": 1, "kv_dtype": "fp8", "block_size": 256,
+         "chunk_size": 256, "tp_size": 8})
+    assert ns == "6fe91321d1cb766be97f553a73bcd7f3"
+    keys = libtier.chunk_keys(ns, [1, 2, 3, 4, 5, 6, 7, 8], 4)
+    assert keys == ["91035bd943d14336f4aa8f1f7f8852c3", "9d2bcacea2eb4ce4329f22197e47b870"]
+    assert libtier.chunk_keys(ns, np.arange(1, 9, dtype=np.int64), 4) == keys
+    assert len(libtier.chunk_keys(ns, range(1, 10), 4, include_partial=True)) == 3
+    assert libtier.external_key("page-0") == "eacce5cdadeb584f87deaea30152654f"
+    assert libtier.external_key(b"page-0") == libtier.external_key("page-0")
+    with pytest.raises(libtier.InvalidArgument):
+        libtier.chunk_keys(ns, [1, 2], 0)
+
+
+def test_save_load_round_trip_and_lookup(store):
+    keys = keys_of(5)
+    src = [np.arange(1000, dtype=np.float32) * (i + 1) for i in range(4)]
+    assert store.lookup_prefix(keys) == 0
+    assert store.save(keys[:4], src) == [libtier.Code.OK] * 4
+    assert store.save(keys[:1], src[:1]) == [libtier.Code.OK]  # put-if-absent
+    assert store.lookup_prefix(keys) == 4
+    assert store.exists(keys) == [True, True, True, True, False]
+    dst = [np.zeros(1000, dtype=np.float32) for _ in range(5)]
+    codes, tiers = store.load_with_tiers(keys, dst)
+    assert codes == [libtier.Code.OK] * 4 + [libtier.Code.NOT_FOUND]
+    assert tiers == [0, 0, 0, 0, -1]
+    for a, b in zip(src, dst):
+        np.testing.assert_array_equal(a, b)
+    assert store.remove(keys[:1]) == [libtier.Code.OK]
+    assert store.lookup_prefix(keys) == 0
+
+
+def test_scatter_gather_and_buffer_forms(store):
+    data = np.random.default_rng(1).integers(0, 255, 4096, dtype=np.uint8)
+    key = keys_of(1, "sg")
+    # Saved as three pieces: a numpy view, a Region and a (ptr, nbytes) tuple.
+    pieces = [data[:1000], libtier.Region(data[1000:].ctypes.data, 2000), (data.ctypes.data + 3000, 1096)]
+    assert store.save(key, [pieces]) == [libtier.Code.OK]
+    out = np.zeros(4096, dtype=np.uint8)
+    halves = (out[:2048], out[2048:])  # a tuple of buffers is a scatter list too
+    assert store.load(key, [halves]) == [libtier.Code.OK]
+    np.testing.assert_array_equal(out, data)
+
+
+def test_zero_copy_views():
+    a = np.zeros((4, 8), dtype=np.float64)
+    r = libtier.region_of(a)
+    assert r.ptr == a.ctypes.data and r.nbytes == a.nbytes and r.kind == libtier.MemoryKind.HOST
+
+    class FakeCuda:  # only what __cuda_array_interface__ consumers read
+        def __init__(self, ptr, nbytes, device):
+            self.__cuda_array_interface__ = {
+                "data": (ptr, False), "shape": (nbytes // 2,), "typestr": "<f2", "version": 3,
+                "strides": None}
+            self.device = type("Dev", (), {"index": device})()
+
+    r = libtier.region_of(FakeCuda(0x10000, 4096, 1))
+    assert (r.ptr, r.nbytes, r.kind, r.device) == (0x10000, 4096, libtier.MemoryKind.DEVICE, 1)
+
+
+def test_device_regions_are_refused_without_touching_them(store):
+    class FakeCuda:
+        __cuda_array_interface__ = {"data": (0x1000, False), "shape": (64,), "typestr": "|u1",
+                                    "version": 3}
+
+    codes = store.save(keys_of(1, "dev"), [FakeCuda()])
+    assert codes[0] in (libtier.Code.NOT_SUPPORTED, libtier.Code.INVALID_ARGUMENT)
+
+
+def test_bad_buffers_raise(store):
+    k = keys_of(1)
+    with pytest.raises(libtier.InvalidArgument, match="C-contiguous"):
+        store.save(k, [np.zeros((4, 4))[:, 1]])
+    ro = np.zeros(16)
+    ro.flags.writeable = False
+    store.save(k, [ro])
+    with pytest.raises(libtier.InvalidArgument, match="read-only"):
+        store.load(k, [ro])
+    with pytest.raises(libtier.InvalidArgument, match="keys for"):
+        store.save(k, [ro, ro])
+    with pytest.raises(libtier.InvalidArgument):
+        store.save(["not-hex"], [ro])
+    with pytest.raises(libtier.InvalidArgument):
+        store.save(k, [object()])
+    # A buffer of the wrong size fails that key only, and nothing is written.
+    wrong = np.full(15, 7.0)
+    assert store.load(k, [wrong]) == [libtier.Code.INVALID_ARGUMENT]
+    assert (wrong == 7.0).all()
+
+
+def test_async_batches(store):
+    keys = keys_of(8, "async")
+    src = [np.full(5000, i, dtype=np.int32) for i in range(8)]
+    t1 = store.save_async(keys, src)
+    c = store.wait(t1)
+    assert c.ticket == t1 and c.op == "save" and c.ok and c.codes == [libtier.Code.OK] * 8
+    dst = [np.zeros(5000, dtype=np.int32) for _ in range(8)]
+    t2 = store.load_async(keys, dst)
+    done = []
+    while not done:
+        done = store.poll() or [store.wait(timeout=10.0)]
+    assert done[0].ticket == t2 and done[0].op == "load" and done[0].tiers == [0] * 8
+    for a, b in zip(src, dst):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(libtier.NotFound):
+        store.wait(t2)
+    with pytest.raises(libtier.NotFound):
+        store.wait()
+
+
+def test_closed_store_raises_bad_state():
+    s = libtier.Store.open(CPU_PROFILE)
+    s.close()
+    s.close()
+    assert s.closed
+    with pytest.raises(libtier.BadState, match="closed"):
+        s.lookup_prefix([])
+
+
+def test_registration(store):
+    buf = np.zeros(1 << 16, dtype=np.uint8)
+    with store.register(buf) as reg:
+        assert reg.region.ptr == buf.ctypes.data and reg.region.nbytes == buf.nbytes
+    try:
+        store.register(buf, kind=libtier.MemoryKind.PINNED).release()
+    except libtier.NotSupported:
+        pass  # no GPU runtime or no GPU here
+    with pytest.raises(libtier.InvalidArgument):
+        store.register(buf, kind=libtier.MemoryKind.DEVICE, device=-1)
+
+
+def test_metrics(store):
+    store.save(keys_of(1), [np.zeros(100)])
+    m = store.metrics()
+    assert isinstance(m, dict) and "cpu" in json.dumps(m)
+    assert "libtier_" in store.metrics_prometheus()
+
+
+def test_threads_share_a_store(store):
+    errors = []
+
+    def run(t):
+        for r in range(30):
+            k = [libtier.external_key(f"t{t}-{r}")]
+            a = np.full(4096, t * 1000 + r, dtype=np.int64)
+            b = np.zeros_like(a)
+            if store.save(k, [a]) != [libtier.Code.OK]:
+                errors.append("save")
+            c = store.wait(store.load_async(k, [b]))
+            if not c.ok or not np.array_equal(a, b):
+                errors.append("load")
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_transfers_release_the_gil(store):
+    # With a switch interval far beyond the test, the main thread gets the GIL back while the
+    # other thread is inside save() only if save() releases it.
+    keys = keys_of(64, "gil")
+    bufs = [np.ones(1 << 16, dtype=np.uint8) for _ in keys]
+    started = threading.Event()
+    state = {"in_call": False}
+
+    def saver():
+        state["in_call"] = True
+        started.set()
+        store.save(keys, bufs)
+        state["in_call"] = False
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        t = threading.Thread(target=saver)
+        t.start()
+        started.wait()
+        observed = state["in_call"]
+        t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert observed is True

@@ -1,0 +1,34 @@
+"""examples/transformers_offload.py on a GPU: greedy tokens identical after libtier restores.
+
+Skipped where torch, transformers or a CUDA device is missing (the example exits 77 there)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "transformers_offload.py"
+
+
+def test_tokens_identical_after_layer_offload_and_after_a_fresh_process_restore():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--json", "--layers", "4", "--prompt", "512",
+         "--chunk", "128", "--new-tokens", "16"],
+        capture_output=True, text=True,
+    )
+    if run.returncode == 77:
+        pytest.skip(run.stderr.strip())
+    assert run.returncode in (0, 1), run.stderr
+    report = json.loads(run.stdout)
+    plain = report["plain"]
+    assert len(plain["tokens"]) == 16
+    for mode in ("layer_by_layer", "fresh_process"):
+        assert report[mode]["tokens"] == plain["tokens"], mode
+        assert report[mode]["logits"] == plain["logits"], mode
+    assert report["fresh_process"]["bytes"] == report["layer_by_layer"]["bytes"] > 0

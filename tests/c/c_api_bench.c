@@ -1,0 +1,69 @@
+/* The C API's blocking save and load of N objects of SIZE bytes from host memory, one batch
+ * each, R rounds (the keys removed between rounds): the best round's GB/s per operation as JSON
+ * lines like tierbench micro's ({"op": "put"|"get", "gb_per_s": x}). The same path as
+ * libtier.Store.save/load without Python (python/bench/bench_store.py compares them).
+ *   c_api_bench PROFILE OBJECTS SIZE ROUNDS */
+#define _POSIX_C_SOURCE 200112L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "tier/tier.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    fprintf(stderr, "usage: c_api_bench PROFILE OBJECTS SIZE ROUNDS\n");
+    return 2;
+  }
+  const size_t n = strtoull(argv[2], NULL, 10), size = strtoull(argv[3], NULL, 10);
+  const int rounds = atoi(argv[4]);
+  tier_store* s = NULL;
+  if (tier_store_open(argv[1], NULL, 0, &s) != TIER_OK) {
+    fprintf(stderr, "open: %s\n", tier_last_error());
+    return 1;
+  }
+  uint8_t* src = malloc(n * size);
+  uint8_t* dst = malloc(n * size);
+  tier_region* sr = malloc(n * sizeof *sr);
+  tier_region* dr = malloc(n * sizeof *dr);
+  tier_item* saves = malloc(n * sizeof *saves);
+  tier_item* loads = malloc(n * sizeof *loads);
+  tier_key* keys = malloc(n * sizeof *keys);
+  int32_t* codes = malloc(n * sizeof *codes);
+  for (size_t i = 0; i < n * size; ++i) src[i] = (uint8_t)(i * 131u >> 3);
+  for (size_t i = 0; i < n; ++i) {
+    char name[32];
+    int len = snprintf(name, sizeof name, "bench-%zu", i);
+    tier_external_key(name, (size_t)len, &keys[i]);
+    sr[i] = (tier_region){src + i * size, size, TIER_MEMORY_HOST, -1};
+    dr[i] = (tier_region){dst + i * size, size, TIER_MEMORY_HOST, -1};
+    saves[i] = (tier_item){keys[i], &sr[i], 1};
+    loads[i] = (tier_item){keys[i], &dr[i], 1};
+  }
+  double put = 0, get = 0;
+  for (int r = 0; r < rounds; ++r) {
+    tier_store_remove(s, keys, n, codes);
+    const double t0 = now();
+    int rc = tier_store_save(s, saves, n, codes);
+    const double t1 = now();
+    rc |= tier_store_load(s, loads, n, codes, NULL);
+    const double t2 = now();
+    if (rc != TIER_OK) {
+      fprintf(stderr, "batch: %s\n", tier_last_error());
+      return 1;
+    }
+    const double bytes = (double)(n * size);
+    if (bytes / (t1 - t0) / 1e9 > put) put = bytes / (t1 - t0) / 1e9;
+    if (bytes / (t2 - t1) / 1e9 > get) get = bytes / (t2 - t1) / 1e9;
+  }
+  printf("{\"op\": \"put\", \"gb_per_s\": %.6f}\n{\"op\": \"get\", \"gb_per_s\": %.6f}\n", put, get);
+  tier_store_close(s);
+  return 0;
+}

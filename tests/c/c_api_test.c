@@ -1,0 +1,434 @@
+/* The C API (tier/tier.h) compiled and driven as C: status codes and errors, keys (golden
+ * vectors of docs/keys.md), the store (blocking and asynchronous batches, scatter/gather,
+ * registration, metrics, several threads at once) and the offload engine over a small DSV4
+ * layout (a save of PAGE+SLOT, then a resume that restores the bytes). Needs TIER_PLUGIN_DIR for
+ * the cpu plugin. Exit 0 when every check passed, 1 otherwise. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tier/tier.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, \
+              #cond, tier_last_error());                                             \
+      ++failures;                                                                    \
+    }                                                                                \
+  } while (0)
+#define REQUIRE_OK(expr)                                                                   \
+  do {                                                                                     \
+    int rc_ = (expr);                                                                      \
+    if (rc_ != TIER_OK) {                                                                  \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #expr,           \
+              tier_code_name(rc_), tier_last_error());                                     \
+      exit(1);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+static const char* kProfile =
+    "{\"tiers\": [{\"name\": \"cpu\", \"capacity\": \"64MiB\", \"backend\": {\"type\": \"cpu\"}}]}";
+
+static void hex_of(const tier_key* k, char out[33]) { tier_key_to_hex(k, out); }
+
+static void test_status(void) {
+  CHECK(tier_abi_version() == TIER_C_ABI_VERSION);
+  CHECK(strlen(tier_version()) > 0);
+  CHECK(strcmp(tier_code_name(TIER_OK), "ok") == 0);
+  CHECK(strcmp(tier_code_name(TIER_NOT_FOUND), "not_found") == 0);
+  CHECK(strcmp(tier_code_name(TIER_CHECKSUM_MISMATCH), "checksum_mismatch") == 0);
+  CHECK(strcmp(tier_code_name(TIER_NO_SPACE), "no_space") == 0);
+  CHECK(strcmp(tier_code_name(99), "unknown") == 0);
+  tier_key k;
+  CHECK(tier_key_from_hex("xyz", &k) == TIER_INVALID_ARGUMENT);
+  CHECK(strstr(tier_last_error(), "32 hex digits") != NULL);
+}
+
+static void test_keys(void) {
+  tier_key ns, keys[3];
+  char hex[33];
+  REQUIRE_OK(tier_namespace_id(
+      "{\"model\":\"deepseek-v4-pro\",\"layout_version\":1,\"kv_dtype\":\"fp8\","
+      "\"block_size\":256,\"chunk_size\":256,\"tp_size\":8}",
+      &ns));
+  hex_of(&ns, hex);
+  CHECK(strcmp(hex, "6fe91321d1cb766be97f553a73bcd7f3") == 0);
+  const uint32_t tokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  size_t n = 0;
+  REQUIRE_OK(tier_chunk_keys(&ns, tokens, 9, 4, 0, NULL, 0, &n));
+  CHECK(n == 2);
+  CHECK(tier_chunk_keys(&ns, tokens, 9, 4, 1, keys, 2, &n) == TIER_INVALID_ARGUMENT);
+  REQUIRE_OK(tier_chunk_keys(&ns, tokens, 9, 4, 1, keys, 3, &n));
+  CHECK(n == 3);
+  hex_of(&keys[0], hex);
+  CHECK(strcmp(hex, "91035bd943d14336f4aa8f1f7f8852c3") == 0);
+  hex_of(&keys[1], hex);
+  CHECK(strcmp(hex, "9d2bcacea2eb4ce4329f22197e47b870") == 0);
+  tier_key back;
+  REQUIRE_OK(tier_key_from_hex(hex, &back));
+  CHECK(memcmp(&back, &keys[1], sizeof back) == 0);
+  tier_key e1, e2;
+  tier_external_key("page-0", 6, &e1);
+  tier_external_key("page-1", 6, &e2);
+  CHECK(memcmp(&e1, &e2, sizeof e1) != 0);
+  hex_of(&e1, hex);
+  CHECK(strcmp(hex, "eacce5cdadeb584f87deaea30152654f") == 0);
+}
+
+/* Fills `n` bytes with a pattern of (seed, offset). */
+static void fill(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) p[i] = (uint8_t)((i * 31u + seed * 7u + (i >> 8)) & 0xff);
+}
+static int same(const uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != (uint8_t)((i * 31u + seed * 7u + (i >> 8)) & 0xff)) return 0;
+  return 1;
+}
+
+static tier_key key_n(uint32_t i) {
+  char name[32];
+  int len = snprintf(name, sizeof name, "object-%u", i);
+  tier_key k;
+  tier_external_key(name, (size_t)len, &k);
+  return k;
+}
+
+static void test_store(void) {
+  tier_store* bad = NULL;
+  CHECK(tier_store_open_json("{\"tiers\": [{\"name\": 3}]}", NULL, 0, &bad) ==
+        TIER_INVALID_ARGUMENT);
+  CHECK(bad == NULL);
+  CHECK(strstr(tier_last_error(), "/tiers/0") != NULL);
+  CHECK(tier_store_open("/nonexistent/profile.json", NULL, 0, &bad) != TIER_OK);
+
+  tier_store* s = NULL;
+  REQUIRE_OK(tier_store_open_json(kProfile, NULL, 0, &s));
+  CHECK(tier_store_tier_count(s) == 1);
+  CHECK(strcmp(tier_store_tier_name(s, 0), "cpu") == 0);
+  CHECK(tier_store_tier_name(s, 1) == NULL);
+
+  enum { kN = 4, kBytes = 3000 };
+  static uint8_t src[kN][kBytes], dst[kN][kBytes];
+  tier_region src_r[kN][2], dst_r[kN][2];
+  tier_item saves[kN], loads[kN];
+  tier_key keys[kN + 1];
+  for (uint32_t i = 0; i < kN; ++i) {
+    fill(src[i], kBytes, i);
+    keys[i] = key_n(i);
+    /* Two regions per object: scatter/gather with uneven halves. */
+    src_r[i][0] = (tier_region){src[i], 1000, TIER_MEMORY_HOST, -1};
+    src_r[i][1] = (tier_region){src[i] + 1000, kBytes - 1000, TIER_MEMORY_HOST, -1};
+    dst_r[i][0] = (tier_region){dst[i], 2000, TIER_MEMORY_HOST, -1};
+    dst_r[i][1] = (tier_region){dst[i] + 2000, kBytes - 2000, TIER_MEMORY_HOST, -1};
+    saves[i] = (tier_item){keys[i], src_r[i], 2};
+    loads[i] = (tier_item){keys[i], dst_r[i], 2};
+  }
+  keys[kN] = key_n(99);
+  int32_t codes[kN + 1], tiers[kN + 1];
+  size_t prefix = 7;
+  REQUIRE_OK(tier_store_lookup_prefix(s, keys, kN, &prefix));
+  CHECK(prefix == 0);
+  REQUIRE_OK(tier_store_save(s, saves, 3, codes));
+  for (int i = 0; i < 3; ++i) CHECK(codes[i] == TIER_OK);
+  REQUIRE_OK(tier_store_lookup_prefix(s, keys, kN, &prefix));
+  CHECK(prefix == 3);
+  uint8_t ex[kN + 1];
+  REQUIRE_OK(tier_store_exists(s, keys, kN + 1, ex));
+  CHECK(ex[0] == 1 && ex[2] == 1 && ex[3] == 0 && ex[4] == 0);
+
+  memset(dst, 0, sizeof dst);
+  REQUIRE_OK(tier_store_load(s, loads, kN, codes, tiers));
+  for (uint32_t i = 0; i < 3; ++i) {
+    CHECK(codes[i] == TIER_OK);
+    CHECK(tiers[i] == 0);
+    CHECK(same(dst[i], kBytes, i));
+  }
+  CHECK(codes[3] == TIER_NOT_FOUND);
+  CHECK(tiers[3] == -1);
+
+  /* A region list of the wrong size fails that item only, writing nothing. */
+  memset(dst[0], 0xAB, kBytes);
+  tier_region short_r = {dst[0], kBytes - 1, TIER_MEMORY_HOST, -1};
+  tier_item wrong = {keys[0], &short_r, 1};
+  REQUIRE_OK(tier_store_load(s, &wrong, 1, codes, NULL));
+  CHECK(codes[0] == TIER_INVALID_ARGUMENT);
+  CHECK(dst[0][0] == 0xAB);
+
+  /* A malformed region fails the call. */
+  tier_region bad_kind = {src[0], 10, 42, -1};
+  tier_item bad_item = {keys[0], &bad_kind, 1};
+  CHECK(tier_store_save(s, &bad_item, 1, codes) == TIER_INVALID_ARGUMENT);
+  CHECK(strstr(tier_last_error(), "memory kind") != NULL);
+
+  /* Device memory without the GPU floor (or a GPU) is refused per item, never touched. */
+  tier_region dev = {(void*)0x1000, 64, TIER_MEMORY_DEVICE, 0};
+  tier_item dev_item = {keys[kN], &dev, 1};
+  int rc = tier_store_save(s, &dev_item, 1, codes);
+  CHECK(rc == TIER_OK);
+  CHECK(codes[0] != TIER_OK);
+
+  /* Asynchronous: submit returns a ticket; wait and poll hand out completions. */
+  uint64_t t1 = 0, t2 = 0;
+  REQUIRE_OK(tier_store_submit_save(s, &saves[3], 1, &t1));
+  CHECK(t1 > 0);
+  tier_completion* c = NULL;
+  REQUIRE_OK(tier_store_wait(s, t1, -1, &c));
+  CHECK(tier_completion_ticket(c) == t1);
+  CHECK(tier_completion_op(c) == TIER_OP_SAVE);
+  CHECK(tier_completion_status(c) == TIER_OK);
+  CHECK(tier_completion_count(c) == 1 && tier_completion_codes(c)[0] == TIER_OK);
+  tier_completion_free(c);
+  memset(dst, 0, sizeof dst);
+  REQUIRE_OK(tier_store_submit_load(s, loads, kN, &t2));
+  c = NULL;
+  REQUIRE_OK(tier_store_wait(s, 0, -1, &c));
+  CHECK(tier_completion_ticket(c) == t2);
+  CHECK(tier_completion_op(c) == TIER_OP_LOAD);
+  for (uint32_t i = 0; i < kN; ++i) {
+    CHECK(tier_completion_codes(c)[i] == TIER_OK);
+    CHECK(tier_completion_tiers(c)[i] == 0);
+    CHECK(same(dst[i], kBytes, i));
+  }
+  tier_completion_free(c);
+  c = (tier_completion*)1;
+  REQUIRE_OK(tier_store_poll(s, &c));
+  CHECK(c == NULL);
+  CHECK(tier_store_wait(s, t2, 0, &c) == TIER_NOT_FOUND);
+
+  /* Registration: host records; pinned needs the GPU runtime. */
+  tier_memory* m = NULL;
+  REQUIRE_OK(tier_memory_register(s, src, sizeof src, TIER_MEMORY_HOST, -1, &m));
+  REQUIRE_OK(tier_memory_release(m));
+  m = NULL;
+  rc = tier_memory_register(s, src, sizeof src, TIER_MEMORY_PINNED, -1, &m);
+  CHECK(rc == TIER_OK || rc == TIER_NOT_SUPPORTED);
+  if (rc == TIER_OK) REQUIRE_OK(tier_memory_release(m));
+  CHECK(tier_memory_register(s, src, 1, TIER_MEMORY_DEVICE, -1, &m) == TIER_INVALID_ARGUMENT);
+
+  int32_t rm[1];
+  REQUIRE_OK(tier_store_remove(s, keys, 1, rm));
+  CHECK(rm[0] == TIER_OK);
+  REQUIRE_OK(tier_store_lookup_prefix(s, keys, kN, &prefix));
+  CHECK(prefix == 0);
+
+  char* text = NULL;
+  REQUIRE_OK(tier_store_metrics_json(s, &text));
+  CHECK(text[0] == '{' && strstr(text, "cpu") != NULL);
+  tier_free(text);
+  REQUIRE_OK(tier_store_metrics_prometheus(s, &text));
+  CHECK(strstr(text, "libtier_") != NULL);
+  tier_free(text);
+  REQUIRE_OK(tier_store_progress(s));
+  REQUIRE_OK(tier_store_flush(s, -1));
+  tier_store_close(s);
+}
+
+/* Several threads save and load their own objects through one store at once. */
+typedef struct {
+  tier_store* store;
+  uint32_t id;
+  int bad;
+} thread_arg;
+
+static void* worker_thread(void* p) {
+  thread_arg* a = (thread_arg*)p;
+  enum { kBytes = 4096, kRounds = 50 };
+  uint8_t buf[kBytes];
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    const uint32_t seed = a->id * 1000 + r;
+    fill(buf, kBytes, seed);
+    tier_region reg = {buf, kBytes, TIER_MEMORY_HOST, -1};
+    tier_item it = {key_n(seed), &reg, 1};
+    int32_t code = -1;
+    if (tier_store_save(a->store, &it, 1, &code) != TIER_OK || code != TIER_OK) ++a->bad;
+    memset(buf, 0, kBytes);
+    uint64_t t = 0;
+    tier_completion* c = NULL;
+    if (tier_store_submit_load(a->store, &it, 1, &t) != TIER_OK ||
+        tier_store_wait(a->store, t, -1, &c) != TIER_OK || tier_completion_codes(c)[0] != TIER_OK)
+      ++a->bad;
+    tier_completion_free(c);
+    if (!same(buf, kBytes, seed)) ++a->bad;
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  tier_store* s = NULL;
+  REQUIRE_OK(tier_store_open_json(kProfile, NULL, 0, &s));
+  enum { kThreads = 4 };
+  pthread_t th[kThreads];
+  thread_arg args[kThreads];
+  for (uint32_t i = 0; i < kThreads; ++i) {
+    args[i] = (thread_arg){s, i + 1, 0};
+    pthread_create(&th[i], NULL, worker_thread, &args[i]);
+  }
+  for (int i = 0; i < kThreads; ++i) {
+    pthread_join(th[i], NULL);
+    CHECK(args[i].bad == 0);
+  }
+  tier_store_close(s);
+}
+
+/* Writes a pattern into every region of a list (seed per list), or checks it. */
+static void fill_regions(const tier_region* r, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) fill((uint8_t*)r[i].ptr, r[i].bytes, seed + (uint32_t)i);
+}
+static int same_regions(const tier_region* r, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i)
+    if (!same((const uint8_t*)r[i].ptr, r[i].bytes, seed + (uint32_t)i)) return 0;
+  return 1;
+}
+
+/* One engine step: the plan goes to the worker, its reports back to the scheduler. */
+static tier_events* step(tier_scheduler* s, tier_worker* w, size_t* loads, size_t* saves) {
+  tier_plan* plan = NULL;
+  REQUIRE_OK(tier_scheduler_build_step(s, &plan));
+  if (loads) *loads = tier_plan_load_count(plan);
+  if (saves) *saves = tier_plan_save_count(plan);
+  REQUIRE_OK(tier_worker_submit(w, plan));
+  REQUIRE_OK(tier_worker_progress(w, SIZE_MAX, NULL));
+  tier_op_report reports[16];
+  size_t n = 0;
+  REQUIRE_OK(tier_worker_take_reports(w, reports, 16, &n));
+  for (size_t i = 0; i < n; ++i) CHECK(reports[i].ok == 1);
+  tier_events* ev = NULL;
+  REQUIRE_OK(tier_scheduler_process(s, reports, n, &ev));
+  tier_plan_free(plan);
+  return ev;
+}
+
+static void test_engine(void) {
+  enum { kBlock = 128, kChunks = 4, kTokens = kBlock * kChunks };
+  const char* geometry =
+      "{\"compress_ratios\": [4, 128, 0], \"kv_head_dim\": 64, \"rope_head_dim\": 16,"
+      " \"index_head_dim\": 32, \"block_size\": 128, \"sliding_window\": 8,"
+      " \"num_blocks\": 16, \"num_slots\": 2}";
+  const char* config =
+      "{\"block_tokens\": 128, \"chunk_tokens\": 128, \"checkpoint_interval_tokens\": 256,"
+      " \"min_load_tokens\": 128}";
+  tier_key ns;
+  REQUIRE_OK(tier_namespace_id("{\"model\": \"c-api-test\"}", &ns));
+  tier_store* store = NULL;
+  REQUIRE_OK(tier_store_open_json(kProfile, NULL, 0, &store));
+  tier_dsv4_layout* layout = NULL;
+  CHECK(tier_dsv4_layout_create("no-such-preset", &ns, 1, 0, NULL, &layout) == TIER_NOT_FOUND);
+  REQUIRE_OK(tier_dsv4_layout_create(geometry, &ns, 1, 0, "{\"memory\": \"host\"}", &layout));
+  CHECK(tier_dsv4_layout_block_tokens(layout) == kBlock);
+  CHECK(tier_dsv4_layout_page_bytes_per_block(layout) > 0);
+  CHECK(tier_dsv4_layout_slot_bytes(layout) > 0);
+  tier_worker* w = NULL;
+  REQUIRE_OK(tier_worker_create(config, &ns, 0, store, layout, &w));
+  tier_scheduler* s = NULL;
+  CHECK(tier_scheduler_create("{\"block_tokens\": \"x\"}", &ns, w, &s) == TIER_INVALID_ARGUMENT);
+  REQUIRE_OK(tier_scheduler_create(config, &ns, w, &s));
+
+  uint32_t prompt[kTokens + 5];
+  for (uint32_t i = 0; i < kTokens + 5; ++i) prompt[i] = 1000 + i * 7;
+
+  /* Request 1: nothing cached; its forward writes blocks 0..3 and state group 0; the engine saves
+   * PAGE chunks and the SLOT of the committed boundaries. */
+  uint64_t h1 = 0;
+  REQUIRE_OK(tier_scheduler_add_request(s, 1, prompt, kTokens, &h1));
+  tier_match m;
+  REQUIRE_OK(tier_scheduler_lookup(s, h1, &m));
+  CHECK(m.tokens == 0);
+  const uint32_t blocks1[kChunks] = {0, 1, 2, 3};
+  tier_load_decision d;
+  REQUIRE_OK(tier_scheduler_after_alloc(s, h1, 0, blocks1, kChunks, 0, &d));
+  CHECK(d.action == TIER_LOAD_NONE);
+  CHECK(strcmp(d.reason, "no_hit") == 0);
+  tier_region regions[64];
+  size_t nr = 0;
+  for (uint32_t c = 0; c < kChunks; ++c) {
+    REQUIRE_OK(tier_dsv4_layout_page_regions(layout, &blocks1[c], 1, regions, 64, &nr));
+    fill_regions(regions, nr, 100 * (c + 1));
+  }
+  REQUIRE_OK(tier_dsv4_layout_slot_regions(layout, 0, regions, 64, &nr));
+  fill_regions(regions, nr, 7);
+  REQUIRE_OK(tier_scheduler_on_computed(s, h1, kTokens));
+  size_t saves = 0, total_saves = 0;
+  for (int i = 0; i < 4; ++i) {
+    tier_events_free(step(s, w, NULL, &saves));
+    total_saves += saves;
+  }
+  CHECK(total_saves > 0);
+  CHECK(tier_scheduler_saves_pending(s) == 0);
+  int32_t free_now = 0;
+  REQUIRE_OK(tier_scheduler_finish(s, h1, &free_now));
+  CHECK(free_now == 1);
+
+  /* Request 2: the same prompt and more; nothing in HBM. The lookup offers a committed boundary;
+   * the load restores PAGE chunks into blocks 8.. and the SLOT into group 1. */
+  uint64_t h2 = 0;
+  REQUIRE_OK(tier_scheduler_add_request(s, 2, prompt, kTokens + 5, &h2));
+  REQUIRE_OK(tier_scheduler_lookup(s, h2, &m));
+  CHECK(m.tokens == kTokens);
+  CHECK(m.has_slot == 1 && m.slot.tokens == kTokens);
+  const uint32_t blocks2[kChunks + 1] = {8, 9, 10, 11, 12};
+  REQUIRE_OK(tier_scheduler_after_alloc(s, h2, 0, blocks2, kChunks + 1, 1, &d));
+  CHECK(d.action == TIER_LOAD_LOAD);
+  CHECK(d.load_start == 0 && d.load_end == kTokens);
+  size_t loads = 0;
+  tier_plan* plan = NULL;
+  REQUIRE_OK(tier_scheduler_build_step(s, &plan));
+  CHECK(tier_plan_load_count(plan) == 1);
+  tier_load_op op;
+  REQUIRE_OK(tier_plan_load(plan, 0, &op));
+  CHECK(op.request == 2 && op.lmc_tokens == kTokens && op.chunk_count == kChunks);
+  CHECK(op.block_count == kChunks && op.block_ids[0] == 8);
+  CHECK(op.has_slot == 1 && op.slot_group == 1);
+  CHECK(tier_plan_load(plan, 1, &op) == TIER_INVALID_ARGUMENT);
+  REQUIRE_OK(tier_worker_submit(w, plan));
+  tier_plan_free(plan);
+  CHECK(tier_worker_queued_loads(w) == 1);
+  REQUIRE_OK(tier_worker_progress(w, SIZE_MAX, NULL));
+  tier_op_report reports[8];
+  size_t n = 0;
+  REQUIRE_OK(tier_worker_take_reports(w, reports, 8, &n));
+  CHECK(n == 1 && reports[0].ok == 1 && reports[0].channel == TIER_CHANNEL_LOAD);
+  tier_events* ev = NULL;
+  REQUIRE_OK(tier_scheduler_process(s, reports, n, &ev));
+  size_t count = 0;
+  const uint64_t* loaded = tier_events_loaded(ev, &count);
+  CHECK(count == 1 && loaded[0] == h2);
+  tier_events_free(ev);
+  (void)loads;
+  for (uint32_t c = 0; c < kChunks; ++c) {
+    REQUIRE_OK(tier_dsv4_layout_page_regions(layout, &blocks2[c], 1, regions, 64, &nr));
+    CHECK(same_regions(regions, nr, 100 * (c + 1)));
+  }
+  REQUIRE_OK(tier_dsv4_layout_slot_regions(layout, 1, regions, 64, &nr));
+  CHECK(same_regions(regions, nr, 7));
+
+  char* text = NULL;
+  REQUIRE_OK(tier_engine_metrics_json(s, &w, 1, &text));
+  CHECK(strstr(text, "\"load_requests\":1") != NULL);
+  tier_free(text);
+  REQUIRE_OK(tier_engine_metrics_prometheus(s, &w, 1, &text));
+  CHECK(strstr(text, "libtier_engine_load_requests_total 1") != NULL);
+  tier_free(text);
+
+  tier_scheduler_destroy(s);
+  tier_worker_destroy(w);
+  tier_dsv4_layout_destroy(layout);
+  tier_store_close(store);
+}
+
+int main(void) {
+  test_status();
+  test_keys();
+  test_store();
+  test_threads();
+  test_engine();
+  if (failures) {
+    fprintf(stderr, "%d checks failed\n", failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed\n");
+  return 0;
+}

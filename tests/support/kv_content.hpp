@@ -17,7 +17,7 @@
 #include <span>
 #include <vector>
 
-#include "tier/engine/dsv4_layout.hpp"
+#include "dsv4/layout/dsv4_layout.hpp"
 
 namespace tier::engine::test {
 

@@ -29,12 +29,16 @@ bool parse_number(std::string_view s, T& out) {
 }  // namespace
 
 Status parse_redis_url(std::string_view url, RedisConfig& cfg) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.starts_with("rediss://"))
-    return Status(Code::kNotSupported, "url: rediss:// (TLS) is not supported by this tier yet");
-  if (!url.starts_with(kScheme))
-    return Status::invalid(fmt::format("url: expected redis://host[:port][/db], got \"{}\"", url));
-  std::string_view rest = url.substr(kScheme.size());
+  constexpr std::string_view kScheme = "redis://", kTlsScheme = "rediss://";
+  cfg.tls.enabled = url.starts_with(kTlsScheme);
+  if (cfg.tls.enabled && !tls_available())
+    return Status(Code::kNotSupported,
+                  "url: rediss:// (TLS) needs libtier built with OpenSSL (libssl-dev, meson "
+                  "-Dtls=enabled); this build has none");
+  if (!cfg.tls.enabled && !url.starts_with(kScheme))
+    return Status::invalid(
+        fmt::format("url: expected redis[s]://host[:port][/db], got \"{}\"", url));
+  std::string_view rest = url.substr(cfg.tls.enabled ? kTlsScheme.size() : kScheme.size());
   std::size_t at = rest.rfind('@');
   if (at != std::string_view::npos) {
     std::string_view cred = rest.substr(0, at);
@@ -107,6 +111,25 @@ Result<RedisConfig> make_redis_config(const Json& o) {
   cfg.ttl_ms = static_cast<std::uint64_t>(duration_of(o, "ttl").count()) / 1000;
   cfg.max_in_flight = o.at("max_in_flight").get<std::uint32_t>();
   cfg.max_object_bytes = size_of(o, "max_object_bytes");
+  TlsConfig& tls = cfg.tls;
+  tls.verify = o.at("tls_verify").get<bool>();
+  tls.ca_file = o.at("tls_ca_file").get<std::string>();
+  tls.ca_path = o.at("tls_ca_path").get<std::string>();
+  tls.cert_file = o.at("tls_cert_file").get<std::string>();
+  tls.key_file = o.at("tls_key_file").get<std::string>();
+  tls.server_name = o.at("tls_server_name").get<std::string>();
+  if (!tls.enabled) {
+    for (const char* name :
+         {"tls_ca_file", "tls_ca_path", "tls_cert_file", "tls_key_file", "tls_server_name"})
+      if (!o.at(name).get<std::string>().empty())
+        return Status::invalid(
+            fmt::format("{}: set, but the url is redis:// (rediss:// turns TLS on)", name));
+    if (!tls.verify)
+      return Status::invalid("tls_verify: set, but the url is redis:// (rediss:// turns TLS on)");
+  }
+  if (!tls.key_file.empty() && tls.cert_file.empty())
+    return Status::invalid("tls_key_file: a client key needs tls_cert_file");
+  if (tls.key_file.empty()) tls.key_file = tls.cert_file;
   return cfg;
 }
 

@@ -23,6 +23,18 @@ struct Endpoint {
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
+// TLS of a rediss:// tier (docs/remote.md, "TLS"). The server's certificate chain and name are
+// verified unless `verify` is false.
+struct TlsConfig {
+  bool enabled = false;     // the url is rediss://
+  bool verify = true;       // verify the server's chain and name
+  std::string ca_file;      // PEM file of trusted CAs; with ca_path empty too: the system's
+  std::string ca_path;      // directory of hashed CA certificates (c_rehash)
+  std::string cert_file;    // client certificate chain (PEM), for servers that require one
+  std::string key_file;     // its private key (PEM); empty: in cert_file
+  std::string server_name;  // SNI and the name verified; empty: the host of each connection
+};
+
 struct RedisConfig {
   Mode mode = Mode::kSingle;
   Endpoint seed;
@@ -39,10 +51,15 @@ struct RedisConfig {
   std::uint64_t ttl_ms = 0;  // 0: keys do not expire
   std::uint32_t max_in_flight = 0;
   std::uint64_t max_object_bytes = 0;
+  TlsConfig tls;
 };
 
-// Parses "redis://[[user]:password@]host[:port][/db]" into `cfg` (seed, username, password, db).
-// Errors: InvalidArgument naming what is wrong (rediss:// is reported as not supported).
+// True when this build has TLS (the Meson feature `tls`: OpenSSL was found).
+bool tls_available() noexcept;
+
+// Parses "redis[s]://[[user]:password@]host[:port][/db]" into `cfg` (seed, username, password,
+// db, tls.enabled for rediss://). Errors: InvalidArgument naming what is wrong; NotSupported for
+// rediss:// in a build without TLS.
 Status parse_redis_url(std::string_view url, RedisConfig& cfg);
 
 // Builds the config from resolved options (defaults filled, durations in microseconds). Options

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -26,7 +27,12 @@ std::size_t find_crlf(std::string_view in) {
   return std::string_view::npos;
 }
 
-Result<std::size_t> parse_at(std::string_view in, Reply& out, std::size_t depth) {
+struct ParseState {
+  const ReplyLimits& limits;
+  std::size_t elements = 0;  // array elements declared so far in this reply
+};
+
+Result<std::size_t> parse_at(std::string_view in, Reply& out, std::size_t depth, ParseState& st) {
   if (in.empty()) return std::size_t{0};
   if (depth > kMaxDepth) return protocol_error("reply nested too deep");
   const char type = in[0];
@@ -54,6 +60,9 @@ Result<std::size_t> parse_at(std::string_view in, Reply& out, std::size_t depth)
         out.type = Reply::Type::kNil;
         return 1 + *n;
       }
+      if (static_cast<std::uint64_t>(len) > st.limits.max_bytes)
+        return protocol_error(fmt::format("bulk length {} is over this reply's limit of {} bytes",
+                                          len, st.limits.max_bytes));
       std::size_t total = 1 + *n + static_cast<std::size_t>(len) + 2;
       if (in.size() < total) return std::size_t{0};
       out.type = Reply::Type::kBulk;
@@ -69,10 +78,16 @@ Result<std::size_t> parse_at(std::string_view in, Reply& out, std::size_t depth)
         out.type = Reply::Type::kNil;
         return used;
       }
+      if (static_cast<std::uint64_t>(count) > st.limits.max_elements - st.elements)
+        return protocol_error(fmt::format("array of {} elements is over this reply's limit of {}",
+                                          count, st.limits.max_elements));
+      st.elements += static_cast<std::size_t>(count);
       out.type = Reply::Type::kArray;
-      out.elements.assign(static_cast<std::size_t>(count), Reply{});
-      for (Reply& e : out.elements) {
-        auto m = parse_at(in.substr(used), e, depth + 1);
+      out.elements.clear();
+      // Room for what can have arrived (an element takes at least 3 bytes), not for the count.
+      out.elements.reserve(std::min(static_cast<std::size_t>(count), (in.size() - used) / 3 + 1));
+      for (std::int64_t i = 0; i < count; ++i) {
+        auto m = parse_at(in.substr(used), out.elements.emplace_back(), depth + 1, st);
         if (!m || *m == 0) return m;
         used += *m;
       }
@@ -97,7 +112,16 @@ Result<std::size_t> parse_integer_line(std::string_view in, std::int64_t& value)
   return e + 2;
 }
 
-Result<std::size_t> parse_reply(std::string_view in, Reply& out) { return parse_at(in, out, 0); }
+Result<std::size_t> parse_reply(std::string_view in, Reply& out, const ReplyLimits& limits) {
+  ParseState st{limits};
+  auto n = parse_at(in, out, 0, st);
+  if (n && *n == 0 && in.size() >= limits.max_bytes + kReplyFraming)
+    return protocol_error(fmt::format(
+        "reply still incomplete after {} bytes, over this reply's limit of {} bytes (a line "
+        "without end?)",
+        in.size(), limits.max_bytes));
+  return n;
+}
 
 void append_array_header(std::string& out, std::size_t n) {
   fmt::format_to(std::back_inserter(out), "*{}\r\n", n);

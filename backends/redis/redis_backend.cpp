@@ -25,13 +25,20 @@ Status slot_error(std::uint16_t slot) {
 
 Result<std::unique_ptr<RedisBackend>> RedisBackend::create(const BackendContext& ctx) {
   TIER_ASSIGN_OR_RETURN(RedisConfig cfg, make_redis_config(ctx.options));
-  return std::make_unique<RedisBackend>(ctx.tier_name, ctx.capacity_bytes, std::move(cfg));
+  std::shared_ptr<TlsContext> tls;
+  if (cfg.tls.enabled) {
+    TIER_ASSIGN_OR_RETURN(tls, make_tls_context(cfg.tls));
+  }
+  return std::make_unique<RedisBackend>(ctx.tier_name, ctx.capacity_bytes, std::move(cfg),
+                                        std::move(tls));
 }
 
-RedisBackend::RedisBackend(std::string tier_name, std::uint64_t capacity, RedisConfig cfg)
+RedisBackend::RedisBackend(std::string tier_name, std::uint64_t capacity, RedisConfig cfg,
+                           std::shared_ptr<TlsContext> tls)
     : Backend(std::move(tier_name)),
       cfg_(std::move(cfg)),
       capacity_(capacity),
+      tls_(std::move(tls)),
       io_(1),  // one thread drives it: the owner's
       work_(asio::make_work_guard(io_)),
       refresh_timer_(io_),
@@ -69,14 +76,15 @@ Usage RedisBackend::usage() const noexcept {
 
 std::string RedisBackend::describe() const {
   return fmt::format(
-      "redis tier \"{}\": {} {} ({} connections per server, timeout {} ms), key prefix \"{}\"; "
+      "redis tier \"{}\": {} {}{} ({} connections per server, timeout {} ms), key prefix \"{}\"; "
       "connects {}, connect failures {}, disconnects {}, timeouts {}, fast failures {}, "
-      "MOVED {}, ASK {}, slot maps {}",
+      "MOVED {}, ASK {}, slot maps {}, protocol errors {}",
       tier_name(), cfg_.mode == Mode::kCluster ? "cluster seeded by" : "server",
-      cfg_.seed.address(), cfg_.connections, cfg_.timeout.count() / 1000, cfg_.key_prefix,
-      stats_.connects.get(), stats_.connect_failures.get(), stats_.disconnects.get(),
-      stats_.timeouts.get(), stats_.fast_failures.get(), stats_.moved.get(), stats_.asked.get(),
-      stats_.map_refreshes.get());
+      cfg_.seed.address(), cfg_.tls.enabled ? " over TLS" : "", cfg_.connections,
+      cfg_.timeout.count() / 1000, cfg_.key_prefix, stats_.connects.get(),
+      stats_.connect_failures.get(), stats_.disconnects.get(), stats_.timeouts.get(),
+      stats_.fast_failures.get(), stats_.moved.get(), stats_.asked.get(),
+      stats_.map_refreshes.get(), stats_.protocol_errors.get());
 }
 
 Result<std::size_t> RedisBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
@@ -214,8 +222,8 @@ RedisBackend::Node& RedisBackend::node_for(const Endpoint& endpoint) {
   auto n = std::make_unique<Node>();
   n->endpoint = endpoint;
   for (std::uint32_t i = 0; i < cfg_.connections; ++i)
-    n->pool.push_back(std::make_unique<Connection>(io_, endpoint, cfg_,
-                                                   static_cast<ConnectionOwner&>(*this), stats_));
+    n->pool.push_back(std::make_unique<Connection>(
+        io_, endpoint, cfg_, static_cast<ConnectionOwner&>(*this), stats_, tls_.get()));
   nodes_.push_back(std::move(n));
   return *nodes_.back();
 }
@@ -295,6 +303,8 @@ void RedisBackend::refresh_map() {
     refreshing_ = true;
     auto r = std::make_unique<Request>();
     r->head = encode_command({"CLUSTER", "SLOTS"});
+    r->command = "CLUSTER SLOTS";
+    r->limits = kSlotMapReply;
     r->deadline = Clock::now() + cfg_.timeout;
     r->on_reply = [this, from = node.endpoint](const Status& s, const Reply& reply) {
       refreshing_ = false;

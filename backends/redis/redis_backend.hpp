@@ -26,6 +26,9 @@
 // bytes and objects it stored successfully since it started (removals and server-side evictions
 // by anyone are not seen). The backend never calls notify_evicted().
 //
+// TLS (rediss://): every connection, to the seed and to each cluster master, is TLS with the same
+// context (trust store, client certificate); see redis_connection.hpp and docs/remote.md.
+//
 // Cluster mode: the slot map comes from CLUSTER SLOTS (at start, after a MOVED, after a lost
 // connection); each key is routed by its CRC16 hash slot; MOVED updates the slot and retries,
 // ASK retries once on the named node behind ASKING.
@@ -45,10 +48,12 @@ namespace tier::redis {
 
 class RedisBackend final : public Backend, private ConnectionOwner {
  public:
-  // Errors: InvalidArgument (bad options or url), NotSupported (rediss://). Never fails because
-  // the server is unreachable.
+  // Errors: InvalidArgument (bad options or url, a TLS file that does not load), NotSupported
+  // (rediss:// in a build without TLS). Never fails because the server is unreachable.
   static Result<std::unique_ptr<RedisBackend>> create(const BackendContext& ctx);
-  RedisBackend(std::string tier_name, std::uint64_t capacity, RedisConfig cfg);
+  // `tls`: the TLS context when cfg.tls.enabled (make_tls_context), else nullptr.
+  RedisBackend(std::string tier_name, std::uint64_t capacity, RedisConfig cfg,
+               std::shared_ptr<TlsContext> tls = nullptr);
   ~RedisBackend() override;
 
   Capabilities capabilities() const noexcept override;
@@ -93,6 +98,7 @@ class RedisBackend final : public Backend, private ConnectionOwner {
   Counter stored_bytes_;
   Counter stored_objects_;
 
+  std::shared_ptr<TlsContext> tls_;  // before io_: outlives every stream and handler
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::steady_timer refresh_timer_;

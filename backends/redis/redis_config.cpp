@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <optional>
 
 #include "tier/options.hpp"
 
@@ -21,83 +20,69 @@ std::uint64_t size_of(const Json& o, const char* name) {
   return parse_size(o.at(name)).value_or(0);
 }
 
-// The whole of `s` as a number of type T, or nullopt.
 template <class T>
-std::optional<T> parse_number(std::string_view s) {
-  T value{};
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return value;
-}
-
-// "host[:port]" or "[v6 address][:port]"; the port defaults to Endpoint's.
-Result<Endpoint> parse_host_port(std::string_view hostport) {
-  Endpoint seed;
-  std::string_view host = hostport;
-  std::optional<std::string_view> port;
-  if (hostport.starts_with('[')) {  // [::1]:6379
-    std::size_t close = hostport.find(']');
-    if (close == std::string_view::npos) return Status::invalid("url: unterminated [ in host");
-    host = hostport.substr(1, close - 1);
-    std::string_view after = hostport.substr(close + 1);
-    if (after.starts_with(':')) port = after.substr(1);
-  } else if (std::size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
-    host = hostport.substr(0, colon);
-    port = hostport.substr(colon + 1);
-  }
-  if (port) {
-    auto n = parse_number<std::uint16_t>(*port);
-    if (!n) return Status::invalid(fmt::format("url: bad port in \"{}\"", hostport));
-    seed.port = *n;
-  }
-  seed.host.assign(host);
-  return seed;
+bool parse_number(std::string_view s, T& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
 }  // namespace
 
-Result<RedisUrl> parse_redis_url(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.starts_with("rediss://"))
-    return Status(Code::kNotSupported, "url: rediss:// (TLS) is not supported by this tier yet");
-  if (!url.starts_with(kScheme))
-    return Status::invalid(fmt::format("url: expected redis://host[:port][/db], got \"{}\"", url));
-  RedisUrl out;
-  std::string_view rest = url.substr(kScheme.size());
+Status parse_redis_url(std::string_view url, RedisConfig& cfg) {
+  constexpr std::string_view kScheme = "redis://", kTlsScheme = "rediss://";
+  cfg.tls.enabled = url.starts_with(kTlsScheme);
+  if (cfg.tls.enabled && !tls_available())
+    return Status(Code::kNotSupported,
+                  "url: rediss:// (TLS) needs libtier built with OpenSSL (libssl-dev, meson "
+                  "-Dtls=enabled); this build has none");
+  if (!cfg.tls.enabled && !url.starts_with(kScheme))
+    return Status::invalid(
+        fmt::format("url: expected redis[s]://host[:port][/db], got \"{}\"", url));
+  std::string_view rest = url.substr(cfg.tls.enabled ? kTlsScheme.size() : kScheme.size());
   std::size_t at = rest.rfind('@');
   if (at != std::string_view::npos) {
     std::string_view cred = rest.substr(0, at);
     rest = rest.substr(at + 1);
     std::size_t colon = cred.find(':');
     if (colon == std::string_view::npos) {
-      out.password.assign(cred);  // redis://secret@host: a password only
+      cfg.password.assign(cred);  // redis://secret@host: a password only
     } else {
-      out.username.assign(cred.substr(0, colon));
-      out.password.assign(cred.substr(colon + 1));
+      cfg.username.assign(cred.substr(0, colon));
+      cfg.password.assign(cred.substr(colon + 1));
     }
   }
   std::size_t slash = rest.find('/');
+  std::string_view hostport = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
     std::string_view db = rest.substr(slash + 1);
-    if (!db.empty()) {
-      auto n = parse_number<std::uint32_t>(db);
-      if (!n) return Status::invalid(fmt::format("url: database \"{}\" is not a number", db));
-      out.db = *n;
+    if (!db.empty() && !parse_number(db, cfg.db))
+      return Status::invalid(fmt::format("url: database \"{}\" is not a number", db));
+  }
+  std::string_view host = hostport;
+  if (hostport.starts_with('[')) {  // [::1]:6379
+    std::size_t close = hostport.find(']');
+    if (close == std::string_view::npos) return Status::invalid("url: unterminated [ in host");
+    host = hostport.substr(1, close - 1);
+    std::string_view after = hostport.substr(close + 1);
+    if (after.starts_with(':') && !parse_number(after.substr(1), cfg.seed.port))
+      return Status::invalid(fmt::format("url: bad port in \"{}\"", hostport));
+  } else {
+    std::size_t colon = hostport.rfind(':');
+    if (colon != std::string_view::npos) {
+      host = hostport.substr(0, colon);
+      if (!parse_number(hostport.substr(colon + 1), cfg.seed.port))
+        return Status::invalid(fmt::format("url: bad port in \"{}\"", hostport));
     }
   }
-  TIER_ASSIGN_OR_RETURN(out.seed, parse_host_port(rest.substr(0, slash)));
-  if (out.seed.host.empty()) return Status::invalid(fmt::format("url: no host in \"{}\"", url));
-  if (out.seed.port == 0) return Status::invalid("url: port 0");
-  return out;
+  if (host.empty()) return Status::invalid(fmt::format("url: no host in \"{}\"", url));
+  if (cfg.seed.port == 0) return Status::invalid("url: port 0");
+  cfg.seed.host.assign(host);
+  return Status::ok();
 }
 
 Result<RedisConfig> make_redis_config(const Json& o) {
-  TIER_ASSIGN_OR_RETURN(RedisUrl url, parse_redis_url(o.at("url").get<std::string>()));
   RedisConfig cfg;
-  cfg.seed = std::move(url.seed);
-  cfg.username = std::move(url.username);
-  cfg.password = std::move(url.password);
-  cfg.db = url.db;
+  TIER_RETURN_IF_ERROR(parse_redis_url(o.at("url").get<std::string>(), cfg));
   cfg.mode = o.at("mode").get<std::string>() == "cluster" ? Mode::kCluster : Mode::kSingle;
   if (auto u = o.at("username").get<std::string>(); !u.empty()) cfg.username = u;
   if (auto p = o.at("password").get<std::string>(); !p.empty()) cfg.password = p;
@@ -126,6 +111,25 @@ Result<RedisConfig> make_redis_config(const Json& o) {
   cfg.ttl_ms = static_cast<std::uint64_t>(duration_of(o, "ttl").count()) / 1000;
   cfg.max_in_flight = o.at("max_in_flight").get<std::uint32_t>();
   cfg.max_object_bytes = size_of(o, "max_object_bytes");
+  TlsConfig& tls = cfg.tls;
+  tls.verify = o.at("tls_verify").get<bool>();
+  tls.ca_file = o.at("tls_ca_file").get<std::string>();
+  tls.ca_path = o.at("tls_ca_path").get<std::string>();
+  tls.cert_file = o.at("tls_cert_file").get<std::string>();
+  tls.key_file = o.at("tls_key_file").get<std::string>();
+  tls.server_name = o.at("tls_server_name").get<std::string>();
+  if (!tls.enabled) {
+    for (const char* name :
+         {"tls_ca_file", "tls_ca_path", "tls_cert_file", "tls_key_file", "tls_server_name"})
+      if (!o.at(name).get<std::string>().empty())
+        return Status::invalid(
+            fmt::format("{}: set, but the url is redis:// (rediss:// turns TLS on)", name));
+    if (!tls.verify)
+      return Status::invalid("tls_verify: set, but the url is redis:// (rediss:// turns TLS on)");
+  }
+  if (!tls.key_file.empty() && tls.cert_file.empty())
+    return Status::invalid("tls_key_file: a client key needs tls_cert_file");
+  if (tls.key_file.empty()) tls.key_file = tls.cert_file;
   return cfg;
 }
 

@@ -23,6 +23,18 @@ struct Endpoint {
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
+// TLS of a rediss:// tier (docs/remote.md, "TLS"). The server's certificate chain and name are
+// verified unless `verify` is false.
+struct TlsConfig {
+  bool enabled = false;     // the url is rediss://
+  bool verify = true;       // verify the server's chain and name
+  std::string ca_file;      // PEM file of trusted CAs; with ca_path empty too: the system's
+  std::string ca_path;      // directory of hashed CA certificates (c_rehash)
+  std::string cert_file;    // client certificate chain (PEM), for servers that require one
+  std::string key_file;     // its private key (PEM); empty: in cert_file
+  std::string server_name;  // SNI and the name verified; empty: the host of each connection
+};
+
 struct RedisConfig {
   Mode mode = Mode::kSingle;
   Endpoint seed;
@@ -39,18 +51,16 @@ struct RedisConfig {
   std::uint64_t ttl_ms = 0;  // 0: keys do not expire
   std::uint32_t max_in_flight = 0;
   std::uint64_t max_object_bytes = 0;
+  TlsConfig tls;
 };
 
-// What a url says; the rest of RedisConfig comes from the tier's options.
-struct RedisUrl {
-  Endpoint seed;
-  std::string username;  // empty: none given
-  std::string password;  // empty: none given
-  std::uint32_t db = 0;
-};
-// Parses "redis://[[user]:password@]host[:port][/db]". Errors: InvalidArgument naming what is
-// wrong, NotSupported (rediss://).
-Result<RedisUrl> parse_redis_url(std::string_view url);
+// True when this build has TLS (the Meson feature `tls`: OpenSSL was found).
+bool tls_available() noexcept;
+
+// Parses "redis[s]://[[user]:password@]host[:port][/db]" into `cfg` (seed, username, password,
+// db, tls.enabled for rediss://). Errors: InvalidArgument naming what is wrong; NotSupported for
+// rediss:// in a build without TLS.
+Status parse_redis_url(std::string_view url, RedisConfig& cfg);
 
 // Builds the config from resolved options (defaults filled, durations in microseconds). Options
 // `username`, `password` and `db` override what the url says when given.

@@ -10,6 +10,10 @@
 #include <cstring>
 #include <limits>
 
+#if TIER_REDIS_TLS
+#include "redis_tls.hpp"
+#endif
+
 namespace tier::redis {
 
 namespace asio = boost::asio;
@@ -17,13 +21,32 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr std::size_t kReadBuffer = 256 * 1024;
 constexpr std::size_t kMaxWriteBuffers = 192;  // gathered per async_write (3 per SET)
 constexpr std::size_t kMaxWriteBytes = 8 << 20;
 constexpr int kSocketBuffer = 4 << 20;
 constexpr std::string_view kAsking = "*1\r\n$6\r\nASKING\r\n";
 
 std::int64_t ms(std::chrono::microseconds d) { return d.count() / 1000; }
+
+const char* command_of(const Request& r) {
+  if (r.command != nullptr) return r.command;
+  switch (r.op) {
+    case Op::kPut:
+      return "SET";
+    case Op::kGet:
+      return "GET";
+    case Op::kContains:
+      return "STRLEN";
+    case Op::kRemove:
+      return "UNLINK";
+  }
+  return "?";
+}
+
+// Written by the owner thread only, read from any.
+void raise_to(Counter& peak, std::uint64_t v) {
+  if (v > peak.get()) peak.v.store(v, std::memory_order_relaxed);
+}
 
 // Completion condition of async_write/async_read: everything, with no cap per system call.
 // Asio's transfer_all moves at most 64 KiB per call, so a SET of a 64 KiB value took two sendmsg
@@ -38,22 +61,35 @@ struct TransferAll {
 }  // namespace
 
 Connection::Connection(asio::io_context& io, Endpoint endpoint, const RedisConfig& cfg,
-                       ConnectionOwner& owner, RedisStats& stats)
+                       ConnectionOwner& owner, RedisStats& stats, TlsContext* tls)
     : endpoint_(std::move(endpoint)),
       cfg_(cfg),
       owner_(owner),
       stats_(stats),
       socket_(io),
+      tls_ctx_(tls),
       resolver_(io),
       backoff_timer_(io),
       backoff_(cfg.backoff_min),
-      rbuf_(kReadBuffer) {}
+      rbuf_(kReadBufferBytes) {
+  raise_to(stats_.read_buffer_peak, rbuf_.size());
+}
 
 void Connection::connect() {
   if (state_ != State::kIdle) return;
   state_ = State::kConnecting;
   connect_deadline_ = Clock::now() + cfg_.connect_timeout;
   const std::uint64_t g = ++gen_;
+#if TIER_REDIS_TLS
+  if (tls_ctx_ != nullptr) {
+    // A stream per attempt: the one of a failed attempt lives on in its aborted handlers.
+    tls_ = std::make_shared<TlsStream>(socket_.get_executor(), *tls_ctx_);
+    if (Status s = prepare_tls_stream(*tls_, tls_ctx_->config, endpoint_.host); !s) {
+      fail(Status::io_error(fmt::format("redis {}: {}", endpoint_.address(), s.message())));
+      return;
+    }
+  }
+#endif
   auto on_connect = [this, g](const error_code& ec) {
     if (g != gen_) return;
     if (ec) {
@@ -61,12 +97,12 @@ void Connection::connect() {
           fmt::format("redis {}: connect failed: {}", endpoint_.address(), ec.message())));
       return;
     }
-    on_connected();
+    on_tcp_connected();
   };
   error_code ec;
   auto addr = asio::ip::make_address(endpoint_.host, ec);
   if (!ec) {
-    socket_.async_connect(asio::ip::tcp::endpoint(addr, endpoint_.port), on_connect);
+    socket().async_connect(asio::ip::tcp::endpoint(addr, endpoint_.port), on_connect);
     return;
   }
   resolver_.async_resolve(
@@ -78,19 +114,58 @@ void Connection::connect() {
               fmt::format("redis {}: cannot resolve: {}", endpoint_.address(), rec.message())));
           return;
         }
-        asio::async_connect(socket_, results,
+        asio::async_connect(socket(), results,
                             [on_connect](const error_code& cec, const asio::ip::tcp::endpoint&) {
                               on_connect(cec);
                             });
       });
 }
 
-void Connection::on_connected() {
+asio::ip::tcp::socket& Connection::socket() noexcept {
+#if TIER_REDIS_TLS
+  if (tls_) return tls_->stream.next_layer();
+#endif
+  return socket_;
+}
+
+template <class F>
+void Connection::with_stream(F&& f) {
+#if TIER_REDIS_TLS
+  if (tls_) {
+    f(tls_->stream, tls_);
+    return;
+  }
+#endif
+  f(socket_, nullptr);
+}
+
+void Connection::on_tcp_connected() {
   error_code ec;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  socket().set_option(asio::ip::tcp::no_delay(true), ec);
   // Room for a whole large value in the kernel, so a SET is handed over in one write. The
   // receive side keeps the kernel's autotuning.
-  socket_.set_option(asio::socket_base::send_buffer_size(kSocketBuffer), ec);
+  socket().set_option(asio::socket_base::send_buffer_size(kSocketBuffer), ec);
+#if TIER_REDIS_TLS
+  if (tls_) {
+    // Still connecting: the handshake counts against connect_timeout (check_deadlines).
+    const std::uint64_t g = gen_;
+    tls_->stream.async_handshake(asio::ssl::stream_base::client, [this, g, keep = tls_](
+                                                                     const error_code& hec) {
+      if (g != gen_) return;
+      if (hec) {
+        fail(Status::io_error(fmt::format("redis {}: TLS handshake failed: {}", endpoint_.address(),
+                                          tls_handshake_error(*keep, hec))));
+        return;
+      }
+      on_connected();
+    });
+    return;
+  }
+#endif
+  on_connected();
+}
+
+void Connection::on_connected() {
   state_ = State::kReady;
   stats_.connects.add();
   // The handshake has its own connect_timeout from here: the owner may have driven the connect's
@@ -107,7 +182,8 @@ void Connection::push_handshake() {
     auto r = std::make_unique<Request>();
     r->head = std::move(head);
     r->deadline = connect_deadline_;
-    r->on_reply = [this, what](const Status& s, const Reply& reply) {
+    r->command = what;
+    r->on_reply = [this, what](const Status& s, Reply& reply) {
       if (!s) return;  // the connection is already failing
       if (reply.type == Reply::Type::kError)
         fail(Status::io_error(
@@ -127,7 +203,8 @@ void Connection::push_handshake() {
   auto ping = std::make_unique<Request>();
   ping->head = encode_command({"PING"});
   ping->deadline = connect_deadline_;
-  ping->on_reply = [this](const Status& s, const Reply& reply) {
+  ping->command = "PING";
+  ping->on_reply = [this](const Status& s, Reply& reply) {
     if (!s) return;
     if (reply.type == Reply::Type::kError) {
       fail(Status::io_error(fmt::format("redis {}: {}", endpoint_.address(), reply.str)));
@@ -157,7 +234,7 @@ void Connection::fail(const Status& why) {
   const bool was_ready = state_ == State::kReady;
   ++gen_;
   error_code ec;
-  socket_.close(ec);
+  socket().close(ec);
   resolver_.cancel();
   writing_ = false;
   streaming_ = false;
@@ -237,37 +314,47 @@ void Connection::maybe_write() {
     wq_.pop_front();
   }
   writing_ = true;
+  if (tls_) {
+    // One TLS record per buffer would be one system call per command head: copy the batch into
+    // one buffer instead (encryption copies it anyway).
+    tls_out_.clear();
+    for (const auto& b : write_bufs_) tls_out_.append(static_cast<const char*>(b.data()), b.size());
+    write_bufs_.assign(1, asio::const_buffer(tls_out_.data(), tls_out_.size()));
+  }
   const std::uint64_t g = gen_;
-  asio::async_write(
-      socket_, write_bufs_, TransferAll{}, [this, g](const error_code& ec, std::size_t) {
-        if (g != gen_) return;
-        writing_ = false;
-        if (ec) {
-          fail(Status::io_error(
-              fmt::format("redis {}: write failed: {}", endpoint_.address(), ec.message())));
-          return;
-        }
-        maybe_write();
-      });
+  with_stream([&](auto& stream, auto keep) {
+    asio::async_write(
+        stream, write_bufs_, TransferAll{}, [this, g, keep](const error_code& ec, std::size_t) {
+          if (g != gen_) return;
+          writing_ = false;
+          if (ec) {
+            fail(Status::io_error(
+                fmt::format("redis {}: write failed: {}", endpoint_.address(), ec.message())));
+            return;
+          }
+          maybe_write();
+        });
+  });
 }
 
 void Connection::start_read() {
   const std::uint64_t g = gen_;
   if (streaming_ && stream_fits_ && stream_left_ > 0 && rpos_ == rend_) {
     // The rest of a large value goes straight into the caller's buffer.
-    asio::async_read(socket_, asio::buffer(stream_dst_, stream_left_), TransferAll{},
-                     [this, g](const error_code& ec, std::size_t n) {
-                       if (g != gen_) return;
-                       if (ec) {
-                         fail(Status::io_error(fmt::format("redis {}: read failed: {}",
-                                                           endpoint_.address(), ec.message())));
-                         return;
-                       }
-                       stream_dst_ += n;
-                       stream_left_ -= n;
-                       process();
-                       if (g == gen_) start_read();
-                     });
+    with_stream([&](auto& stream, auto keep) {
+      asio::async_read(stream, asio::buffer(stream_dst_, stream_left_), TransferAll{},
+                       [this, g, keep](const error_code& ec, std::size_t n) {
+                         if (g != gen_) return;
+                         if (ec) {
+                           fail(Status::io_error(fmt::format("redis {}: read failed: {}",
+                                                             endpoint_.address(), ec.message())));
+                           return;
+                         }
+                         stream_dst_ += n;
+                         stream_left_ -= n;
+                         read_done(g);
+                       });
+    });
     return;
   }
   if (rpos_ == rend_) {
@@ -277,22 +364,58 @@ void Connection::start_read() {
     rend_ -= rpos_;
     rpos_ = 0;
   }
-  if (rend_ == rbuf_.size()) rbuf_.resize(rbuf_.size() * 2);  // one control reply is larger
-  socket_.async_read_some(
-      asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
-      [this, g](const error_code& ec, std::size_t n) {
-        if (g != gen_) return;
-        if (ec) {
-          fail(Status::io_error(fmt::format("redis {}: {}", endpoint_.address(),
-                                            ec == asio::error::eof
-                                                ? std::string("server closed the connection")
-                                                : "read failed: " + ec.message())));
-          return;
-        }
-        rend_ += n;
-        process();
-        if (g == gen_) start_read();
-      });
+  if (rend_ == rbuf_.size()) {
+    // The buffer holds part of one reply only (pipelined replies come after it): it grows for a
+    // reply whose limits allow more (CLUSTER SLOTS), up to them; the parser has refused any other.
+    std::size_t cap = inflight_.empty() ? 0 : inflight_.front()->limits.max_bytes + kReplyFraming;
+    if (cap <= rbuf_.size()) {
+      protocol_failure(Status::io_error(
+          fmt::format("redis protocol error: reply over {} bytes without an end", rbuf_.size())));
+      return;
+    }
+    rbuf_.resize(std::min(rbuf_.size() * 2, cap));
+    raise_to(stats_.read_buffer_peak, rbuf_.size());
+  }
+  with_stream([&](auto& stream, auto keep) {
+    stream.async_read_some(
+        asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+        [this, g, keep](const error_code& ec, std::size_t n) {
+          if (g != gen_) return;
+          if (ec) {
+            fail(Status::io_error(fmt::format("redis {}: {}", endpoint_.address(),
+                                              ec == asio::error::eof
+                                                  ? std::string("server closed the connection")
+                                                  : "read failed: " + ec.message())));
+            return;
+          }
+          rend_ += n;
+          read_done(g);
+        });
+  });
+}
+
+void Connection::read_done(std::uint64_t g) {
+  process();
+  if (g != gen_) return;
+  // A reply still incomplete after a read is checked against its deadline here too: poll() runs
+  // ready handlers back to back, so a server that keeps sending would never let it sweep.
+  if ((streaming_ || rpos_ != rend_) && !inflight_.empty() &&
+      Clock::now() >= inflight_.front()->deadline) {
+    stats_.timeouts.add();
+    fail(
+        Status(Code::kTimedOut,
+               fmt::format("redis {}: reply to {} still incomplete at its deadline ({} ms)",
+                           endpoint_.address(), command_of(*inflight_.front()), ms(cfg_.timeout))));
+    return;
+  }
+  start_read();
+}
+
+void Connection::protocol_failure(const Status& why) {
+  stats_.protocol_errors.add();
+  fail(Status(why.code(), fmt::format("redis {}: {}{}{}", endpoint_.address(), why.message(),
+                                      inflight_.empty() ? "" : ", in the reply to ",
+                                      inflight_.empty() ? "" : command_of(*inflight_.front()))));
 }
 
 void Connection::finish_stream() {
@@ -330,51 +453,59 @@ void Connection::process() {
     }
     if (rpos_ == rend_) return;
     if (inflight_.empty()) {
-      fail(Status::io_error(fmt::format("redis {}: reply without a request", endpoint_.address())));
+      protocol_failure(Status::io_error("redis protocol error: reply without a request"));
       return;
     }
     Request& front = *inflight_.front();
     std::string_view in(rbuf_.data() + rpos_, rend_ - rpos_);
     if (!front.asking && !front.on_reply && front.op == Op::kGet && in[0] == '$') {
-      auto line = parse_integer_line(in.substr(1));
-      if (!line) {
-        fail(line.status());
+      std::int64_t len = 0;
+      auto n = parse_integer_line(in.substr(1), len);
+      if (!n) {
+        protocol_failure(n.status());
         return;
       }
-      if (line->consumed == 0) return;
-      rpos_ += 1 + line->consumed;
-      if (line->value < 0) {
+      if (*n == 0) return;
+      const std::uint64_t bound = std::max<std::uint64_t>(front.dst_bytes, cfg_.max_object_bytes);
+      if (len > 0 && static_cast<std::uint64_t>(len) > bound) {
+        protocol_failure(Status::io_error(fmt::format(
+            "redis protocol error: value of {} bytes is over the limit of {} bytes", len, bound)));
+        return;
+      }
+      rpos_ += 1 + *n;
+      if (len < 0) {
         RequestPtr r = std::move(inflight_.front());
         inflight_.pop_front();
         owner_.complete(std::move(r), Status::not_found(), 0);
         continue;
       }
       streaming_ = true;
-      stream_total_ = static_cast<std::size_t>(line->value);
+      stream_total_ = static_cast<std::size_t>(len);
       stream_left_ = stream_total_;
       stream_crlf_ = 2;
       stream_fits_ = stream_total_ <= front.dst_bytes;
       stream_dst_ = front.dst;
       continue;
     }
-    auto parsed = parse_reply(in);
-    if (!parsed) {
-      fail(parsed.status());
+    Reply reply;
+    auto n = parse_reply(in, reply, front.limits);
+    if (!n) {
+      protocol_failure(n.status());
       return;
     }
-    if (parsed->consumed == 0) return;
-    rpos_ += parsed->consumed;
+    if (*n == 0) return;
+    rpos_ += *n;
     if (front.asking) {  // the reply to ASKING
       front.asking = false;
-      if (parsed->reply.type != Reply::Type::kError) continue;
+      if (reply.type != Reply::Type::kError) continue;
     }
     RequestPtr r = std::move(inflight_.front());
     inflight_.pop_front();
-    handle_reply(std::move(r), parsed->reply);
+    handle_reply(std::move(r), reply);
   }
 }
 
-void Connection::handle_reply(RequestPtr r, const Reply& reply) {
+void Connection::handle_reply(RequestPtr r, Reply& reply) {
   if (r->on_reply) {
     r->on_reply(Status::ok(), reply);
     return;

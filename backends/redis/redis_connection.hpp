@@ -1,6 +1,6 @@
 #pragma once
-// One TCP connection to one Redis server, driven only by the backend's owner thread (its handlers
-// run inside the backend's submit() and poll()).
+// One TCP (or TLS over TCP) connection to one Redis server, driven only by the backend's owner
+// thread (its handlers run inside the backend's submit() and poll()).
 //
 // Requests are pipelined: enqueue() appends to the write queue, a single gathered async_write
 // sends as many as fit (SET values go out of the caller's buffer, never copied), and replies are
@@ -14,6 +14,21 @@
 // handshake). Any socket or protocol error ends every request on it with IoError the same way.
 // While the connection waits for its backoff, enqueue() fails requests at once (IoError), so a
 // caller never waits for a server that is known to be down.
+//
+// TLS (rediss://, redis_tls.hpp): each connection attempt makes a new ssl::stream over a new
+// socket and completes its handshake (server verification, SNI, client certificate) within
+// connect_timeout before the Redis handshake; a handshake failure is a connect failure (IoError
+// naming OpenSSL's reason, reconnect with backoff). A plain connection has no TLS state at all.
+//
+// Hostile servers: every reply is read within bounds taken from its request (Request::limits), so
+// whatever the server sends, a connection holds at most max(kReadBufferBytes, the largest limit
+// of its requests + kReplyFraming) bytes of read buffer (RedisStats::read_buffer_peak) and a
+// reply that breaks its bounds ends every request on the connection with IoError ("redis
+// protocol error: ..."). A GET value may be as long as max(max_object_bytes, the caller's
+// buffer) and is streamed (into the caller's buffer, or dropped when it does not fit), never
+// buffered. A reply still incomplete at its request's deadline ends it with TimedOut, checked on
+// every read that leaves it incomplete as well as by check_deadlines(), so a server that keeps
+// sending never holds the caller past the timeout.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -36,6 +51,15 @@ namespace tier::redis {
 
 using Clock = std::chrono::steady_clock;
 
+// A connection's read buffer; it grows only for a reply with larger limits (CLUSTER SLOTS).
+inline constexpr std::size_t kReadBufferBytes = 256 * 1024;
+// Replies other than GET values and CLUSTER SLOTS: status lines, errors (MOVED/ASK included),
+// integers, nil; no legitimate one comes near.
+inline constexpr ReplyLimits kSmallReply{64 * 1024, 64};
+// CLUSTER SLOTS: room for 16384 ranges of a master and a few replicas each. At most 512Ki
+// elements, about 37 MiB of parsed Reply, and only from bytes that have arrived.
+inline constexpr ReplyLimits kSlotMapReply{8 << 20, 1 << 19};
+
 // One command. A user request finishes through ConnectionOwner::complete(); a control request
 // (AUTH, SELECT, CLUSTER SLOTS) has `on_reply`, called from a handler with the reply or with
 // the error that ended the connection.
@@ -49,10 +73,12 @@ struct Request {
   std::byte* dst = nullptr;  // kGet: where the value goes
   std::size_t dst_bytes = 0;
   Clock::time_point deadline;
-  std::uint16_t slot = 0;      // cluster hash slot of the key
-  std::uint8_t redirects = 0;  // MOVED/ASK followed so far
-  bool asking = false;         // prefix ASKING (its +OK reply is skipped)
-  std::function<void(const Status&, const Reply&)> on_reply;
+  std::uint16_t slot = 0;            // cluster hash slot of the key
+  std::uint8_t redirects = 0;        // MOVED/ASK followed so far
+  bool asking = false;               // prefix ASKING (its +OK reply is skipped)
+  ReplyLimits limits = kSmallReply;  // bounds of the reply (a GET value's: see Connection)
+  const char* command = nullptr;     // a control request's command, for messages
+  std::function<void(const Status&, Reply&)> on_reply;
 };
 using RequestPtr = std::unique_ptr<Request>;
 
@@ -66,7 +92,18 @@ struct RedisStats {
   Counter moved;             // MOVED redirections followed
   Counter asked;             // ASK redirections followed
   Counter map_refreshes;     // cluster slot maps applied
+  Counter protocol_errors;   // connections closed for a reply that was not RESP2 or broke its
+                             // request's limits
+  Counter read_buffer_peak;  // the largest read buffer any connection has held, in bytes (a
+                             // maximum, not a sum)
 };
+
+struct TlsContext;  // redis_tls.hpp
+struct TlsStream;
+// The TLS context of a rediss:// tier: trust store and client certificate from `cfg`.
+// Errors: InvalidArgument naming the option whose file does not load; NotSupported in a build
+// without TLS.
+Result<std::shared_ptr<TlsContext>> make_tls_context(const TlsConfig& cfg);
 
 // The connection's owner (the backend's router); called from the connection's handlers.
 class ConnectionOwner {
@@ -84,8 +121,9 @@ class Connection {
  public:
   enum class State : std::uint8_t { kIdle, kConnecting, kReady, kBackoff };
 
+  // `tls`: the backend's TLS context for rediss:// (outlives the connection), else nullptr.
   Connection(boost::asio::io_context& io, Endpoint endpoint, const RedisConfig& cfg,
-             ConnectionOwner& owner, RedisStats& stats);
+             ConnectionOwner& owner, RedisStats& stats, TlsContext* tls);
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
@@ -104,19 +142,31 @@ class Connection {
 
  private:
   void on_connected();
+  void on_tcp_connected();
+  // The socket under the stream in use: the plain one, or the current TLS stream's.
+  boost::asio::ip::tcp::socket& socket() noexcept;
+  // Calls f(stream, keep): the plain socket with keep = nullptr, or the TLS stream with keep =
+  // the shared_ptr that its handlers hold until they have run.
+  template <class F>
+  void with_stream(F&& f);
   void fail(const Status& why);
   void maybe_write();
   void start_read();
   void process();
   void finish_stream();
-  void handle_reply(RequestPtr r, const Reply& reply);
+  void handle_reply(RequestPtr r, Reply& reply);
+  void protocol_failure(const Status& why);
+  void read_done(std::uint64_t g);
   void push_handshake();
 
   Endpoint endpoint_;
   const RedisConfig& cfg_;
   ConnectionOwner& owner_;
   RedisStats& stats_;
-  boost::asio::ip::tcp::socket socket_;
+  boost::asio::ip::tcp::socket socket_;  // plain connections only
+  TlsContext* tls_ctx_;                  // rediss://: the backend's, else nullptr
+  std::shared_ptr<TlsStream> tls_;       // the current attempt's stream (rediss://)
+  std::string tls_out_;                  // a write batch made contiguous for TLS records
   boost::asio::ip::tcp::resolver resolver_;
   boost::asio::steady_timer backoff_timer_;
 

@@ -5,7 +5,7 @@
 namespace {
 constexpr const char kRedisOptions[] = R"JSON([
   {"name": "url", "type": "string", "default": "redis://127.0.0.1:6379",
-   "doc": "redis://[[user]:password@]host[:port][/db]; in cluster mode any one master (the seed). rediss:// (TLS) is not supported"},
+   "doc": "redis://[[user]:password@]host[:port][/db], or rediss:// for TLS (tls_* options); in cluster mode any one master (the seed)"},
   {"name": "mode", "type": "enum", "choices": ["single", "cluster"], "default": "single",
    "doc": "single = one server (or a proxy); cluster = Redis Cluster: slot map from CLUSTER SLOTS, CRC16 routing, MOVED/ASK followed"},
   {"name": "username", "type": "string", "default": "",
@@ -33,7 +33,19 @@ constexpr const char kRedisOptions[] = R"JSON([
   {"name": "max_in_flight", "type": "uint", "default": 4096, "min": 1,
    "doc": "requests submitted and not yet polled; submit() accepts no more beyond this"},
   {"name": "max_object_bytes", "type": "size", "default": "512MiB",
-   "doc": "largest image accepted (Redis's proto-max-bulk-len is 512MiB by default)"}
+   "doc": "largest image accepted (Redis's proto-max-bulk-len is 512MiB by default); also the longest GET reply read, so a server cannot make the tier read more"},
+  {"name": "tls_verify", "type": "bool", "default": true,
+   "doc": "rediss:// only: verify the server's certificate chain and name (false: encrypt without knowing who answers; for tests only)"},
+  {"name": "tls_ca_file", "type": "string", "default": "",
+   "doc": "rediss:// only: PEM file of the CA certificates trusted to sign the server's; empty (and tls_ca_path empty): the system's trust store"},
+  {"name": "tls_ca_path", "type": "string", "default": "",
+   "doc": "rediss:// only: directory of trusted CA certificates in OpenSSL's hashed layout (c_rehash / openssl rehash)"},
+  {"name": "tls_cert_file", "type": "string", "default": "",
+   "doc": "rediss:// only: client certificate chain (PEM) for servers that require one (mutual TLS, redis tls-auth-clients)"},
+  {"name": "tls_key_file", "type": "string", "default": "",
+   "doc": "rediss:// only: private key (PEM, unencrypted) of tls_cert_file; empty: the key is in tls_cert_file"},
+  {"name": "tls_server_name", "type": "string", "default": "",
+   "doc": "rediss:// only: name sent as SNI and required in the server's certificate; empty: the host of each connection (the url's, or the address a cluster announces)"}
 ])JSON";
 constexpr tier_plugin_v1 kRedis = tier::make_backend_plugin<tier::redis::RedisBackend>(
     "redis", "Redis / Redis Cluster tier over Boost.Asio (shared by many nodes)", kRedisOptions);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -26,9 +27,13 @@ std::size_t find_crlf(std::string_view in) {
   return std::string_view::npos;
 }
 
-Result<ParsedReply> parse_at(std::string_view in, std::size_t depth) {
-  ParsedReply out;
-  if (in.empty()) return out;
+struct ParseState {
+  const ReplyLimits& limits;
+  std::size_t elements = 0;  // array elements declared so far in this reply
+};
+
+Result<std::size_t> parse_at(std::string_view in, Reply& out, std::size_t depth, ParseState& st) {
+  if (in.empty()) return std::size_t{0};
   if (depth > kMaxDepth) return protocol_error("reply nested too deep");
   const char type = in[0];
   std::string_view rest = in.substr(1);
@@ -36,54 +41,57 @@ Result<ParsedReply> parse_at(std::string_view in, std::size_t depth) {
     case '+':
     case '-': {
       std::size_t e = find_crlf(rest);
-      if (e == std::string_view::npos) return out;
-      out.reply.type = type == '+' ? Reply::Type::kSimple : Reply::Type::kError;
-      out.reply.str.assign(rest.substr(0, e));
-      out.consumed = 1 + e + 2;
-      return out;
+      if (e == std::string_view::npos) return std::size_t{0};
+      out.type = type == '+' ? Reply::Type::kSimple : Reply::Type::kError;
+      out.str.assign(rest.substr(0, e));
+      return 1 + e + 2;
     }
     case ':': {
-      TIER_ASSIGN_OR_RETURN(IntegerLine line, parse_integer_line(rest));
-      if (line.consumed == 0) return out;
-      out.reply.type = Reply::Type::kInteger;
-      out.reply.integer = line.value;
-      out.consumed = 1 + line.consumed;
-      return out;
+      auto n = parse_integer_line(rest, out.integer);
+      if (!n || *n == 0) return n;
+      out.type = Reply::Type::kInteger;
+      return 1 + *n;
     }
     case '$': {
-      TIER_ASSIGN_OR_RETURN(IntegerLine line, parse_integer_line(rest));
-      if (line.consumed == 0) return out;
-      if (line.value < 0) {
-        out.reply.type = Reply::Type::kNil;
-        out.consumed = 1 + line.consumed;
-        return out;
+      std::int64_t len = 0;
+      auto n = parse_integer_line(rest, len);
+      if (!n || *n == 0) return n;
+      if (len < 0) {
+        out.type = Reply::Type::kNil;
+        return 1 + *n;
       }
-      const auto len = static_cast<std::size_t>(line.value);
-      std::size_t total = 1 + line.consumed + len + 2;
-      if (in.size() < total) return out;
-      out.reply.type = Reply::Type::kBulk;
-      out.reply.str.assign(in.substr(1 + line.consumed, len));
-      out.consumed = total;
-      return out;
+      if (static_cast<std::uint64_t>(len) > st.limits.max_bytes)
+        return protocol_error(fmt::format("bulk length {} is over this reply's limit of {} bytes",
+                                          len, st.limits.max_bytes));
+      std::size_t total = 1 + *n + static_cast<std::size_t>(len) + 2;
+      if (in.size() < total) return std::size_t{0};
+      out.type = Reply::Type::kBulk;
+      out.str.assign(in.substr(1 + *n, static_cast<std::size_t>(len)));
+      return total;
     }
     case '*': {
-      TIER_ASSIGN_OR_RETURN(IntegerLine line, parse_integer_line(rest));
-      if (line.consumed == 0) return out;
-      std::size_t used = 1 + line.consumed;
-      if (line.value < 0) {
-        out.reply.type = Reply::Type::kNil;
-        out.consumed = used;
-        return out;
+      std::int64_t count = 0;
+      auto n = parse_integer_line(rest, count);
+      if (!n || *n == 0) return n;
+      std::size_t used = 1 + *n;
+      if (count < 0) {
+        out.type = Reply::Type::kNil;
+        return used;
       }
-      out.reply.type = Reply::Type::kArray;
-      for (std::int64_t i = 0; i < line.value; ++i) {
-        TIER_ASSIGN_OR_RETURN(ParsedReply element, parse_at(in.substr(used), depth + 1));
-        if (element.consumed == 0) return ParsedReply{};
-        used += element.consumed;
-        out.reply.elements.push_back(std::move(element.reply));
+      if (static_cast<std::uint64_t>(count) > st.limits.max_elements - st.elements)
+        return protocol_error(fmt::format("array of {} elements is over this reply's limit of {}",
+                                          count, st.limits.max_elements));
+      st.elements += static_cast<std::size_t>(count);
+      out.type = Reply::Type::kArray;
+      out.elements.clear();
+      // Room for what can have arrived (an element takes at least 3 bytes), not for the count.
+      out.elements.reserve(std::min(static_cast<std::size_t>(count), (in.size() - used) / 3 + 1));
+      for (std::int64_t i = 0; i < count; ++i) {
+        auto m = parse_at(in.substr(used), out.elements.emplace_back(), depth + 1, st);
+        if (!m || *m == 0) return m;
+        used += *m;
       }
-      out.consumed = used;
-      return out;
+      return used;
     }
     default:
       return protocol_error(
@@ -93,19 +101,27 @@ Result<ParsedReply> parse_at(std::string_view in, std::size_t depth) {
 
 }  // namespace
 
-Result<IntegerLine> parse_integer_line(std::string_view in) {
+Result<std::size_t> parse_integer_line(std::string_view in, std::int64_t& value) {
   std::size_t e = find_crlf(in);
   if (e == std::string_view::npos) {
     if (in.size() > 24) return protocol_error("integer line too long");
-    return IntegerLine{};
+    return std::size_t{0};
   }
-  IntegerLine line{.consumed = e + 2};
-  auto [p, ec] = std::from_chars(in.data(), in.data() + e, line.value);
+  auto [p, ec] = std::from_chars(in.data(), in.data() + e, value);
   if (ec != std::errc() || p != in.data() + e) return protocol_error("bad integer");
-  return line;
+  return e + 2;
 }
 
-Result<ParsedReply> parse_reply(std::string_view in) { return parse_at(in, 0); }
+Result<std::size_t> parse_reply(std::string_view in, Reply& out, const ReplyLimits& limits) {
+  ParseState st{limits};
+  auto n = parse_at(in, out, 0, st);
+  if (n && *n == 0 && in.size() >= limits.max_bytes + kReplyFraming)
+    return protocol_error(fmt::format(
+        "reply still incomplete after {} bytes, over this reply's limit of {} bytes (a line "
+        "without end?)",
+        in.size(), limits.max_bytes));
+  return n;
+}
 
 void append_array_header(std::string& out, std::size_t n) {
   fmt::format_to(std::back_inserter(out), "*{}\r\n", n);

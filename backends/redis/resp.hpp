@@ -25,19 +25,26 @@ struct Reply {
   std::vector<Reply> elements;  // kArray
 };
 
-struct ParsedReply {
-  std::size_t consumed = 0;  // bytes of `in`; 0 when `in` holds only part of a reply
-  Reply reply;
+// Bounds of one reply, chosen per request (redis_connection.hpp): the parser refuses a reply
+// that declares or reaches more, whatever the server sends, before allocating for it.
+struct ReplyLimits {
+  std::size_t max_bytes = 0;     // a bulk string's length, and the bytes of the whole reply
+                                 // (plus at most kReplyFraming of type bytes and length lines)
+  std::size_t max_elements = 0;  // array elements in the whole reply, nested ones included
 };
-// Parses one complete reply at the front of `in`. Errors: IoError when the bytes are not RESP2.
-Result<ParsedReply> parse_reply(std::string_view in);
+inline constexpr std::size_t kReplyFraming = 32;
 
-struct IntegerLine {
-  std::size_t consumed = 0;  // bytes of `in`; 0 when the line is incomplete
-  std::int64_t value = 0;
-};
-// Parses a "<digits>\r\n" line after a type byte (`in` starts right after it). Errors: IoError.
-Result<IntegerLine> parse_integer_line(std::string_view in);
+// Parses one complete reply at the front of `in` into `out`, within `limits`. Memory: the
+// elements of arrays are allocated as their bytes arrive, never from a declared count alone.
+// Returns: the bytes consumed, 0 when `in` holds only part of a reply (always less than
+// max_bytes + kReplyFraming bytes), or IoError ("redis protocol error: ...") when the bytes are
+// not RESP2 or break a limit: a bulk length or array count above it, or an incomplete reply
+// (a line without end, a bulk or array still arriving) that has reached max_bytes + kReplyFraming.
+Result<std::size_t> parse_reply(std::string_view in, Reply& out, const ReplyLimits& limits);
+
+// Parses a "<digits>\r\n" line after a type byte; returns the bytes consumed (0: incomplete) and
+// the number, or IoError. `in` starts right after the type byte.
+Result<std::size_t> parse_integer_line(std::string_view in, std::int64_t& value);
 
 // A command as a RESP array of bulk strings.
 std::string encode_command(std::initializer_list<std::string_view> args);

@@ -26,6 +26,11 @@ namespace tier::gpu {
 std::string_view api_name() noexcept;
 // Usable GPUs; 0 when the runtime reports no device or no driver.
 int device_count() noexcept;
+// The GPU whose memory `p` points into (memory from the runtime's device or managed
+// allocators), or -1: host memory, memory the runtime does not know (a stray or forged
+// pointer), or no GPU. Lets an edge that takes device pointers from a caller refuse one that
+// is not device memory before any kernel or copy touches it.
+int device_of(const void* p) noexcept;
 
 struct DeviceInfo {
   int ordinal = 0;

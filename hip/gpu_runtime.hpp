@@ -56,6 +56,16 @@ inline void* mapped_device_pointer(const void* host) {
   (void)hipGetLastError();
   return nullptr;
 }
+// The device whose memory `p` points into (device or managed memory), or -1 (host memory,
+// unregistered memory, or no pointer the runtime knows). Clears the error it may raise.
+inline int device_of_pointer(const void* p) {
+  hipPointerAttribute_t attr{};
+  if (hipPointerGetAttributes(&attr, p) != hipSuccess) {
+    (void)hipGetLastError();
+    return -1;
+  }
+  return attr.memoryType == hipMemoryTypeDevice || attr.isManaged ? attr.device : -1;
+}
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return hipMemcpyAsync(dst, src, n, hipMemcpyDefault, s);
 }
@@ -114,6 +124,17 @@ inline void* mapped_device_pointer(const void* host) {
     return nullptr;
   }
   return attr.type == cudaMemoryTypeHost ? attr.devicePointer : nullptr;
+}
+// The device whose memory `p` points into (device or managed memory), or -1 (host memory,
+// unregistered memory, or no pointer the runtime knows). Clears the error it may raise.
+inline int device_of_pointer(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
+                                                                                 : -1;
 }
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);

@@ -22,6 +22,11 @@ int device_count() noexcept {
   return n;
 }
 
+int device_of(const void* p) noexcept {
+  if (p == nullptr || device_count() == 0) return -1;
+  return rt::device_of_pointer(p);
+}
+
 Result<DeviceInfo> device_info(int device) noexcept {
   if (device < 0 || device >= device_count())
     return Status::invalid("no GPU with ordinal " + std::to_string(device));

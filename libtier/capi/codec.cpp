@@ -27,6 +27,7 @@ Status RegionCodec::plan(RegionList regions, Plan& out) const noexcept {
         return Status::invalid("region " + std::to_string(i) +
                                ": a list mixes host memory and devices");
       if (!r.data && r.size) return Status::invalid("region " + std::to_string(i) + " is NULL");
+      if (device) TIER_RETURN_IF_ERROR(check_device_memory(r.data, ordinal, i));
       out.spans.push_back(CopySpan{r.data, offset, r.size});
       offset += r.size;
     }

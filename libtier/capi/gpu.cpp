@@ -31,6 +31,19 @@ Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept {
   }
 }
 
+Status check_device_memory(const void* p, int device, std::size_t index) noexcept {
+  const int owner = gpu::device_of(p);
+  if (owner == device) return Status::ok();
+  try {
+    return Status::invalid(
+        "region " + std::to_string(index) + " claims memory of GPU " + std::to_string(device) +
+        (owner < 0 ? ", but the GPU runtime does not know it as device memory"
+                   : ", but it is memory of GPU " + std::to_string(owner)));
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "out of memory");
+  }
+}
+
 namespace {
 class Pinned final : public PinnedHold {
  public:

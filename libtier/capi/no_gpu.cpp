@@ -12,6 +12,10 @@ Result<CopyExecutor*> gpu_executor(GpuExecutors&, int) noexcept {
   return Status(Code::kNotSupported, "device memory: this libtier was built without a GPU");
 }
 
+Status check_device_memory(const void*, int, std::size_t) noexcept {
+  return Status(Code::kNotSupported, "device memory: this libtier was built without a GPU");
+}
+
 Result<std::unique_ptr<PinnedHold>> pin_host(void*, std::size_t) noexcept {
   return Status(Code::kNotSupported, "pinned registration: this libtier was built without a GPU");
 }

@@ -4,8 +4,8 @@
 // every request inside submit() and hands the completions out in poll(), which is the simplest
 // way to honour the contract; a real backend would overlap I/O.
 //
-//   g++ -std=c++20 -O2 -fPIC -shared -DTIER_BUILD_AS_PLUGIN -fvisibility=hidden \
-//     $(pkg-config --cflags libtier) example_backend.cpp $(pkg-config --libs libtier) \
+//   g++ -std=c++20 -O2 -fPIC -shared -DTIER_BUILD_AS_PLUGIN -fvisibility=hidden
+//     $(pkg-config --cflags libtier) example_backend.cpp $(pkg-config --libs libtier)
 //     -o libtier_backend_files.so
 #include <filesystem>
 #include <fstream>

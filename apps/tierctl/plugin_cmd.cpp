@@ -48,7 +48,8 @@ std::string format_range(const tier::OptionSpec& s) {
     for (const auto& c : s.choices) out += (out.empty() ? "" : " | ") + c;
     return out;
   }
-  if (s.min && s.max) return fmt::format("[{}, {}]", format_bound(s, *s.min), format_bound(s, *s.max));
+  if (s.min && s.max)
+    return fmt::format("[{}, {}]", format_bound(s, *s.min), format_bound(s, *s.max));
   if (s.min) return ">= " + format_bound(s, *s.min);
   if (s.max) return "<= " + format_bound(s, *s.max);
   return "";
@@ -105,10 +106,10 @@ int run_plugins(tier::cli::Args& args) {
                  o["name"].get<std::string>(), o["error"].get<std::string>());
       continue;
     }
-    fmt::print("{:8} {:12} {} ({} option{})\n         {:12} from {}\n", o["kind"].get<std::string>(),
-               o["name"].get<std::string>(), o["description"].get<std::string>(),
-               o["options"].get<std::size_t>(), o["options"].get<std::size_t>() == 1 ? "" : "s",
-               "", o["source"].get<std::string>());
+    fmt::print("{:8} {:12} {} ({} option{})\n         {:12} from {}\n",
+               o["kind"].get<std::string>(), o["name"].get<std::string>(),
+               o["description"].get<std::string>(), o["options"].get<std::size_t>(),
+               o["options"].get<std::size_t>() == 1 ? "" : "s", "", o["source"].get<std::string>());
   }
   return 0;
 }
@@ -129,7 +130,8 @@ int run_options(tier::cli::Args& args) {
       std::string e = tier::Registry::global().load_error(k, name);
       if (!e.empty()) why += "; " + e;
     }
-    return tier::cli::fail(fmt::format("no plugin named \"{}\" (see tierctl plugins){}", name, why));
+    return tier::cli::fail(
+        fmt::format("no plugin named \"{}\" (see tierctl plugins){}", name, why));
   }
   if (json) {
     tier::Json o = {{"kind", std::string(tier::plugin_kind_name(info->kind))},

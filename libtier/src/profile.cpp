@@ -325,13 +325,14 @@ TierSpec resolve_tier(const TierDraft& tier, const Registry& registry,
   TierSpec spec = tier.spec;
   if (tier.backend) {
     spec.backend_type = tier.backend->type;
-    if (auto options = resolve_plugin_ref(*tier.backend, PluginKind::kBackend, registry, base_dir,
-                                              errors))
+    if (auto options =
+            resolve_plugin_ref(*tier.backend, PluginKind::kBackend, registry, base_dir, errors))
       spec.backend_options = std::move(*options);
   }
   if (tier.stage) {
     spec.stage_type = tier.stage->type;
-    if (auto options = resolve_plugin_ref(*tier.stage, PluginKind::kStage, registry, base_dir, errors))
+    if (auto options =
+            resolve_plugin_ref(*tier.stage, PluginKind::kStage, registry, base_dir, errors))
       spec.stage_options = std::move(*options);
   }
   return spec;

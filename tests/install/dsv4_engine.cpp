@@ -63,8 +63,9 @@ int main() {
     std::fprintf(stderr, "FAIL: the loaded PAGE or SLOT bytes differ from the saved ones\n");
     return 1;
   }
-  std::printf("dsv4 layout: saved %llu tokens (PAGE + SLOT), loaded them into other blocks and "
-              "another state group, bytes equal\n",
-              (unsigned long long)resume);
+  std::printf(
+      "dsv4 layout: saved %llu tokens (PAGE + SLOT), loaded them into other blocks and "
+      "another state group, bytes equal\n",
+      (unsigned long long)resume);
   return 0;
 }

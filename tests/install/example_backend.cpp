@@ -78,10 +78,12 @@ class FilesBackend final : public tier::Backend {
           touch(it->second);
           return tier::Status(tier::Code::kAlreadyExists, "");
         }
-        if (r.buf.size > capacity_) return tier::Status(tier::Code::kNoSpace, "larger than the tier");
+        if (r.buf.size > capacity_)
+          return tier::Status(tier::Code::kNoSpace, "larger than the tier");
         while (used_ + r.buf.size > capacity_) evict_oldest();
         std::ofstream f(dir_ / name, std::ios::binary | std::ios::trunc);
-        f.write(reinterpret_cast<const char*>(r.buf.data), static_cast<std::streamsize>(r.buf.size));
+        f.write(reinterpret_cast<const char*>(r.buf.data),
+                static_cast<std::streamsize>(r.buf.size));
         if (!f) return tier::Status::io_error("cannot write " + name);
         lru_.push_front(name);
         index_[name] = Entry{r.key, r.buf.size, lru_.begin()};

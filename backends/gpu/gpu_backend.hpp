@@ -32,10 +32,10 @@ class GpuBackend final : public Backend {
  public:
   static Result<std::unique_ptr<GpuBackend>> create(const BackendContext& ctx);
   ~GpuBackend() override;
+  std::string describe() const override;  // the device, bytes used of the capacity, objects
 
   Capabilities capabilities() const noexcept override;
   Usage usage() const noexcept override;
-  std::string describe() const override;
 
  protected:
   Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override;

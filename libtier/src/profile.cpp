@@ -307,9 +307,15 @@ std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
                                        ConfigErrors& errors) {
   const PluginInfo* info = registry.find(kind, ref.type);
   if (info == nullptr) {
+    const std::string where = ref.is_object ? ref.path + "/type" : ref.path;
+    if (std::string why = registry.load_error(kind, ref.type); !why.empty()) {
+      errors.add(where, fmt::format("{} \"{}\": its plugin failed to load: {}",
+                                    plugin_kind_name(kind), ref.type, why));
+      return std::nullopt;
+    }
     auto names = registry.names(kind);
     std::string hint = did_you_mean(ref.type, names);
-    errors.add(ref.is_object ? ref.path + "/type" : ref.path,
+    errors.add(where,
                fmt::format("unknown {} \"{}\"{}; registered: {}", plugin_kind_name(kind), ref.type,
                            hint.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", hint),
                            fmt::join(names, ", ")));

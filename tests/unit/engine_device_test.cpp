@@ -84,7 +84,8 @@ class SyncFaultLayout final : public KvLayout {
 };
 
 // Every rank's worker over a SyncFaultLayout around its device layout.
-std::vector<std::unique_ptr<SyncFaultLayout>> wrap_layouts(SimEngine& sim) {
+// The wrappers must outlive the workers that now see them.
+[[nodiscard]] std::vector<std::unique_ptr<SyncFaultLayout>> wrap_layouts(SimEngine& sim) {
   std::vector<std::unique_ptr<SyncFaultLayout>> out;
   for (std::uint32_t r = 0; r < sim.workers.size(); ++r) {
     out.push_back(std::make_unique<SyncFaultLayout>(*sim.layouts[r]));
@@ -107,21 +108,21 @@ TEST_CASE("device KV: wrong-device and wrong-kind buffers are refused before a b
   auto dev = require_value(Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
   auto other = require_value(Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
   const std::vector<std::uint32_t> blocks = {1, 2};
-  for (std::uint32_t b : blocks) require_ok(dev->fill_block(b, 40 + b));
-  require_ok(dev->fill_slot(1, 7));
+  for (std::uint32_t b : blocks) require_ok(fill_block(*dev, b, 40 + b));
+  require_ok(fill_slot(*dev, 1, 7));
   const auto good = require_value(dev->page_regions(blocks));
   std::vector<std::byte> image(*dev->page_codec().encoded_size(good));
   REQUIRE(dev->page_codec().encode(good, image).is_ok());
   const std::vector<std::uint32_t> targets = {5, 6};
-  const std::uint64_t zero = require_value(dev->digest_block(5));
+  const std::uint64_t zero = require_value(digest_block(*dev, 5));
 
   auto refused = [&](std::vector<Region> regions, const char* what) {
     CAPTURE(what);
     std::vector<std::byte> out(image.size());
     CHECK(dev->page_codec().encode(regions, out).status().code() == Code::kInvalidArgument);
     CHECK(dev->page_codec().decode(image, regions).code() == Code::kInvalidArgument);
-    CHECK(require_value(dev->digest_block(5)) == zero);
-    CHECK(require_value(dev->digest_block(6)) == zero);
+    CHECK(require_value(digest_block(*dev, 5)) == zero);
+    CHECK(require_value(digest_block(*dev, 6)) == zero);
   };
   auto wrong_device = require_value(dev->page_regions(targets));
   wrong_device[1].device = 1;
@@ -137,16 +138,16 @@ TEST_CASE("device KV: wrong-device and wrong-kind buffers are refused before a b
   auto src = require_value(dev->slot_regions(1));
   std::vector<std::byte> frame(*slot->encoded_size(src));
   REQUIRE(slot->encode(src, frame).is_ok());
-  const std::uint64_t group0 = require_value(dev->digest_slot(0));
+  const std::uint64_t group0 = require_value(digest_slot(*dev, 0));
   auto slot_wrong = require_value(dev->slot_regions(0));
   slot_wrong[0].device = 1;
   CHECK(slot->decode(frame, slot_wrong).code() == Code::kInvalidArgument);
   CHECK(slot->decode(frame, require_value(other->slot_regions(0))).code() ==
         Code::kInvalidArgument);
-  CHECK(require_value(dev->digest_slot(0)) == group0);
+  CHECK(require_value(digest_slot(*dev, 0)) == group0);
   // The right buffers still work.
   require_ok(slot->decode(frame, require_value(dev->slot_regions(0))));
-  CHECK(require_value(dev->digest_slot(0)) == require_value(dev->digest_slot(1)));
+  CHECK(require_value(digest_slot(*dev, 0)) == require_value(digest_slot(*dev, 1)));
 }
 
 // The reference launches the PAGE plan and then the SLOT plan on the caller's stream. Here a
@@ -159,7 +160,7 @@ TEST_CASE("device KV: a load moves PAGE then SLOT, in order, and both have lande
   auto o = device_opts(2);
   o.profile = [](std::uint32_t) { return faulty_profile(); };
   SimEngine sim(o);
-  wrap_layouts(sim);
+  auto wrapped = wrap_layouts(sim);  // kept alive: the workers see them
   const auto a = tokens(95, 8192 + 8);
   sim.run(1, a);
   const Boundary b = boundary_of(sim, a, 8192);
@@ -171,8 +172,7 @@ TEST_CASE("device KV: a load moves PAGE then SLOT, in order, and both have lande
     std::lock_guard<std::mutex> lock(mu);
     gets.push_back(k == sidecar);
   };
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
+  auto l = sim.admit(2, a).live;
   REQUIRE(sim.step().loaded.size() == 1);
   fault_control().observe = nullptr;
   REQUIRE(gets.size() == 9);  // 8 PAGE chunks, then the sidecar
@@ -201,8 +201,7 @@ TEST_CASE("device KV: a failed snapshot or restore sync fails only its operation
   sim.run(2, a);  // recomputed: now saved and committed
   REQUIRE(sim.sched->is_committed(b));
   wrapped[1]->fail_restore = true;
-  SimEngine::Outcome out;
-  sim.admit(3, a, out);
+  sim.admit(3, a);
   auto ev = sim.step();
   wrapped[1]->fail_restore = false;
   REQUIRE(ev.load_failed.size() == 1);

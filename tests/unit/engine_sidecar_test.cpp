@@ -56,10 +56,6 @@ void use_layouts(SimEngine& sim, const dsv4::Geometry& geometry) {
   sim.restart_scheduler();
 }
 
-int located(SimEngine& sim, std::uint32_t rank, const ObjectKey& key) {
-  return require_value(sim.workers[rank]->with_stack([&](TierStack& s) { return s.locate(key); }));
-}
-
 // Stores a sidecar framed by `layout` for `id` from its state group 0 under `key`.
 void plant_sidecar(TierStack& stack, const ObjectKey& key, const KvLayout& layout,
                    const SlotIdentity& id) {
@@ -91,12 +87,6 @@ void raw_put(Backend& be, const ObjectKey& key, std::vector<std::byte> img) {
   REQUIRE(*be.submit(std::span(&put, 1)) == 1);
   REQUIRE(*be.poll(std::span(&c, 1), 1, std::chrono::microseconds(1000000)) == 1);
   require_ok(c.status);
-}
-
-const Terminal* terminal_of(const StepEvents& ev, Channel c) {
-  for (const auto& t : ev.terminals)
-    if (t.channel == c) return &t;
-  return nullptr;
 }
 
 }  // namespace
@@ -149,17 +139,16 @@ TEST_CASE(
   require_ok(o0->put_commit(b));
   require_ok(t0->put_commit(b));
 
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
+  auto [l, out] = sim.admit(2, a);
   REQUIRE(out.decision.action == LoadAction::kLoad);
-  const auto before = require_value(sim.layouts[1]->digest_slot(l.group));
+  const auto before = require_value(digest_slot(*sim.layouts[1], l.group));
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
-  REQUIRE(terminal_of(ev, Channel::kLoad) != nullptr);
+  REQUIRE(terminal_of(ev, Channel::kLoad).has_value());
   // Not found, rather than found and rejected as corrupt: the others' sidecars were not read.
   CHECK(terminal_of(ev, Channel::kLoad)->reason ==
         outcome_name(WorkerOutcome::kSidecarUnavailable));
-  CHECK(require_value(sim.layouts[1]->digest_slot(l.group)) == before);  // the group untouched
+  CHECK(require_value(digest_slot(*sim.layouts[1], l.group)) == before);  // the group untouched
   CHECK(w1.counters().slot_invalidations.get() == 0);
   // Neither of the other sidecars nor their commit records was invalidated; ours is de-committed.
   CHECK(located(sim, 1, o1->slot_key(b)) == 0);
@@ -174,7 +163,7 @@ TEST_CASE(
   LoadResult res;
   require_ok(sim.stacks[1]->load(std::span(&item, 1), *codec, std::span(&res, 1)));
   CHECK_MESSAGE(res.status.is_ok(), res.status.to_string());
-  CHECK(require_value(other1->digest_slot(1)) == require_value(other1->digest_slot(0)));
+  CHECK(require_value(digest_slot(*other1, 1)) == require_value(digest_slot(*other1, 0)));
 }
 
 TEST_CASE("resizing the KV pools keeps every stored PAGE chunk and sidecar reachable") {
@@ -189,8 +178,7 @@ TEST_CASE("resizing the KV pools keeps every stored PAGE chunk and sidecar reach
   use_layouts(sim, small_geometry(sim.o_.config.block_tokens, 640, 6));
   CHECK(sim.layouts[1]->slot_fingerprint(1) == fingerprint);
   CHECK(sim.workers[1]->slot_key(b) == sidecar);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, concat(a, tokens(83, 100)), out);
+  auto [l, out] = sim.admit(2, concat(a, tokens(83, 100)));
   CHECK(out.match.tokens == 16384);
   REQUIRE(out.decision.action == LoadAction::kLoad);
   REQUIRE(sim.step().loaded.size() == 1);
@@ -251,8 +239,7 @@ TEST_CASE(
   };
   fault_control().fail_remove = true;
 
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
+  auto [l, out] = sim.admit(2, a);
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
   CHECK(terminal_of(ev, Channel::kLoad)->reason == outcome_name(WorkerOutcome::kSidecarCorrupt));
@@ -301,8 +288,7 @@ TEST_CASE("a fenced key that no tier holds any more is unfenced by the next save
   REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(key); }).is_ok());
   plant_sidecar(*sim.stacks[1], key, *sim.layouts[1], SlotIdentity{1024, 998, 2, 1});
   fault_control().fail_remove = true;
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
+  auto [l, out] = sim.admit(2, a);
   REQUIRE(sim.step().load_failed.size() == 1);
   REQUIRE(w1.fenced(key));
   // Evicted meanwhile (the tier drops it on its own).
@@ -345,8 +331,7 @@ TEST_CASE("a corrupt sidecar held by two tiers is removed from both, and republi
   raw_put(sim.stacks[1]->tier(1), key, *img);
   REQUIRE(raw_get(sim.stacks[1]->tier(1), key).is_ok());
 
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
+  auto [l, out] = sim.admit(2, a);
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
   CHECK(terminal_of(ev, Channel::kLoad)->reason == outcome_name(WorkerOutcome::kSidecarCorrupt));
@@ -372,9 +357,8 @@ TEST_CASE("a boundary evicted by two failed loads is evicted once, idempotently"
   const Boundary b = boundary_of(sim, a, 8192);
   auto& w1 = *sim.workers[1];
   REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.slot_key(b)); }).is_ok());
-  SimEngine::Outcome o2, o3;
-  auto l2 = sim.admit(2, a, o2);
-  auto l3 = sim.admit(3, a, o3);
+  auto [l2, o2] = sim.admit(2, a);
+  auto [l3, o3] = sim.admit(3, a);
   REQUIRE(o2.decision.action == LoadAction::kLoad);
   REQUIRE(o3.decision.action == LoadAction::kLoad);
   auto ev = sim.step();
@@ -444,16 +428,15 @@ TEST_CASE("a corrupt PAGE chunk or one of another layout fails the load before t
     fault_control().observe = [&](Op op, const ObjectKey& k) {
       sidecar_gets += op == Op::kGet && k == w1.slot_key(b);
     };
-    SimEngine::Outcome out;
-    auto l = sim.admit(2, a, out);
-    const auto before = require_value(sim.layouts[1]->digest_slot(l.group));
+    auto [l, out] = sim.admit(2, a);
+    const auto before = require_value(digest_slot(*sim.layouts[1], l.group));
     auto ev = sim.step();
     REQUIRE(ev.load_failed.size() == 1);
     CHECK(terminal_of(ev, Channel::kLoad)->reason == outcome_name(WorkerOutcome::kPageUnavailable));
     CHECK(sidecar_gets == 0);
     CHECK(w1.counters().page_invalidations.get() == 1);
     CHECK_FALSE(w1.fenced(chunk));
-    CHECK(require_value(sim.layouts[1]->digest_slot(l.group)) == before);
+    CHECK(require_value(digest_slot(*sim.layouts[1], l.group)) == before);
     fault_control().observe = nullptr;
     sim.prefill(sim.live(l.h));
     sim.finish(l.h);
@@ -533,8 +516,7 @@ TEST_CASE("a corrupt sidecar copy in a fast tier falls back to the valid copy be
   for (auto& s : sim.stacks) require_ok(s->flush(std::chrono::seconds(10)));
   fault_control().mutate_put = nullptr;
   REQUIRE(sim.sched->is_committed(b));
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, a, out);
+  auto [l, out] = sim.admit(2, a);
   REQUIRE(sim.step().loaded.size() == 1);
   check_restored(sim, l.h, 8192);
   CHECK(w1.counters().slot_invalidations.get() == 0);
@@ -577,8 +559,7 @@ TEST_CASE("field-window layers (ratio -1) travel in the SLOT arena and resume bi
   use_layouts(sim, g);
   const auto a = tokens(92, 8192 + 8);
   sim.run(1, a);
-  SimEngine::Outcome out;
-  auto l = sim.admit(2, concat(a, tokens(93, 50)), out);
+  auto [l, out] = sim.admit(2, concat(a, tokens(93, 50)));
   REQUIRE(out.decision.action == LoadAction::kLoad);
   REQUIRE(sim.step().loaded.size() == 1);
   check_restored(sim, l.h, 8192);

@@ -137,3 +137,14 @@ TEST_CASE("every built-in option is documented and appears in its schema") {
     }
   }
 }
+
+TEST_CASE("a plugin file that fails to load is reported with the reason, not as unknown") {
+  ConfigErrors errors;
+  auto p = parse_profile(Json::parse(R"({"tiers":[{"name":"b","capacity":"1MiB",
+      "backend":{"type":"badabi"}}]})"), Registry::global(), "<t>", &errors);
+  CHECK_FALSE(p.is_ok());
+  const std::string e = errors.joined();
+  CHECK(e.find(R"(/tiers/0/backend/type: backend "badabi": its plugin failed to load: )") !=
+        std::string::npos);
+  CHECK(e.find("ABI version") != std::string::npos);
+}

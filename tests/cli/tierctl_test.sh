@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tierctl as a user runs it: exit codes and messages of check, explain, schema and key.
 set -uo pipefail
-tierctl=$1 source=$2
+tierctl=$(realpath "$1") source=$2
 fail() { echo "FAIL: $*"; exit 1; }
 
 out=$("$tierctl" check "$source/profiles/cpu.json" 2>&1) || fail "check of a valid profile exited $?: $out"

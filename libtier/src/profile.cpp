@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -285,9 +286,25 @@ void load_plugins(std::span<const PluginEntry> plugins, Registry& registry, Prof
 
 // ---- Step 3: check each backend and stage against the registry, then across tiers --------------
 
+// A relative `path`-typed option names a file relative to the profile's directory (`base_dir`,
+// when the profile was read from a file); absolute paths and a document without a file (empty
+// `base_dir`: relative to the working directory) are kept as given. ${VAR} is expanded first.
+void anchor_paths(Json& options, std::span<const OptionSpec> specs,
+                  const std::filesystem::path& base_dir) {
+  if (base_dir.empty()) return;
+  for (const auto& s : specs) {
+    if (s.type != OptionType::kPath || !options.contains(s.name) || !options[s.name].is_string())
+      continue;
+    std::filesystem::path p = options[s.name].get<std::string>();
+    if (p.is_relative()) options[s.name] = (base_dir / p).lexically_normal().string();
+  }
+}
+
 // The options of `ref` with defaults filled in, or nullopt when its type is not registered.
 std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
-                                       const Registry& registry, ConfigErrors& errors) {
+                                       const Registry& registry,
+                                       const std::filesystem::path& base_dir,
+                                       ConfigErrors& errors) {
   const PluginInfo* info = registry.find(kind, ref.type);
   if (info == nullptr) {
     const std::string where = ref.is_object ? ref.path + "/type" : ref.path;
@@ -304,19 +321,24 @@ std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
                            fmt::join(names, ", ")));
     return std::nullopt;
   }
-  return resolve_options(ref.options, info->options, ref.path, errors);
+  Json options = resolve_options(ref.options, info->options, ref.path, errors);
+  anchor_paths(options, info->options, base_dir);
+  return options;
 }
 
-TierSpec resolve_tier(const TierDraft& tier, const Registry& registry, ConfigErrors& errors) {
+TierSpec resolve_tier(const TierDraft& tier, const Registry& registry,
+                      const std::filesystem::path& base_dir, ConfigErrors& errors) {
   TierSpec spec = tier.spec;
   if (tier.backend) {
     spec.backend_type = tier.backend->type;
-    if (auto options = resolve_plugin_ref(*tier.backend, PluginKind::kBackend, registry, errors))
+    if (auto options =
+            resolve_plugin_ref(*tier.backend, PluginKind::kBackend, registry, base_dir, errors))
       spec.backend_options = std::move(*options);
   }
   if (tier.stage) {
     spec.stage_type = tier.stage->type;
-    if (auto options = resolve_plugin_ref(*tier.stage, PluginKind::kStage, registry, errors))
+    if (auto options =
+            resolve_plugin_ref(*tier.stage, PluginKind::kStage, registry, base_dir, errors))
       spec.stage_options = std::move(*options);
   }
   return spec;
@@ -397,18 +419,27 @@ Json profile_schema_json() {
           {"tier", key_table_json<TierDraft>(kTierKeys)}};
 }
 
-Result<Profile> parse_profile(const Json& doc, Registry& registry, std::string source,
-                              ConfigErrors* errors_out) {
+namespace {
+
+Result<Profile> parse_profile_at(const Json& doc, Registry& registry, std::string source,
+                                 const std::filesystem::path& base_dir, ConfigErrors* errors_out) {
   ConfigErrors errors;
   ProfileDraft draft = read_profile(doc, std::move(source), errors);
   Profile profile = std::move(draft.profile);
   load_plugins(draft.plugins, registry, profile, errors);
   for (const auto& tier : draft.tiers)
-    profile.tiers.push_back(resolve_tier(tier, registry, errors));
+    profile.tiers.push_back(resolve_tier(tier, registry, base_dir, errors));
   check_tiers(draft.tiers, errors);
   if (errors_out) *errors_out = errors;
   if (!errors.empty()) return errors.to_status();
   return profile;
+}
+
+}  // namespace
+
+Result<Profile> parse_profile(const Json& doc, Registry& registry, std::string source,
+                              ConfigErrors* errors_out) {
+  return parse_profile_at(doc, registry, std::move(source), {}, errors_out);
 }
 
 Result<Profile> load_profile(const std::string& path, Registry& registry, ConfigErrors* errors) {
@@ -428,7 +459,9 @@ Result<Profile> load_profile(const std::string& path, Registry& registry, Config
     if (errors) errors->add("", msg);
     return Status::invalid(msg);
   }
-  return parse_profile(doc, registry, path, errors);
+  std::error_code ec;
+  std::filesystem::path base_dir = std::filesystem::absolute(path, ec).parent_path();
+  return parse_profile_at(doc, registry, path, base_dir, errors);
 }
 
 }  // namespace tier

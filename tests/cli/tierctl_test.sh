@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tierctl as a user runs it: exit codes and messages of check, explain, schema and key.
 set -uo pipefail
-tierctl=$1 source=$2
+tierctl=$(realpath "$1") source=$2
 fail() { echo "FAIL: $*"; exit 1; }
 
 out=$("$tierctl" check "$source/profiles/cpu.json" 2>&1) || fail "check of a valid profile exited $?: $out"
@@ -29,4 +29,25 @@ grep -q 'chunk 1 tokens \[4, 8) key 9d2bcacea2eb4ce4329f22197e47b870' <<<"$out" 
 
 "$tierctl" key --namespace '{' --tokens 1 >/dev/null 2>&1 && fail "key accepted invalid JSON"
 "$tierctl" nonsense >/dev/null 2>&1 && fail "an unknown command succeeded"
+# plugins / options: where each plugin comes from, and every option of the disk tier with its doc.
+out=$("$tierctl" plugins) || fail "plugins exited $?"
+grep -q '^backend  cpu ' <<<"$out" && grep -q 'from .*libtier_backend_cpu.so' <<<"$out" &&
+  grep -q '^codec    identity .*' <<<"$out" || fail "plugins: $out"
+if grep -q '^backend  disk ' <<<"$out"; then
+  out=$("$tierctl" options disk) || fail "options disk exited $?"
+  for o in path region_size block_size queue_depth durable lock_timeout preallocate; do
+    grep -q "^  $o (" <<<"$out" || fail "options disk lacks $o: $out"
+  done
+  grep -q 'directory of the store' <<<"$out" || fail "options disk lacks the docs: $out"
+  # A relative path option is taken from the profile's directory, after ${VAR} expansion.
+  tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+  echo '{"tiers": [{"name": "d", "capacity": "1GiB",
+    "backend": {"type": "disk", "path": "${TIER_REL:-store}/x"}}]}' > "$tmp/p.json"
+  out=$(cd / && "$tierctl" explain --json "$tmp/p.json") || fail "explain exited $?"
+  grep -qF "\"path\": \"$tmp/store/x\"" <<<"$out" || fail "relative path not anchored: $out"
+  out=$(cd / && TIER_REL=/abs "$tierctl" explain --json "$tmp/p.json") || fail "explain exited $?"
+  grep -qF '"path": "/abs/x"' <<<"$out" || fail "absolute path changed: $out"
+fi
+"$tierctl" options nonsense >/dev/null 2>&1 && fail "options of an unknown plugin succeeded"
+
 echo "tierctl behaves"

@@ -3,7 +3,14 @@
 #  1. `meson install --destdir`; the installed tierctl runs without LD_LIBRARY_PATH (RUNPATH) and
 #     loads libtier's own cpu plugin from <libdir>/libtier/plugins for a profile;
 #  2. a backend plugin built against the installed headers and libtier.pc loads from a profile;
-#  3. every installed header set (one per pkg-config file) compiles and links in a program.
+#  3. every installed header set (one per pkg-config file) compiles and links in a program;
+#  4. a third party's backend plugin (tests/install/example_backend.cpp, written from
+#     docs/plugins.md) passes the installed conformance suite, tier-conformance, with a `path`
+#     option relative to the profile's directory; the suite refuses a capacity below its minimum
+#     and reports (exit 3, not a pass) one too large to exercise eviction;
+#  5. the installed tierctl lists plugins and prints a plugin's option schema;
+#  6. the offload engine runs out of tree with a custom KvLayout (libtier_engine.pc,
+#     dense_engine.cpp) and with the DSV4 layout (libtier_dsv4_layout.pc, dsv4_engine.cpp).
 set -euo pipefail
 build=$1 source=$2
 work=$(mktemp -d /tmp/libtier-install.XXXXXX)
@@ -70,3 +77,56 @@ for pc in "$pcdir"/*.pc; do
   checked=$((checked + 1))
 done
 [ "$checked" -ge 4 ] || { echo "FAIL: only $checked pkg-config files installed"; exit 1; }
+
+bindir=$(dirname "$tierctl")
+conformance=$bindir/tier-conformance
+[ -x "$conformance" ] || { echo "FAIL: tier-conformance is not installed beside tierctl"; exit 1; }
+here=$(dirname "$(realpath "$0")")
+
+# 4. The example plugin, out of tree, proven by the installed conformance suite.
+mkdir -p "$work/plugins" "$work/conf" "$work/elsewhere"
+g++ -std=c++20 -O1 -fPIC -shared -DTIER_BUILD_AS_PLUGIN -fvisibility=hidden \
+  $(pkg-config --cflags libtier) "$here/example_backend.cpp" $(pkg-config --libs libtier) \
+  -o "$work/plugins/libtier_backend_files.so"
+conf_profile() {  # CAPACITY: a profile whose tier 0 is the example plugin, its store relative
+  cat > "$work/conf/profile.json" <<JSON
+{"tiers": [{"name": "files", "capacity": "$1", "backend": {"type": "files", "path": "store"}}]}
+JSON
+}
+conform() {  # runs the installed suite from another directory; prints its exit code last
+  (cd "$work/elsewhere" && env -u LD_LIBRARY_PATH TIER_PLUGIN_DIR="$work/plugins" \
+    "$conformance" "$work/conf/profile.json" "$@" 2>&1; echo "exit $?")
+}
+conf_profile 16MiB
+out=$(conform)
+grep -q '^exit 0$' <<<"$out" || { echo "FAIL: the example plugin did not pass:"; echo "$out"; exit 1; }
+[ -d "$work/conf/store" ] && [ ! -e "$work/elsewhere/store" ] || {
+  echo "FAIL: the relative path option was not taken relative to the profile's directory"; exit 1; }
+echo "example plugin built out of tree passes the installed tier-conformance (16MiB tier)"
+conf_profile 1MiB
+out=$(conform)
+grep -q '^exit 2$' <<<"$out" && grep -q 'needs at least' <<<"$out" || {
+  echo "FAIL: a capacity below the minimum was not refused up front:"; echo "$out"; exit 1; }
+conf_profile 1GiB
+out=$(conform)
+grep -q '^exit 3$' <<<"$out" && grep -q 'NOT EXERCISED' <<<"$out" || {
+  echo "FAIL: a capacity too large to exercise eviction was not reported:"; echo "$out"; exit 1; }
+echo "tier-conformance refuses a 1MiB tier (exit 2) and reports a 1GiB one as not exercised (exit 3)"
+
+# 5. Plugins and their option schemas through the installed tierctl.
+out=$(env -u LD_LIBRARY_PATH TIER_PLUGIN_DIR="$work/plugins" "$tierctl" plugins)
+grep -q "$libdir/libtier/plugins/libtier_backend_cpu.so" <<<"$out" &&
+  grep -q "files .*$work/plugins/libtier_backend_files.so\|$work/plugins/libtier_backend_files.so" <<<"$out" || {
+  echo "FAIL: tierctl plugins:"; echo "$out"; exit 1; }
+out=$(env -u LD_LIBRARY_PATH TIER_PLUGIN_DIR="$work/plugins" "$tierctl" options files)
+grep -q "relative to the profile's directory" <<<"$out" || {
+  echo "FAIL: tierctl options files:"; echo "$out"; exit 1; }
+echo "installed tierctl lists the installed and the external plugins and prints their options"
+
+# 6. The offload engine out of tree: a custom KvLayout, then the DSV4 layout.
+for prog in dense_engine:libtier_engine dsv4_engine:libtier_dsv4_layout; do
+  src=${prog%%:*} module=${prog##*:}
+  g++ -O1 $(pkg-config --cflags "$module") -I"$here" "$here/$src.cpp" \
+    $(pkg-config --libs "$module") -Wl,-rpath,"$libdir" -o "$work/$src"
+  env -u LD_LIBRARY_PATH -u TIER_PLUGIN_DIR "$work/$src" || { echo "FAIL: $src"; exit 1; }
+done

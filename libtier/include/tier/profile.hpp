@@ -67,7 +67,10 @@ Result<Profile> parse_profile(const Json& document, Registry& registry, std::str
 // The keys a profile takes, for `tierctl schema`: {"profile": [...], "stack": [...], "tier": [...]},
 // each entry {name, type, doc, ...}.
 Json profile_schema_json();
-// Reads a file (JSON syntax errors are reported with line and column) and parses it.
+// Reads a file (JSON syntax errors are reported with line and column) and parses it. A relative
+// value of a `path`-typed plugin option (after ${VAR} expansion) is taken relative to the
+// directory of the profile file; parse_profile (no file) leaves it relative to the working
+// directory.
 Result<Profile> load_profile(const std::string& path, Registry& registry,
                              ConfigErrors* errors = nullptr);
 

@@ -128,6 +128,33 @@ int with_scheduler(tier_scheduler* s, F&& fn) {
   });
 }
 
+// The engine's counters as text made by `render`, under every store lock, into a malloc'ed *out.
+template <class Render>
+int engine_metrics(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
+                   char** out, Render&& render) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(s, "scheduler"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    TIER_ASSIGN_OR_RETURN(auto ws, workers_of(workers, worker_count));
+    auto locks = lock_stores(s, workers, worker_count);
+    *out = dup_string(render(*s->scheduler, ws));
+    return Status::ok();
+  });
+}
+
+// The fields a load and a save operation share: identity, chunk keys, blocks and SLOT.
+template <class COp, class Op, class Keys>
+void fill_op_common(COp& c, const Op& op, const Keys& keys) {
+  c.request = op.id.request;
+  c.generation = op.id.generation;
+  c.chunk_keys = keys.data();
+  c.chunk_count = keys.size();
+  c.block_ids = op.block_ids.data();
+  c.block_count = op.block_ids.size();
+  c.has_slot = op.slot.has_value();
+  c.slot = op.slot ? to_c(*op.slot) : tier_boundary{};
+  c.slot_group = op.slot_group;
+}
 }  // namespace
 
 extern "C" {
@@ -222,18 +249,11 @@ int tier_plan_load(const tier_plan* plan, size_t index, tier_load_op* out) {
     TIER_RETURN_IF_ERROR(need(out, "out"));
     if (index >= plan->plan.loads.size()) return Status::invalid("no such load");
     const LoadOp& op = plan->plan.loads[index];
-    const auto& keys = plan->load_keys[index];
-    *out = tier_load_op{op.id.request,
-                        op.id.generation,
-                        op.hbm_tokens,
-                        op.lmc_tokens,
-                        keys.data(),
-                        keys.size(),
-                        op.block_ids.data(),
-                        op.block_ids.size(),
-                        op.slot.has_value(),
-                        op.slot ? to_c(*op.slot) : tier_boundary{},
-                        op.slot_group};
+    tier_load_op c{};
+    fill_op_common(c, op, plan->load_keys[index]);
+    c.hbm_tokens = op.hbm_tokens;
+    c.lmc_tokens = op.lmc_tokens;
+    *out = c;
     return Status::ok();
   });
 }
@@ -243,21 +263,14 @@ int tier_plan_save(const tier_plan* plan, size_t index, tier_save_op* out) {
     TIER_RETURN_IF_ERROR(need(out, "out"));
     if (index >= plan->plan.saves.size()) return Status::invalid("no such save");
     const SaveOp& op = plan->plan.saves[index];
-    const auto& keys = plan->save_keys[index];
     const auto& prefix = plan->prefix_keys[index];
-    *out = tier_save_op{op.id.request,
-                        op.id.generation,
-                        op.page_start,
-                        op.page_end,
-                        keys.data(),
-                        keys.size(),
-                        op.block_ids.data(),
-                        op.block_ids.size(),
-                        op.slot.has_value(),
-                        op.slot ? to_c(*op.slot) : tier_boundary{},
-                        prefix.data(),
-                        prefix.size(),
-                        op.slot_group};
+    tier_save_op c{};
+    fill_op_common(c, op, plan->save_keys[index]);
+    c.page_start = op.page_start;
+    c.page_end = op.page_end;
+    c.prefix_keys = prefix.data();
+    c.prefix_count = prefix.size();
+    *out = c;
     return Status::ok();
   });
 }
@@ -464,24 +477,15 @@ uint64_t tier_scheduler_saves_pending(tier_scheduler* s) {
 }
 int tier_engine_metrics_json(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
                              char** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(s, "scheduler"));
-    TIER_RETURN_IF_ERROR(need(out, "out"));
-    TIER_ASSIGN_OR_RETURN(auto ws, workers_of(workers, worker_count));
-    auto locks = lock_stores(s, workers, worker_count);
-    *out = dup_string(metrics_json(*s->scheduler, ws).dump());
-    return Status::ok();
-  });
+  return engine_metrics(s, workers, worker_count, out,
+                        [](const Scheduler& sc, const auto& ws) {
+                          return metrics_json(sc, ws).dump();
+                        });
 }
 int tier_engine_metrics_prometheus(tier_scheduler* s, tier_worker* const* workers,
                                    size_t worker_count, char** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(s, "scheduler"));
-    TIER_RETURN_IF_ERROR(need(out, "out"));
-    TIER_ASSIGN_OR_RETURN(auto ws, workers_of(workers, worker_count));
-    auto locks = lock_stores(s, workers, worker_count);
-    *out = dup_string(metrics_prometheus(*s->scheduler, ws));
-    return Status::ok();
+  return engine_metrics(s, workers, worker_count, out, [](const Scheduler& sc, const auto& ws) {
+    return metrics_prometheus(sc, ws);
   });
 }
 

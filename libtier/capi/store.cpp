@@ -414,7 +414,10 @@ int tier_store_exists(tier_store* store, const tier_key* keys, size_t count, uin
   });
 }
 
-int tier_store_save(tier_store* store, const tier_item* items, size_t count, int32_t* codes) {
+namespace {
+// The blocking save and load: the items converted and run as one batch under the store's lock.
+int blocking_batch(tier_store* store, int op, const tier_item* items, size_t count,
+                   int32_t* codes, int32_t* tiers) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
     if (count && !codes) return Status::invalid("codes is NULL");
@@ -423,21 +426,17 @@ int tier_store_save(tier_store* store, const tier_item* items, size_t count, int
     std::vector<std::size_t> first;
     std::lock_guard<std::mutex> lock(store->mu);
     TIER_RETURN_IF_ERROR(convert_items(*store, items, count, keys, regions, first));
-    return run_batch(*store, TIER_OP_SAVE, keys, regions, first, codes, nullptr);
+    return run_batch(*store, op, keys, regions, first, codes, tiers);
   });
+}
+}  // namespace
+
+int tier_store_save(tier_store* store, const tier_item* items, size_t count, int32_t* codes) {
+  return blocking_batch(store, TIER_OP_SAVE, items, count, codes, nullptr);
 }
 int tier_store_load(tier_store* store, const tier_item* items, size_t count, int32_t* codes,
                     int32_t* tiers) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
-    if (count && !codes) return Status::invalid("codes is NULL");
-    std::vector<ObjectKey> keys;
-    std::vector<Region> regions;
-    std::vector<std::size_t> first;
-    std::lock_guard<std::mutex> lock(store->mu);
-    TIER_RETURN_IF_ERROR(convert_items(*store, items, count, keys, regions, first));
-    return run_batch(*store, TIER_OP_LOAD, keys, regions, first, codes, tiers);
-  });
+  return blocking_batch(store, TIER_OP_LOAD, items, count, codes, tiers);
 }
 int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int32_t* codes) {
   return guarded([&]() -> Status {

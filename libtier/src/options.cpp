@@ -215,14 +215,35 @@ std::optional<std::uint64_t> parse_duration_us(const Json& v) {
   return parse_scaled(v, kDurationUnits, 1e18);
 }
 
-Result<std::string> expand_env(std::string_view text) {
+namespace {
+
+// The index of the "}" that closes the "${" at `open`, skipping nested "${...}" (in defaults).
+std::size_t closing_brace(std::string_view text, std::size_t open) {
+  int depth = 0;
+  for (std::size_t i = open; i < text.size(); ++i) {
+    if (text[i] == '$' && i + 1 < text.size() && text[i + 1] == '{') {
+      ++depth;
+      ++i;
+    } else if (text[i] == '}' && --depth == 0) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+constexpr int kMaxEnvNesting = 8;  // ${A:-${B:-...}} levels
+
+Result<std::string> expand_env_at(std::string_view text, int nesting) {
+  if (nesting > kMaxEnvNesting)
+    return Status::invalid(fmt::format("defaults nested deeper than {} levels in \"{}\"",
+                                       kMaxEnvNesting, text));
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text[i] != '$' || i + 1 >= text.size() || text[i + 1] != '{') {
       out.push_back(text[i]);
       continue;
     }
-    std::size_t close = text.find('}', i + 2);
+    std::size_t close = closing_brace(text, i);
     if (close == std::string_view::npos)
       return Status::invalid(fmt::format("unterminated \"${{\" in \"{}\"", text));
     std::string_view body = text.substr(i + 2, close - i - 2);
@@ -242,7 +263,8 @@ Result<std::string> expand_env(std::string_view text) {
     if (value != nullptr && *value != '\0') {
       out += value;
     } else if (has_default) {
-      out += fallback;
+      TIER_ASSIGN_OR_RETURN(std::string expanded, expand_env_at(fallback, nesting + 1));
+      out += expanded;
     } else {
       return Status::invalid(fmt::format(
           "environment variable {} is not set and \"{}\" gives no default", name, text));
@@ -251,6 +273,10 @@ Result<std::string> expand_env(std::string_view text) {
   }
   return out;
 }
+
+}  // namespace
+
+Result<std::string> expand_env(std::string_view text) { return expand_env_at(text, 0); }
 
 std::string format_size(std::uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -275,10 +275,16 @@ ProfileDraft read_profile(const Json& doc, std::string source, ConfigErrors& err
 
 // ---- Step 2: load the plugins the profile lists -----------------------------------------------
 
+// A plugin named by a relative path ("plugins/x.so") is found beside the profile (`base_dir`),
+// never in the working directory; a bare name is searched in the plugin directories only.
 void load_plugins(std::span<const PluginEntry> plugins, Registry& registry, Profile& profile,
-                  ConfigErrors& errors) {
+                  const std::filesystem::path& base_dir, ConfigErrors& errors) {
   for (const auto& plugin : plugins) {
-    Status st = registry.load(plugin.name);
+    std::string target = plugin.name;
+    if (target.find('/') != std::string::npos && std::filesystem::path(target).is_relative() &&
+        !base_dir.empty())
+      target = (base_dir / target).lexically_normal().string();
+    Status st = registry.load(target);
     if (!st) errors.add(plugin.path, std::string(st.message()));
     profile.plugins.push_back(plugin.name);
   }
@@ -426,7 +432,7 @@ Result<Profile> parse_profile_at(const Json& doc, Registry& registry, std::strin
   ConfigErrors errors;
   ProfileDraft draft = read_profile(doc, std::move(source), errors);
   Profile profile = std::move(draft.profile);
-  load_plugins(draft.plugins, registry, profile, errors);
+  load_plugins(draft.plugins, registry, profile, base_dir, errors);
   for (const auto& tier : draft.tiers)
     profile.tiers.push_back(resolve_tier(tier, registry, base_dir, errors));
   check_tiers(draft.tiers, errors);
@@ -442,26 +448,113 @@ Result<Profile> parse_profile(const Json& doc, Registry& registry, std::string s
   return parse_profile_at(doc, registry, std::move(source), {}, errors_out);
 }
 
-Result<Profile> load_profile(const std::string& path, Registry& registry, ConfigErrors* errors) {
-  std::ifstream in(path);
-  if (!in) {
-    if (errors) errors->add("", fmt::format("cannot open profile {}", path));
-    return Status::not_found(fmt::format("{}: cannot open profile", path));
+namespace {
+
+// A JSON pointer's escaping of one key (RFC 6901): "~" -> "~0", "/" -> "~1".
+std::string json_pointer_escape(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  Json doc;
+  return out;
+}
+
+// Reads a profile file: a regular file (not a FIFO, a device or /dev/zero) of at most
+// kMaxProfileBytes. Errors: NotFound, InvalidArgument.
+Result<std::string> read_profile_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    return Status::not_found(fmt::format("{}: cannot open profile", path));
+  if (!std::filesystem::is_regular_file(st))
+    return Status::invalid(fmt::format("{}: a profile must be a regular file", path));
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxProfileBytes)
+    return Status::invalid(fmt::format("{}: a profile is at most {} bytes{}", path,
+                                       kMaxProfileBytes, ec ? "" : fmt::format(", got {}", size)));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(fmt::format("{}: cannot open profile", path));
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text;
+}
+
+// Parses a profile's text, refusing nesting deeper than kMaxProfileDepth and a key that appears
+// twice in one object (both would otherwise be accepted silently: the last value wins).
+// Errors: InvalidArgument naming the JSON pointer.
+Result<Json> parse_profile_text(const std::string& path, const std::string& text) {
+  struct Frame {
+    bool object = false;
+    std::string pointer;          // of the container itself
+    std::set<std::string> keys;   // objects: the keys seen so far
+    std::string key;              // objects: the key whose value comes next
+    std::size_t next_index = 0;   // arrays: the index of the next element
+  };
+  std::vector<Frame> frames;
+  std::string error;
+  auto child_pointer = [&]() {
+    if (frames.empty()) return std::string();
+    Frame& top = frames.back();
+    if (top.object) return top.pointer + "/" + json_pointer_escape(top.key);
+    return top.pointer + "/" + std::to_string(top.next_index++);
+  };
+  Json::parser_callback_t check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    if (depth > static_cast<int>(kMaxProfileDepth)) {
+      error = fmt::format("{}: nesting deeper than {} levels", child_pointer(), kMaxProfileDepth);
+      throw std::runtime_error(error);
+    }
+    switch (event) {
+      case E::object_start:
+      case E::array_start: {
+        Frame f;
+        f.object = event == E::object_start;
+        f.pointer = child_pointer();
+        frames.push_back(std::move(f));
+        break;
+      }
+      case E::key: {
+        Frame& top = frames.back();
+        top.key = parsed.get<std::string>();
+        if (!top.keys.insert(top.key).second) {
+          error = fmt::format("{}/{}: duplicate key \"{}\" (a key may appear once per object)",
+                              top.pointer, json_pointer_escape(top.key), top.key);
+          throw std::runtime_error(error);
+        }
+        break;
+      }
+      case E::object_end:
+      case E::array_end: frames.pop_back(); break;
+      case E::value:
+        if (!frames.empty() && !frames.back().object) ++frames.back().next_index;
+        break;
+    }
+    return true;
+  };
   try {
-    doc = Json::parse(text);
+    return Json::parse(text, check);
   } catch (const Json::parse_error& e) {
-    std::string msg = json_syntax_error(path, text, e);
-    if (errors) errors->add("", msg);
-    return Status::invalid(msg);
+    return Status::invalid(json_syntax_error(path, text, e));
+  } catch (const std::runtime_error&) {
+    return Status::invalid(fmt::format("{}: {}", path, error));
+  }
+}
+
+}  // namespace
+
+Result<Profile> load_profile(const std::string& path, Registry& registry, ConfigErrors* errors) {
+  auto text = read_profile_file(path);
+  Result<Json> doc = text ? parse_profile_text(path, *text) : Result<Json>(text.status());
+  if (!doc) {
+    if (errors) errors->add("", std::string(doc.status().message()));
+    return doc.status();
   }
   std::error_code ec;
   std::filesystem::path base_dir = std::filesystem::absolute(path, ec).parent_path();
-  return parse_profile_at(doc, registry, path, base_dir, errors);
+  return parse_profile_at(*doc, registry, path, base_dir, errors);
 }
 
 }  // namespace tier

@@ -112,21 +112,21 @@ bool is_plugin_name(std::string_view name) {
 Status Registry::load(std::string_view name_or_path, PluginKind kind_hint) {
   std::string target(name_or_path);
   fs::path file;
-  bool is_path = target.find('/') != std::string::npos ||
-                 (target.size() > 3 && target.ends_with(".so"));
   std::vector<std::string> tried;
-  if (is_path) {
+  if (target.find('/') != std::string::npos) {  // a path: taken as given
     file = target;
     tried.push_back(target);
     if (!fs::exists(file)) file.clear();
-  } else {
+  } else {  // a name or a file name: only in the plugin directories, never the working directory
+    const bool file_name = target.size() > 3 && target.ends_with(".so");
     const PluginKind kinds[] = {kind_hint, PluginKind::kBackend, PluginKind::kCodec,
                                 PluginKind::kStage};
     for (const fs::path& dir : search_dirs()) {
       for (PluginKind k : kinds) {
-        fs::path candidate = dir / plugin_file_name(k, target);
+        fs::path candidate = dir / (file_name ? target : plugin_file_name(k, target));
         tried.push_back(candidate.string());
         if (file.empty() && fs::exists(candidate)) file = candidate;
+        if (file_name) break;
       }
     }
   }

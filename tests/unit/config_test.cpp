@@ -294,3 +294,80 @@ TEST_CASE("every shipped profile is valid") {
   }
   CHECK(n >= 2);
 }
+
+TEST_CASE("a default may hold a variable: ${A:-${B}/x} expands both levels") {
+  ::unsetenv("TIER_TEST_UNSET");
+  ::setenv("TIER_TEST_HOME", "/home/u", 1);
+  CHECK(*expand_env("${TIER_TEST_UNSET:-${TIER_TEST_HOME}/x}") == "/home/u/x");
+  CHECK(*expand_env("${TIER_TEST_UNSET:-${TIER_TEST_UNSET:-deep}}/y") == "deep/y");
+  ::setenv("TIER_TEST_SET", "given", 1);
+  CHECK(*expand_env("${TIER_TEST_SET:-${TIER_TEST_HOME}}") == "given");
+  CHECK(expand_env("${TIER_TEST_UNSET:-${TIER_TEST_HOME}").status().code() ==
+        Code::kInvalidArgument);  // unterminated
+  std::string deep = "end";
+  for (int i = 0; i < 12; ++i) deep = "${TIER_TEST_UNSET:-" + deep + "}";
+  auto r = expand_env(deep);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(std::string(r.status().message()).find("nested deeper than 8 levels") != std::string::npos);
+}
+
+namespace {
+// Writes `text` to a fresh file and loads it as a profile: the error message, or "" when valid.
+std::string load_error_of(const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() / "libtier-hostile-profile.json";
+  std::ofstream(path) << text;
+  auto p = load_profile(path.string(), Registry::global());
+  std::filesystem::remove(path);
+  return p.is_ok() ? "" : std::string(p.status().message());
+}
+}  // namespace
+
+TEST_CASE("a profile file: duplicate keys, deep nesting, size and non-regular files are refused") {
+  std::string e = load_error_of(
+      R"({"tiers":[{"name":"a","capacity":"1MiB","capacity":"2MiB","backend":"cpu"}]})");
+  CHECK(e.find(R"(/tiers/0/capacity: duplicate key "capacity")") != std::string::npos);
+  e = load_error_of(R"({"tiers":[],"tiers":[]})");
+  CHECK(e.find(R"(/tiers: duplicate key "tiers")") != std::string::npos);
+  // 200,000 levels: refused at level 65 in bounded time and memory, no crash.
+  std::string deep = R"({"tiers":[{"name":"a","capacity":"1MiB","backend":{"type":"cpu","x":)" +
+                     std::string(200000, '[') + std::string(200000, ']') + "}}]}";
+  e = load_error_of(deep);
+  CHECK(e.find("nesting deeper than 64 levels") != std::string::npos);
+  // Over 1 MiB: refused before reading.
+  e = load_error_of(std::string((1 << 20) + 1, ' ') + "{}");
+  CHECK(e.find("a profile is at most 1048576 bytes") != std::string::npos);
+  // /dev/zero would be read until memory runs out: only regular files are profiles.
+  auto z = load_profile("/dev/zero", Registry::global());
+  CHECK(z.status().code() == Code::kInvalidArgument);
+  CHECK(std::string(z.status().message()).find("must be a regular file") != std::string::npos);
+  // The same keys in different objects are fine.
+  CHECK(load_error_of(R"({"tiers":[{"name":"a","capacity":"1MiB","backend":"cpu"},
+      {"name":"b","capacity":"1MiB","backend":"cpu"}]})") == "");
+}
+
+TEST_CASE("a plugin named by a relative path is found beside the profile, not in the cwd") {
+  namespace fs = std::filesystem;
+  const char* dir = std::getenv("TIER_PLUGIN_DIR");
+  REQUIRE(dir != nullptr);
+  fs::path work = fs::temp_directory_path() / "libtier-plugin-anchor";
+  fs::remove_all(work);
+  fs::create_directories(work / "profiles" / "lib");
+  fs::copy_file(fs::path(dir) / "libtier_backend_mock.so",
+                work / "profiles" / "lib" / "libtier_backend_mock.so");
+  std::ofstream(work / "profiles" / "p.json")
+      << R"({"plugins":["lib/libtier_backend_mock.so"],"tiers":[{"name":"m","capacity":"1MiB",)"
+      << R"("backend":{"type":"mock"}}]})";
+  const fs::path cwd = fs::current_path();
+  fs::current_path(work);  // lib/... does not exist here: only beside the profile
+  ConfigErrors errors;
+  auto p = load_profile((work / "profiles" / "p.json").string(), Registry::global(), &errors);
+  fs::current_path(cwd);
+  CHECK_MESSAGE(p.is_ok(), errors.joined());
+  // A bare file name is searched in the plugin directories only, never the working directory.
+  std::ofstream(work / "libtier_backend_cwdonly.so") << "not a plugin";
+  fs::current_path(work);
+  Status s = Registry::global().load("libtier_backend_cwdonly.so");
+  fs::current_path(cwd);
+  CHECK(s.code() == Code::kNotFound);
+  fs::remove_all(work);
+}

@@ -63,8 +63,9 @@ Json resolve_options(const Json& given, std::span<const OptionSpec> specs, const
 std::optional<std::uint64_t> parse_size(const Json& value);
 // "250ms", "5s", "2m", "100us", or an integer of microseconds.
 std::optional<std::uint64_t> parse_duration_us(const Json& value);
-// Expands ${VAR} and ${VAR:-default}. Errors: InvalidArgument (an unset variable without a
-// default, a bad variable name, an unterminated "${").
+// Expands ${VAR} and ${VAR:-default}; a default may itself hold ${...} (up to 8 levels:
+// "${TIER_DATA_DIR:-${HOME}/x}"). Errors: InvalidArgument (an unset variable without a default, a
+// bad variable name, an unterminated "${", nesting deeper than 8).
 Result<std::string> expand_env(std::string_view text);
 // Formats bytes as "64GiB" / "1.5MiB" / "300B".
 std::string format_size(std::uint64_t bytes);

@@ -15,6 +15,7 @@
 //   ]
 // }
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,10 +68,17 @@ Result<Profile> parse_profile(const Json& document, Registry& registry, std::str
 // The keys a profile takes, for `tierctl schema`: {"profile": [...], "stack": [...], "tier": [...]},
 // each entry {name, type, doc, ...}.
 Json profile_schema_json();
-// Reads a file (JSON syntax errors are reported with line and column) and parses it. A relative
-// value of a `path`-typed plugin option (after ${VAR} expansion) is taken relative to the
-// directory of the profile file; parse_profile (no file) leaves it relative to the working
-// directory.
+// Limits on a profile file, so that a hostile or mistaken file costs bounded memory and time.
+inline constexpr std::size_t kMaxProfileBytes = std::size_t{1} << 20;
+inline constexpr std::size_t kMaxProfileDepth = 64;
+
+// Reads a file (JSON syntax errors are reported with line and column) and parses it. The file
+// must be a regular file of at most kMaxProfileBytes; JSON nested deeper than kMaxProfileDepth
+// and a key that appears twice in one object are errors naming the JSON pointer. A relative
+// value of a `path`-typed plugin option (after ${VAR} expansion) and a plugin named by a
+// relative path ("plugins": ["lib/x.so"]) are taken relative to the directory of the profile
+// file, never the working directory; parse_profile (no file) leaves them as given.
+// Errors: NotFound (no such file), InvalidArgument.
 Result<Profile> load_profile(const std::string& path, Registry& registry,
                              ConfigErrors* errors = nullptr);
 

@@ -8,7 +8,8 @@
 // plugin directories, once: $TIER_PLUGIN_DIR (colon-separated), then `plugins/` beside
 // libtier.so (the build tree), then `libtier/plugins/` beside it (installed). Files are
 // libtier_backend_NAME.so, libtier_codec_NAME.so, libtier_stage_NAME.so. For load(), a name with
-// a '/' or ending in ".so" is a path.
+// a '/' is a path; a bare file name ending in ".so" is looked for in the plugin directories, never
+// in the working directory.
 //
 // Thread safety: every member function may be called from any thread; registration, loading
 // and lookups take an internal lock (a lookup that loads a plugin holds it only around the

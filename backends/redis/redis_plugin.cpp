@@ -10,7 +10,7 @@ constexpr const char kRedisOptions[] = R"JSON([
    "doc": "single = one server (or a proxy); cluster = Redis Cluster: slot map from CLUSTER SLOTS, CRC16 routing, MOVED/ASK followed"},
   {"name": "username", "type": "string", "default": "",
    "doc": "ACL user for AUTH user password (overrides the url's); empty: the url's, or AUTH with the password only"},
-  {"name": "password", "type": "string", "default": "",
+  {"name": "password", "type": "string", "default": "", "secret": true,
    "doc": "password for AUTH (overrides the url's; ${VAR} keeps it out of the file); empty: the url's, or no AUTH"},
   {"name": "db", "type": "int", "default": -1, "min": -1, "max": 65535,
    "doc": "database for SELECT in single mode; -1: the url's /db, else 0"},

@@ -304,6 +304,21 @@ std::string did_you_mean(std::string_view word, std::span<const std::string> can
   return best;
 }
 
+std::string redact_url_passwords(std::string_view value) {
+  std::string out(value);
+  for (std::size_t scheme = out.find("://"); scheme != std::string::npos;
+       scheme = out.find("://", scheme + 3)) {
+    const std::size_t start = scheme + 3;
+    const std::size_t end = out.find_first_of("/?#", start);
+    const std::size_t at = out.rfind('@', end == std::string::npos ? out.size() : end);
+    if (at == std::string::npos || at < start) continue;
+    const std::size_t colon = out.find(':', start);
+    if (colon == std::string::npos || colon > at) continue;
+    out.replace(colon + 1, at - colon - 1, kRedacted);
+  }
+  return out;
+}
+
 std::vector<OptionSpec> parse_option_specs(std::string_view options_json) {
   Json doc = Json::parse(options_json.empty() ? std::string_view("[]") : options_json);
   if (!doc.is_array()) throw std::invalid_argument("options schema: expected a JSON array");
@@ -324,6 +339,7 @@ std::vector<OptionSpec> parse_option_specs(std::string_view options_json) {
     if (o.contains("min")) s.min = o["min"].get<double>();
     if (o.contains("max")) s.max = o["max"].get<double>();
     if (o.contains("choices")) s.choices = o["choices"].get<std::vector<std::string>>();
+    s.secret = o.value("secret", false);
     if (o.contains("default")) {
       // Defaults are stored converted, as a given value would be; they never hold ${VAR}.
       auto conv = convert(s, o["default"]);
@@ -383,7 +399,8 @@ Json resolve_options(const Json& given, std::span<const OptionSpec> specs, const
     }
     auto conv = convert(s, v);
     if (!conv) {
-      errors.add(p, fmt::format("{}, got {}", expected_text(s), describe_json(given[s.name])));
+      errors.add(p, fmt::format("{}, got {}", expected_text(s),
+                                s.secret ? std::string(kRedacted) : describe_json(given[s.name])));
       continue;
     }
     out[s.name] = *conv;

@@ -340,6 +340,9 @@ TierSpec resolve_tier(const TierDraft& tier, const Registry& registry,
     if (auto options =
             resolve_plugin_ref(*tier.backend, PluginKind::kBackend, registry, base_dir, errors))
       spec.backend_options = std::move(*options);
+    if (const PluginInfo* info = registry.find(PluginKind::kBackend, spec.backend_type))
+      for (const OptionSpec& o : info->options)
+        if (o.secret) spec.secret_options.push_back(o.name);
   }
   if (tier.stage) {
     spec.stage_type = tier.stage->type;
@@ -398,6 +401,11 @@ Json Profile::to_json() const {
   j["tiers"] = Json::array();
   for (const auto& t : tiers) {
     Json backend = t.backend_options;
+    for (auto& [name, value] : backend.items())  // credentials never leave through explain
+      if (value.is_string()) value = redact_url_passwords(value.get<std::string>());
+    for (const std::string& name : t.secret_options)
+      if (backend.contains(name) && !(backend[name].is_string() && backend[name].empty()))
+        backend[name] = kRedacted;
     backend["type"] = t.backend_type;
     Json tj = {{"name", t.name},
                {"capacity_bytes", t.capacity_bytes},

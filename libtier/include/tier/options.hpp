@@ -26,7 +26,15 @@ struct OptionSpec {
   std::string doc;
   std::optional<double> min, max;     // numeric bounds (size: bytes, duration: microseconds)
   std::vector<std::string> choices;   // kEnum
+  // A credential ("secret": true in the schema): its value is never printed, neither by
+  // Profile::to_json (tierctl explain) nor in an error message.
+  bool secret = false;
 };
+
+// The text that stands for a secret option's value, and for the password of a URL's userinfo.
+inline constexpr std::string_view kRedacted = "(redacted)";
+// `value` with the password of every "scheme://user:password@host" replaced by kRedacted.
+std::string redact_url_passwords(std::string_view value);
 
 // Parses a plugin's options_json. Throws std::invalid_argument on a malformed schema (a plugin
 // bug, reported when the plugin is registered).

@@ -33,6 +33,7 @@ struct TierSpec {
   std::uint64_t capacity_bytes = 0;
   std::string backend_type;
   Json backend_options;  // resolved: defaults filled in
+  std::vector<std::string> secret_options;  // backend options that to_json() never shows
   std::string stage_type;  // "" = raw
   Json stage_options;
   bool read = true;

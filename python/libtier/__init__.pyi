@@ -1,4 +1,4 @@
-"""Type stubs of the libtier package (the public surface of libtier._libtier and libtier._errors).
+"""Typed signatures of the libtier package (the public surface of libtier._libtier and libtier._errors).
 
 Conventions used below:
 

@@ -147,7 +147,7 @@ int device_of(py::handle obj) {
   return 0;  // the current device of the caller's CUDA context
 }
 
-// One buffer as a region (see the stub for the accepted forms).
+// One buffer as a region (the accepted forms are listed in __init__.pyi).
 tier_region to_region(py::handle obj, bool writable) {
   if (py::isinstance<Region>(obj)) return obj.cast<const Region&>().c();
   if (py::isinstance<py::array>(obj)) {
@@ -902,7 +902,7 @@ PYBIND11_MODULE(_libtier, m) {
       .def_readonly("ok", &Completion::ok);
 
   py::class_<Store, std::shared_ptr<Store>>(m, "Store",
-                                            "A profile's tiers as one cache; see the stub.")
+                                            "A profile's tiers as one cache; see __init__.pyi.")
       .def_static("open", &Store::open, py::arg("profile"), py::kw_only(),
                   py::arg("namespace") = py::none(), py::arg("rank") = 0)
       .def("close", &Store::close)

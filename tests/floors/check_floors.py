@@ -9,7 +9,7 @@ Each source file under the library folders belongs to a component on a floor:
   2  plugins       backends/<name>/, codecs/<name>/ (each its own component), libtier/plugins/
   2  engine        libtier/engine/
   3  dsv4 layout   codecs/dsv4/layout/
-  4  c api         libtier/capi/ (libtier_c: may include every floor below)
+  4  c api         capi/ (libtier_c: may include every floor below)
 A file may include headers of its own component and of components on lower floors, never of a
 component on its own floor or above (a backend does not include another backend's header, the
 core includes no backend, codec, engine or GPU header). apps/ and tests/ sit on top and are not
@@ -34,9 +34,9 @@ def component(rel):
             return 2, "engine"
         if len(parts) > 1 and parts[1] == "plugins":
             return 2, "plugin glue"
-        if len(parts) > 1 and parts[1] == "capi":
-            return 4, "c api"
         return None
+    if parts[0] == "capi":
+        return 4, "c api"
     if parts[0] == "hip":
         return 1, "gpu"
     if parts[0] == "codecs" and len(parts) > 2:
@@ -51,7 +51,7 @@ def component(rel):
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     files = []
-    for top in ("libtier", "hip", "codecs", "backends"):
+    for top in ("libtier", "hip", "codecs", "backends", "capi"):
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for n in names:
                 if n.endswith(SOURCE_EXT):

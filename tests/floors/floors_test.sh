@@ -7,7 +7,7 @@ check="$source/tests/floors/check_floors.py"
 python3 "$check" "$source"
 work=$(mktemp -d /tmp/libtier-floors.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cp -r "$source/libtier" "$source/hip" "$source/codecs" "$source/backends" "$work/"
+cp -r "$source/libtier" "$source/hip" "$source/codecs" "$source/backends" "$source/capi" "$work/"
 echo '#include "dsv4/geometry.hpp"' >> "$work/libtier/src/status.cpp"
 if out=$(python3 "$check" "$work"); then
   echo "FAIL: the check accepted the core including a codec header"; exit 1

@@ -1,7 +1,7 @@
 /* libtier's C API: the store (a profile's tiers as one cache), keys, memory registration, and the
  * offload engine's per-step calls with the DSV4 layout, for any language with a C FFI.
  *
- * Implemented by libtier_c (pkg-config libtier_c; libtier/capi/), which exports only tier_*
+ * Implemented by libtier_c (pkg-config libtier_c; capi/), which exports only tier_*
  * symbols. Pure C99: no C++ type crosses this boundary.
  *
  * Conventions

@@ -1,5 +1,5 @@
 #pragma once
-// Internals shared by the C API's translation units (libtier/capi): the handle structs behind
+// Internals shared by the C API's translation units (capi/): the handle structs behind
 // tier/tier.h's opaque types, status translation and key conversion. Not installed.
 //
 // Every exported function runs its body through guarded(): a C++ exception never crosses the C

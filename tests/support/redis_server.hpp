@@ -97,6 +97,28 @@ inline bool ping(std::uint16_t port) {
   return ok;
 }
 
+// Forks `redis-server args...` and waits (up to 5 s, polling) until `ready()` holds. Returns the
+// child's pid, or -1 when it could not start or exited first.
+template <class Ready>
+pid_t spawn_redis_server(std::vector<std::string> args, Ready&& ready) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp("redis-server", argv.data());
+    ::_exit(127);
+  }
+  if (pid < 0) return -1;
+  for (int i = 0; i < 500; ++i) {
+    if (ready()) return pid;
+    int st;
+    if (::waitpid(pid, &st, WNOHANG) == pid) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pid;  // still starting: the caller's first request will tell
+}
+
 class RedisServer {
  public:
   // `extra` are further redis-server arguments ("--requirepass", "pw", ...). Port 0: a free one.
@@ -126,25 +148,8 @@ class RedisServer {
         "--save",       "",          "--appendonly",        "no",     "--dir",
         dir_,           "--logfile", dir_ + "/redis.log"};
     args.insert(args.end(), extra_.begin(), extra_.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp("redis-server", argv.data());
-      ::_exit(127);
-    }
-    if (pid_ < 0) return false;
-    for (int i = 0; i < 500; ++i) {
-      if (ping(port_)) return true;
-      int st;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    pid_ = spawn_redis_server(std::move(args), [&] { return ping(port_); });
+    return pid_ > 0 && ping(port_);
   }
   // SIGKILL: the server dies at once, as in a crash; the port closes.
   void kill() {

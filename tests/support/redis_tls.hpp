@@ -145,25 +145,8 @@ class TlsRedisServer {
   // Spawns the server and waits (up to 5 s) until it accepts connections.
   bool start() {
     if (pid_ > 0) return true;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args_) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp("redis-server", argv.data());
-      ::_exit(127);
-    }
-    if (pid_ < 0) return false;
-    for (int i = 0; i < 500; ++i) {
-      if (accepts(port_)) return true;
-      int st;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    pid_ = spawn_redis_server(args_, [&] { return accepts(port_); });
+    return pid_ > 0 && accepts(port_);
   }
   void kill() {
     if (pid_ <= 0) return;

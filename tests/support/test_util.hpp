@@ -10,7 +10,9 @@
 
 #include "tier/backend.hpp"
 #include "tier/object.hpp"
+#include "tier/registry.hpp"
 #include "tier/status.hpp"
+#include "tier/tier_stack.hpp"
 
 namespace tier::test {
 
@@ -67,5 +69,30 @@ struct EvictionRecorder : EvictionHandler {
     images.emplace_back(image.begin(), image.end());
   }
 };
+
+// One object of `bytes` bytes saved through `stack` with the identity codec and loaded back.
+struct StackRoundTrip {
+  Status codec, save_call, save, load_call, load;
+  bool same = false;  // the bytes loaded equal the bytes saved
+};
+inline StackRoundTrip stack_round_trip(TierStack& stack, std::size_t bytes, std::uint64_t n) {
+  StackRoundTrip out;
+  auto codec = Registry::global().create_codec("identity", Json::object());
+  if (!codec) {
+    out.codec = codec.status();
+    return out;
+  }
+  std::vector<std::byte> data(bytes, std::byte{7}), back(bytes);
+  Region src = host_region(data), dst = host_region(back);
+  const ObjectKey k = key_of(n);
+  out.save_call = stack.save(std::span<const SaveItem>({SaveItem{k, RegionList(&src, 1)}}),
+                             **codec, std::span(&out.save, 1));
+  LoadResult lr;
+  out.load_call = stack.load(std::span<const LoadItem>({LoadItem{k, RegionList(&dst, 1)}}),
+                             **codec, std::span(&lr, 1));
+  out.load = lr.status;
+  out.same = back == data;
+  return out;
+}
 
 }  // namespace tier::test

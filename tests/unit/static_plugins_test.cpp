@@ -34,18 +34,11 @@ TEST_CASE("a statically linked backend serves a tier") {
   REQUIRE_MESSAGE(p.is_ok(), errors.joined());
   auto stack = TierStack::open(*p);
   REQUIRE(stack.is_ok());
-  auto codec = Registry::global().create_codec("identity", Json::object());
-  REQUIRE(codec.is_ok());
-  std::vector<std::byte> data(4000, std::byte{3}), back(4000);
-  Region src = host_region(data), dst = host_region(back);
-  ObjectKey k = test::key_of(7);
-  Status s;
-  REQUIRE((*stack)->save(std::span<const SaveItem>({SaveItem{k, RegionList(&src, 1)}}), **codec,
-                         std::span(&s, 1)).is_ok());
-  CHECK(s.is_ok());
-  LoadResult lr;
-  REQUIRE((*stack)->load(std::span<const LoadItem>({LoadItem{k, RegionList(&dst, 1)}}), **codec,
-                         std::span(&lr, 1)).is_ok());
-  CHECK(lr.status.is_ok());
-  CHECK(back == data);
+  const auto rt = test::stack_round_trip(**stack, 4000, 7);
+  REQUIRE(rt.codec.is_ok());
+  REQUIRE(rt.save_call.is_ok());
+  CHECK(rt.save.is_ok());
+  REQUIRE(rt.load_call.is_ok());
+  CHECK(rt.load.is_ok());
+  CHECK(rt.same);
 }

@@ -99,6 +99,7 @@ Status DiskBackend::adopt_store() {
   if (!sb && !(sb.status() == Code::kNotFound)) return sb.status();
   const bool empty = files_.index_bytes() == 0 && files_.data_bytes() == 0;
   if (!sb && !empty && !formatting) {
+    files_.remove_created();
     if (files_.index_bytes() == 0)
       return Status(Code::kBadState,
                     fmt::format("{}: `{}` holds {} bytes but there is no index; refusing to "

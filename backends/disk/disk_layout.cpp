@@ -276,7 +276,8 @@ StoreFiles::StoreFiles(StoreFiles&& o) noexcept
       dir_fd_(o.dir_fd_),
       data_bytes_(o.data_bytes_),
       index_bytes_(o.index_bytes_),
-      created_(o.created_),
+      created_index_(o.created_index_),
+      created_data_(o.created_data_),
       locked_(o.locked_),
       dir_(std::move(o.dir_)) {
   o.data_ = o.index_ = o.dir_fd_ = -1;
@@ -290,7 +291,8 @@ StoreFiles& StoreFiles::operator=(StoreFiles&& o) noexcept {
   std::swap(dir_fd_, o.dir_fd_);
   std::swap(data_bytes_, o.data_bytes_);
   std::swap(index_bytes_, o.index_bytes_);
-  std::swap(created_, o.created_);
+  std::swap(created_index_, o.created_index_);
+  std::swap(created_data_, o.created_data_);
   std::swap(locked_, o.locked_);
   std::swap(dir_, o.dir_);
   return *this;
@@ -304,6 +306,16 @@ StoreFiles::~StoreFiles() {
     ::close(index_);
   }
   if (dir_fd_ >= 0) ::close(dir_fd_);
+}
+
+void StoreFiles::remove_created() noexcept {
+  if (dir_fd_ < 0) return;
+  struct stat st {};
+  if (created_index_ && index_ >= 0 && ::fstat(index_, &st) == 0 && st.st_size == 0)
+    (void)::unlinkat(dir_fd_, kIndexFile, 0);
+  if (created_data_ && data_ >= 0 && ::fstat(data_, &st) == 0 && st.st_size == 0)
+    (void)::unlinkat(dir_fd_, kDataFile, 0);
+  created_index_ = created_data_ = false;
 }
 
 Status StoreFiles::refresh_sizes() {
@@ -367,7 +379,9 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
   f.dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (f.dir_fd_ < 0) {
     const int e = errno;
-    if (e == ELOOP)
+    struct stat lst {};
+    // O_NOFOLLOW | O_DIRECTORY on a link fails with ELOOP or ENOTDIR, depending on the kernel.
+    if (e == ELOOP || (e == ENOTDIR && ::lstat(dir.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)))
       return refused(fmt::format("{} is a symbolic link; the disk tier does not follow it (name "
                                  "the directory itself)",
                                  dir));
@@ -383,7 +397,7 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
   int flags = (opts.write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW;
   if (opts.direct) flags |= O_DIRECT;
   if (opts.dsync) flags |= O_DSYNC;
-  auto open_one = [&](const char* name, int* out, std::uint64_t* bytes) -> Status {
+  auto open_one = [&](const char* name, int* out, std::uint64_t* bytes, bool* created) -> Status {
     const std::string path = dir + "/" + name;
     // The type first, without opening: opening a FIFO or a device could block or act.
     struct stat st {};
@@ -398,7 +412,7 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
     if (fd < 0 && errno == ENOENT && opts.create) {
       fd = ::openat(f.dir_fd_, name, flags | O_CREAT | O_EXCL, 0600);
       if (fd >= 0) {
-        f.created_ = true;
+        *created = true;
         (void)::fchmod(fd, opts.mode);  // exactly, whatever the umask
       }
     }
@@ -423,8 +437,12 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
     *bytes = static_cast<std::uint64_t>(st.st_size);
     return Status::ok();
   };
-  TIER_RETURN_IF_ERROR(open_one(kIndexFile, &f.index_, &f.index_bytes_));
-  TIER_RETURN_IF_ERROR(open_one(kDataFile, &f.data_, &f.data_bytes_));
+  Status opened = open_one(kIndexFile, &f.index_, &f.index_bytes_, &f.created_index_);
+  if (opened) opened = open_one(kDataFile, &f.data_, &f.data_bytes_, &f.created_data_);
+  if (!opened) {
+    f.remove_created();
+    return opened;
+  }
   const int mode = (opts.exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB;
   for (int waited = 0;; waited += 10) {
     if (::flock(f.index_, mode) == 0) {

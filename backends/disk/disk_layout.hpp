@@ -202,10 +202,12 @@ class StoreFiles {
   int data() const noexcept { return data_; }
   int index() const noexcept { return index_; }
   int dir_fd() const noexcept { return dir_fd_; }
-  // Sizes when opened, and whether open_store created the file (then it is empty).
+  // Sizes when opened (or refreshed).
   std::uint64_t data_bytes() const noexcept { return data_bytes_; }
   std::uint64_t index_bytes() const noexcept { return index_bytes_; }
-  bool created() const noexcept { return created_; }
+  // Removes the files that open_store created (empty ones), when the store is refused: a
+  // directory of someone else's files is left as it was found.
+  void remove_created() noexcept;
   // Reads the sizes again (after the files were resized). Returns: Ok, IoError.
   Status refresh_sizes();
   bool locked() const noexcept { return locked_; }
@@ -218,7 +220,8 @@ class StoreFiles {
   int dir_fd_ = -1;
   std::uint64_t data_bytes_ = 0;
   std::uint64_t index_bytes_ = 0;
-  bool created_ = false;
+  bool created_index_ = false;
+  bool created_data_ = false;
   bool locked_ = false;
   std::string dir_;
 };

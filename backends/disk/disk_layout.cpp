@@ -145,50 +145,77 @@ Result<ScanResult> scan_index(int fd, const Geometry& g, std::uint64_t index_byt
   out.regions.resize(g.region_count);
   for (std::uint32_t r = present; r < g.region_count; ++r) out.lost_regions.push_back(r);
   const std::uint64_t dir = g.dir_bytes();
-  const std::uint32_t per_read =
-      static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (8ull << 20) / dir));
-  AlignedBuffer buf(per_read * dir, g.block_size);
-  const std::uint64_t total = std::uint64_t{present} * dir;
   const std::uint32_t max_blocks = g.region_blocks();
-  for (std::uint32_t first = 0; first < present; first += per_read) {
-    std::uint32_t n = std::min(per_read, present - first);
-    TIER_RETURN_IF_ERROR(pread_full(fd, buf.data(), n * dir, g.dir_offset(first, 0), "index"));
-    for (std::uint32_t k = 0; k < n; ++k) {
-      const std::uint32_t r = first + k;
-      const std::byte* d = buf.data() + k * dir;
-      auto h = decode_region_header(d);
-      if (!h || h->region != r) {
+  // Classifies `count` records of region r's directory starting at record `first` (record 0, the
+  // header, comes first and decides whether the region is in use).
+  std::optional<RegionHeader> header;
+  auto classify = [&](std::uint32_t r, const std::byte* d, std::uint32_t first,
+                      std::uint32_t count) {
+    std::uint32_t s = first;
+    if (first == 0) {
+      header = decode_region_header(d);
+      if (!header || header->region != r) {
         if (!record_is_zero(d)) out.corrupt_regions.push_back(r);
+        header.reset();
+        return;
+      }
+      out.regions[r] = ScannedRegion{true, header->seq};
+      s = 1;
+    }
+    if (!header) return;
+    for (; s < first + count; ++s) {
+      const std::byte* p = d + std::size_t{s - first} * kRecordBytes;
+      if (record_is_zero(p)) continue;
+      auto entry = decode_entry(p);
+      if (!entry) {
+        out.corrupt_entries.push_back({r, s});
         continue;
       }
-      out.regions[r] = ScannedRegion{true, h->seq};
-      for (std::uint32_t s = 1; s < g.dir_records(); ++s) {
-        const std::byte* p = d + std::size_t{s} * kRecordBytes;
-        if (record_is_zero(p)) continue;
-        auto entry = decode_entry(p);
-        if (!entry) {
+      const Entry& e = *entry;
+      if (e.seq != header->seq) {
+        // A leftover of an earlier generation, or (seq above the header's) damage.
+        if (e.seq < header->seq)
+          ++out.stale_entries;
+        else
           out.corrupt_entries.push_back({r, s});
-          continue;
-        }
-        const Entry& e = *entry;
-        if (e.seq != h->seq) {
-          // A leftover of an earlier generation, or (seq above the header's) damage.
-          if (e.seq < h->seq)
-            ++out.stale_entries;
-          else
-            out.corrupt_entries.push_back({r, s});
-          continue;
-        }
-        if (e.offset_blocks >= max_blocks ||
-            g.blocks_for(e.image_bytes) > max_blocks - e.offset_blocks ||
-            g.data_offset(r, e.offset_blocks) + e.image_bytes > data_bytes) {
-          out.corrupt_entries.push_back({r, s});
-          continue;
-        }
-        out.entries.push_back({e, r, s});
+        continue;
       }
+      if (e.offset_blocks >= max_blocks ||
+          g.blocks_for(e.image_bytes) > max_blocks - e.offset_blocks ||
+          g.data_offset(r, e.offset_blocks) + e.image_bytes > data_bytes) {
+        out.corrupt_entries.push_back({r, s});
+        continue;
+      }
+      out.entries.push_back({e, r, s});
     }
-    if (progress) progress(std::uint64_t{first + n} * dir, total);
+  };
+  // Reads of at most 8 MiB: several directories at once, or one directory in pieces.
+  constexpr std::uint64_t kRead = 8ull << 20;
+  const std::uint64_t total = std::uint64_t{present} * dir;
+  if (dir <= kRead) {
+    const auto per_read = static_cast<std::uint32_t>(kRead / dir);
+    AlignedBuffer buf(std::min<std::uint64_t>(per_read, std::max(present, 1u)) * dir, g.block_size);
+    for (std::uint32_t first = 0; first < present; first += per_read) {
+      const std::uint32_t n = std::min(per_read, present - first);
+      TIER_RETURN_IF_ERROR(pread_full(fd, buf.data(), n * dir, g.dir_offset(first, 0), "index"));
+      for (std::uint32_t k = 0; k < n; ++k)
+        classify(first + k, buf.data() + k * dir, 0, g.dir_records());
+      if (progress) progress(std::uint64_t{first + n} * dir, total);
+    }
+    return out;
+  }
+  AlignedBuffer buf(kRead, g.block_size);
+  const std::uint64_t records_bytes = std::uint64_t{g.dir_records()} * kRecordBytes;
+  for (std::uint32_t r = 0; r < present; ++r) {
+    for (std::uint64_t off = 0; off < records_bytes; off += kRead) {
+      const std::uint64_t n = std::min(kRead, dir - off);
+      TIER_RETURN_IF_ERROR(pread_full(fd, buf.data(), n, g.dir_offset(r, 0) + off, "index"));
+      const auto first = static_cast<std::uint32_t>(off / kRecordBytes);
+      const auto count = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(n, records_bytes - off) / kRecordBytes);
+      classify(r, buf.data(), first, count);
+    }
+    if (progress) progress(std::uint64_t{r + 1} * dir, total);
   }
   return out;
 }

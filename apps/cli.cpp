@@ -101,9 +101,8 @@ std::optional<std::uint64_t> Args::size(std::string_view name) {
   // refuses fractions of a byte and anything above 1.8e19.
   auto n = all_digits(*v) ? parse_decimal(*v) : parse_size(Json(*v));
   if (!n)
-    std::exit(fail(fmt::format("--{}: expected a size like \"1MiB\" below 16EiB, got \"{}\"",
-                               name, *v),
-                   2));
+    std::exit(fail(
+        fmt::format("--{}: expected a size like \"1MiB\" below 16EiB, got \"{}\"", name, *v), 2));
   return n;
 }
 
@@ -162,8 +161,8 @@ int dispatch(std::string_view program, int argc, char** argv) {
       try {
         return c.run(args);
       } catch (const std::bad_alloc&) {
-        return fail(fmt::format("{}: out of memory (a size or count too large for this machine?)",
-                                c.name));
+        return fail(
+            fmt::format("{}: out of memory (a size or count too large for this machine?)", c.name));
       }
     }
   }

@@ -25,10 +25,12 @@ std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t
                          std::string_view what) {
   std::uint64_t total = 0;
   if (__builtin_mul_overflow(count, bytes, &total) || __builtin_mul_overflow(total, copies, &total))
-    return fmt::format("{}: {} x {} bytes x {} is more than 2^64 bytes", what, count, bytes, copies);
+    return fmt::format("{}: {} x {} bytes x {} is more than 2^64 bytes", what, count, bytes,
+                       copies);
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
-  std::uint64_t limit = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : UINT64_MAX;
+  std::uint64_t limit =
+      pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : UINT64_MAX;
   const char* bound = "the machine's memory";
   rlimit as{};
   if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && as.rlim_cur < limit) {

@@ -84,10 +84,10 @@ int run_disk_recovery(cli::Args& args) {
     return cli::fail("--object-size must be at most 16MiB (the store's region size)", 2);
   // The store holds every object on disk; in memory only `depth` images are in flight.
   std::uint64_t store_bytes = 0;
-  if (__builtin_mul_overflow(objects, object_size + 4096, &store_bytes) || store_bytes > (1ull << 50))
-    return cli::fail(fmt::format("--objects {} of --object-size {} is more than 1PiB", objects,
-                                 object_size),
-                     2);
+  if (__builtin_mul_overflow(objects, object_size + 4096, &store_bytes) ||
+      store_bytes > (1ull << 50))
+    return cli::fail(
+        fmt::format("--objects {} of --object-size {} is more than 1PiB", objects, object_size), 2);
   if (std::string why = check_memory(depth, object_size + 4096, 1, "--depth images in flight");
       !why.empty())
     return cli::fail(why, 2);

@@ -138,8 +138,8 @@ int run_micro(cli::Args& args) {
   // alignment, a page for the tiers that have one).
   if (o.object_size > (1ull << 40))
     return cli::fail(fmt::format("--object-size {} is larger than 1TiB", o.object_size), 2);
-  const std::uint64_t padded_max = (std::max<std::uint64_t>(o.object_size, kObjectHeaderBytes + 1) +
-                                    4095) / 4096 * 4096;
+  const std::uint64_t padded_max =
+      (std::max<std::uint64_t>(o.object_size, kObjectHeaderBytes + 1) + 4095) / 4096 * 4096;
   if (std::string why = check_memory(o.objects, padded_max, 2 * o.processes,
                                      fmt::format("--objects {} of --object-size {} (images and "
                                                  "read buffers, {} process(es))",

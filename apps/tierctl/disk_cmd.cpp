@@ -13,14 +13,13 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
 #include <unordered_map>
-
-#include <xxhash.h>
 
 #include "cli.hpp"
 #include "disk_layout.hpp"
@@ -178,9 +177,10 @@ void print_summary(const Json& j) {
       j["corrupt_regions"].get<std::uint64_t>(), j["shadowed_entries"].get<std::uint64_t>(),
       j["stale_entries"].get<std::uint64_t>());
   if (j["lost_regions"].get<std::uint64_t>() > 0)
-    fmt::print("               index truncated: the directories of {} regions are missing "
-               "(`tierctl disk repair` rebuilds them from the data file)\n",
-               j["lost_regions"].get<std::uint64_t>());
+    fmt::print(
+        "               index truncated: the directories of {} regions are missing "
+        "(`tierctl disk repair` rebuilds them from the data file)\n",
+        j["lost_regions"].get<std::uint64_t>());
 }
 
 constexpr std::size_t kChunk = 8u << 20;  // the most bytes read at once
@@ -190,8 +190,8 @@ constexpr std::size_t kChunk = 8u << 20;  // the most bytes read at once
 // (`image_bytes` when known; the image must end by `limit`, the end of its region), the payload
 // checksum. Returns: its header, ChecksumMismatch (with what is wrong), IoError.
 Result<ObjectHeader> check_image_at(int fd, const Geometry& g, AlignedBuffer& buf,
-                                    std::uint64_t offset, std::uint64_t limit,
-                                    const ObjectKey* key, std::uint64_t image_bytes) {
+                                    std::uint64_t offset, std::uint64_t limit, const ObjectKey* key,
+                                    std::uint64_t image_bytes) {
   TIER_RETURN_IF_ERROR(pread_full(fd, buf.data(), g.block_size, offset, "data"));
   TIER_ASSIGN_OR_RETURN(ObjectHeader h,
                         parse_object_header(std::span<const std::byte>(buf.data(), g.block_size)));
@@ -230,11 +230,13 @@ std::vector<Bad> verify_objects(const Store& s, std::uint64_t* checked_bytes) {
   for (const RecordRef& c : s.scan.corrupt_entries)
     bad.push_back({c.region, c.record, "", "index entry fails its checks"});
   for (std::uint32_t r : s.scan.corrupt_regions)
-    bad.push_back({r, 0, "", "region header fails its checksum (repair rebuilds the region's "
-                             "directory from the data file)"});
+    bad.push_back({r, 0, "",
+                   "region header fails its checksum (repair rebuilds the region's "
+                   "directory from the data file)"});
   for (std::uint32_t r : s.scan.lost_regions)
-    bad.push_back({r, 0, "", "directory missing: the index is truncated (repair rebuilds it from "
-                             "the data file)"});
+    bad.push_back({r, 0, "",
+                   "directory missing: the index is truncated (repair rebuilds it from "
+                   "the data file)"});
   std::uint64_t total = 0;
   for (std::size_t i : s.live) total += s.scan.entries[i].entry.image_bytes;
   AlignedBuffer buf(kChunk, g.block_size);
@@ -299,7 +301,8 @@ struct GeometryFlags {
 
 Result<Geometry> geometry_from_flags(const GeometryFlags& fl, std::uint64_t capacity) {
   Geometry g;
-  g.block_size = static_cast<std::uint32_t>(std::min<std::uint64_t>(fl.block_size.value_or(4096), 1u << 30));
+  g.block_size =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(fl.block_size.value_or(4096), 1u << 30));
   g.region_size = fl.region_size.value_or(16ull << 20);
   g.region_count = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(capacity / std::max<std::uint64_t>(g.region_size, 1), UINT32_MAX));
@@ -309,7 +312,8 @@ Result<Geometry> geometry_from_flags(const GeometryFlags& fl, std::uint64_t capa
 
 // The geometry of a store to repair: its superblock, else the data file's trailer, else the
 // flags (a store formatted before the trailer existed). `*superblock_ok` says which.
-Result<Geometry> repair_geometry(const StoreFiles& f, const GeometryFlags& fl, bool* superblock_ok) {
+Result<Geometry> repair_geometry(const StoreFiles& f, const GeometryFlags& fl,
+                                 bool* superblock_ok) {
   *superblock_ok = false;
   if (f.index_bytes() > 0) {
     auto sb = read_superblock(f.index());
@@ -340,8 +344,8 @@ std::vector<Entry> images_in_region(const Store& s, std::uint32_t r, std::uint64
   const Geometry& g = s.geo;
   std::vector<Entry> out;
   const std::uint64_t base = g.data_offset(r, 0);
-  const std::uint64_t end =
-      std::min<std::uint64_t>(base + g.region_size, s.files.data_bytes() / g.block_size * g.block_size);
+  const std::uint64_t end = std::min<std::uint64_t>(
+      base + g.region_size, s.files.data_bytes() / g.block_size * g.block_size);
   if (end <= base) return out;
   const std::uint64_t blocks = (end - base) / g.block_size;
   std::uint64_t win_first = 0, win_blocks = 0;
@@ -360,8 +364,8 @@ std::vector<Entry> images_in_region(const Store& s, std::uint32_t r, std::uint64
     std::uint32_t magic;
     std::memcpy(&magic, p, sizeof magic);
     if (magic == kObjectMagic) {
-      auto h = check_image_at(s.files.data(), g, buf, base + b * g.block_size,
-                              base + g.region_size, nullptr, 0);
+      auto h = check_image_at(s.files.data(), g, buf, base + b * g.block_size, base + g.region_size,
+                              nullptr, 0);
       const std::uint64_t image = h ? kObjectHeaderBytes + h->payload_bytes : 0;
       if (h && image <= UINT32_MAX) {
         out.push_back(Entry{h->key, seq, static_cast<std::uint32_t>(image),
@@ -412,7 +416,8 @@ Result<Rebuild> rebuild_index(Store& s, bool superblock_ok) {
         encode_entry(dir.data() + (i + 1) * kRecordBytes, found[i]);
       out.objects += found.size();
     }
-    TIER_RETURN_IF_ERROR(pwrite_full(f.index(), dir.data(), dir.size(), g.dir_offset(r, 0), "index"));
+    TIER_RETURN_IF_ERROR(
+        pwrite_full(f.index(), dir.data(), dir.size(), g.dir_offset(r, 0), "index"));
     ++out.regions;
     bar.update(out.regions);
   }
@@ -447,9 +452,10 @@ int run_repair(const std::string& dir, const GeometryFlags& fl, bool json) {
   if (!superblock_ok) {
     // Without a superblock every directory is checked as it is found: the data file's size
     // must hold the regions (scan_index refuses a geometry the files cannot hold).
-    fmt::print(stderr, "note: {}: no valid superblock; using the geometry {} regions of {}, "
-               "block {}\n", dir, s.geo.region_count, format_size(s.geo.region_size),
-               s.geo.block_size);
+    fmt::print(stderr,
+               "note: {}: no valid superblock; using the geometry {} regions of {}, "
+               "block {}\n",
+               dir, s.geo.region_count, format_size(s.geo.region_size), s.geo.block_size);
   }
   if (Status st = analyse(s); !st) return cli::fail(st.to_string());
   auto rebuilt = rebuild_index(s, superblock_ok);
@@ -564,7 +570,10 @@ int run_disk(cli::Args& args) {
   auto store = load_store(dir, json);
   if (!store) {
     if (store.status() == Code::kNotFound)
-      return cli::fail(fmt::format("{}: not a disk tier store ({})", dir, store.status().message()));
+      return cli::fail(
+          fmt::format("{}: not a disk tier store ({}); if it is one whose index was "
+                      "lost, `tierctl disk repair {}` rebuilds it",
+                      dir, store.status().message(), dir));
     return cli::fail(store.status().to_string());
   }
   if (cmd == "inspect") return run_inspect(*store, json);

@@ -49,7 +49,8 @@ Result<DiskOptions> parse_disk_options(const BackendContext& ctx) {
   else if (mode == "0644")
     o.mode = 0644;
   else
-    return Status::invalid(fmt::format("mode \"{}\" is not one of \"0600\", \"0640\", \"0644\"", mode));
+    return Status::invalid(
+        fmt::format("mode \"{}\" is not one of \"0600\", \"0640\", \"0644\"", mode));
   o.lock_timeout_ms = static_cast<std::uint32_t>(
       j.value("lock_timeout", std::uint64_t{o.lock_timeout_ms} * 1000) / 1000);
   if (o.queue_depth == 0) return Status::invalid("queue_depth must be at least 1");
@@ -94,8 +95,9 @@ Result<std::unique_ptr<DiskBackend>> DiskBackend::open(const std::string& tier_n
 Status DiskBackend::adopt_store() {
   const std::string& dir = files_.dir();
   bool formatting = false;
-  auto sb = files_.index_bytes() == 0 ? Result<Geometry>(Status::not_found())
-                                      : read_superblock(files_.index(), geo_.block_size, &formatting);
+  auto sb = files_.index_bytes() == 0
+                ? Result<Geometry>(Status::not_found())
+                : read_superblock(files_.index(), geo_.block_size, &formatting);
   if (!sb && !(sb.status() == Code::kNotFound)) return sb.status();
   const bool empty = files_.index_bytes() == 0 && files_.data_bytes() == 0;
   if (!sb && !empty && !formatting) {
@@ -118,8 +120,7 @@ Status DiskBackend::adopt_store() {
     TIER_RETURN_IF_ERROR(format_store(files_, geo_, opts_.preallocate));
     stats_.formatted = true;
   } else {
-    TIER_RETURN_IF_ERROR(
-        check_file_sizes(dir, geo_, files_.index_bytes(), files_.data_bytes()));
+    TIER_RETURN_IF_ERROR(check_file_sizes(dir, geo_, files_.index_bytes(), files_.data_bytes()));
     // A store formatted before the data file had its trailer gets one (the file grows a block).
     if (files_.data_bytes() == geo_.data_file_bytes())
       TIER_RETURN_IF_ERROR(write_data_trailer(files_.data(), geo_));
@@ -208,9 +209,8 @@ Status DiskBackend::init_ring() {
 
 Status DiskBackend::recover() {
   const auto t0 = Clock::now();
-  TIER_ASSIGN_OR_RETURN(ScanResult scan,
-                        scan_index(files_.index(), geo_, geo_.index_file_bytes(),
-                                   geo_.data_file_bytes()));
+  TIER_ASSIGN_OR_RETURN(ScanResult scan, scan_index(files_.index(), geo_, geo_.index_file_bytes(),
+                                                    geo_.data_file_bytes()));
   regions_.assign(geo_.region_count, DiskRegion{});
   std::vector<std::uint32_t> used;
   for (std::uint32_t r = 0; r < geo_.region_count; ++r) {

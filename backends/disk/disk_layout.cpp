@@ -1,5 +1,4 @@
 #include "disk_layout.hpp"
-#include "tier/endian.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+
+#include "tier/endian.hpp"
 
 namespace tier::disk {
 namespace {
@@ -45,7 +46,8 @@ std::string Geometry::check() const {
   return {};
 }
 
-void encode_superblock(std::span<std::byte> block, const Geometry& g, std::uint32_t magic) noexcept {
+void encode_superblock(std::span<std::byte> block, const Geometry& g,
+                       std::uint32_t magic) noexcept {
   std::memset(block.data(), 0, block.size());
   std::byte* p = block.data();
   put_le<std::uint32_t>(p + 0, magic);
@@ -257,8 +259,7 @@ Result<Geometry> read_data_trailer(int fd, std::uint64_t data_bytes) {
       n = ::pread(fd, buf.data(), bs, static_cast<off_t>(data_bytes - bs));
     } while (n < 0 && errno == EINTR);
     if (n < 0 && errno == EINVAL) continue;  // O_DIRECT: smaller than the device's block
-    if (n < 0)
-      return Status::io_error(fmt::format("data: read trailer: {}", std::strerror(errno)));
+    if (n < 0) return Status::io_error(fmt::format("data: read trailer: {}", std::strerror(errno)));
     if (static_cast<std::uint64_t>(n) != bs) continue;
     auto g = decode_superblock(buf.span().first(bs), kTrailerMagic);
     if (g && g->block_size == bs && g->data_file_bytes_with_trailer() == data_bytes) return *g;
@@ -347,9 +348,11 @@ void StoreFiles::remove_created() noexcept {
 
 Status StoreFiles::refresh_sizes() {
   struct stat st {};
-  if (::fstat(index_, &st) != 0) return Status::io_error(fmt::format("{}/{}: {}", dir_, kIndexFile, std::strerror(errno)));
+  if (::fstat(index_, &st) != 0)
+    return Status::io_error(fmt::format("{}/{}: {}", dir_, kIndexFile, std::strerror(errno)));
   index_bytes_ = static_cast<std::uint64_t>(st.st_size);
-  if (::fstat(data_, &st) != 0) return Status::io_error(fmt::format("{}/{}: {}", dir_, kDataFile, std::strerror(errno)));
+  if (::fstat(data_, &st) != 0)
+    return Status::io_error(fmt::format("{}/{}: {}", dir_, kDataFile, std::strerror(errno)));
   data_bytes_ = static_cast<std::uint64_t>(st.st_size);
   return Status::ok();
 }
@@ -369,9 +372,10 @@ Status refused(std::string message) { return Status::invalid(std::move(message))
 
 Status check_owner(const std::string& path, const struct stat& st, const char* what) {
   if (st.st_uid == ::geteuid()) return Status::ok();
-  return refused(fmt::format("{}: the {} is owned by {}, not by this process's {}; the disk tier "
-                             "uses only its own files (another user could read or plant objects)",
-                             path, what, user_name(st.st_uid), user_name(::geteuid())));
+  return refused(
+      fmt::format("{}: the {} is owned by {}, not by this process's {}; the disk tier "
+                  "uses only its own files (another user could read or plant objects)",
+                  path, what, user_name(st.st_uid), user_name(::geteuid())));
 }
 
 // Creates `dir` (and missing parents) when missing; the last component with `mode` exactly.
@@ -409,9 +413,10 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
     struct stat lst {};
     // O_NOFOLLOW | O_DIRECTORY on a link fails with ELOOP or ENOTDIR, depending on the kernel.
     if (e == ELOOP || (e == ENOTDIR && ::lstat(dir.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)))
-      return refused(fmt::format("{} is a symbolic link; the disk tier does not follow it (name "
-                                 "the directory itself)",
-                                 dir));
+      return refused(
+          fmt::format("{} is a symbolic link; the disk tier does not follow it (name "
+                      "the directory itself)",
+                      dir));
     if (e == ENOTDIR) return refused(fmt::format("{} is not a directory", dir));
     if (e == ENOENT) return Status::not_found(fmt::format("{}: no such directory", dir));
     return Status::io_error(fmt::format("{}: {}", dir, std::strerror(e)));
@@ -430,9 +435,10 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
     struct stat st {};
     if (::fstatat(f.dir_fd_, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (S_ISLNK(st.st_mode))
-        return refused(fmt::format("{} is a symbolic link; the disk tier does not follow it "
-                                   "(it could point at another user's file)",
-                                   path));
+        return refused(
+            fmt::format("{} is a symbolic link; the disk tier does not follow it "
+                        "(it could point at another user's file)",
+                        path));
       if (!S_ISREG(st.st_mode)) return refused(fmt::format("{} is not a regular file", path));
     }
     int fd = ::openat(f.dir_fd_, name, flags);
@@ -454,13 +460,15 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
     if (fd < 0 && errno == ENOENT) return Status::not_found(fmt::format("{}: no such file", path));
     if (fd < 0) return Status::io_error(fmt::format("{}: {}", path, std::strerror(errno)));
     *out = fd;
-    if (::fstat(fd, &st) != 0) return Status::io_error(fmt::format("{}: {}", path, std::strerror(errno)));
+    if (::fstat(fd, &st) != 0)
+      return Status::io_error(fmt::format("{}: {}", path, std::strerror(errno)));
     if (!S_ISREG(st.st_mode)) return refused(fmt::format("{} is not a regular file", path));
     if (opts.check_owner) TIER_RETURN_IF_ERROR(check_owner(path, st, "file"));
     if (st.st_nlink != 1)
-      return refused(fmt::format("{} has {} hard links; the disk tier uses only files that no "
-                                 "other name reaches",
-                                 path, st.st_nlink));
+      return refused(
+          fmt::format("{} has {} hard links; the disk tier uses only files that no "
+                      "other name reaches",
+                      path, st.st_nlink));
     *bytes = static_cast<std::uint64_t>(st.st_size);
     return Status::ok();
   };

@@ -102,9 +102,9 @@ struct Entry {
   std::uint32_t payload_check = 0;  // low 32 bits of the image's payload checksum
 };
 
-// Record codecs. A decoder returns nullopt when the record does not hold a valid record of its kind.
-// The superblock, the formatting superblock and the data trailer share one encoding under their
-// own magic (kSuperMagic, kFormattingMagic, kTrailerMagic).
+// Record codecs. A decoder returns nullopt when the record does not hold a valid record of its
+// kind. The superblock, the formatting superblock and the data trailer share one encoding under
+// their own magic (kSuperMagic, kFormattingMagic, kTrailerMagic).
 void encode_superblock(std::span<std::byte> block, const Geometry& g,
                        std::uint32_t magic = kSuperMagic) noexcept;
 std::optional<Geometry> decode_superblock(std::span<const std::byte> block,
@@ -144,8 +144,8 @@ struct ScanResult {
 // (`data_bytes`) holds every region, else the geometry is not this store's (BadState). Entries
 // are checked against their region and against the data file's size (beyond it: corrupt).
 // Memory: 16 bytes per region, so bounded by the files' sizes (a region has a directory of at
-// least 512 bytes and at least 8 KiB of data), plus an 8 MiB read buffer. `progress(done, total)` is called
-// with bytes scanned. Returns: what it found, BadState, IoError.
+// least 512 bytes and at least 8 KiB of data), plus an 8 MiB read buffer. `progress(done, total)`
+// is called with bytes scanned. Returns: what it found, BadState, IoError.
 Result<ScanResult> scan_index(
     int index_fd, const Geometry& g, std::uint64_t index_bytes, std::uint64_t data_bytes,
     const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});

@@ -20,7 +20,8 @@ struct Run {
 
 // Runs tierctl through the shell, after `shell_prefix` (e.g. "ulimit -v N;"); stderr is kept in
 // the output when `with_stderr`.
-Run tierctl(const std::string& args, const std::string& shell_prefix = "", bool with_stderr = false) {
+Run tierctl(const std::string& args, const std::string& shell_prefix = "",
+            bool with_stderr = false) {
   const char* exe = std::getenv("TIERCTL");
   REQUIRE(exe != nullptr);
   Run r;
@@ -143,7 +144,8 @@ TEST_CASE("tierctl disk verify finds flipped bytes; repair drops them") {
 }
 
 TEST_CASE("a truncated index stops the tier with a clear error; repair restores every object") {
-  for (std::uint64_t keep : {std::uint64_t{0}, std::uint64_t{4096 + 3 * 4096}, std::uint64_t{100'000}}) {
+  for (std::uint64_t keep :
+       {std::uint64_t{0}, std::uint64_t{4096 + 3 * 4096}, std::uint64_t{100'000}}) {
     CAPTURE(keep);
     TempDir dir;
     const std::uint64_t n = 150;  // 20 per 256 KiB region: 8 regions

@@ -185,16 +185,31 @@ void print_summary(const Json& j) {
 
 constexpr std::size_t kChunk = 8u << 20;  // the most bytes read at once
 
-// Checks the image at `offset` of the data file, reading it in pieces of at most kChunk bytes
-// through `buf` (kChunk bytes, block-aligned): header, the key when one is expected, its length
+// Checks the image at `offset` of the data file: header, the key when one is expected, its length
 // (`image_bytes` when known; the image must end by `limit`, the end of its region), the payload
-// checksum. Returns: its header, ChecksumMismatch (with what is wrong), IoError.
+// checksum. `have` holds bytes of the file from `offset` already read (possibly none); the rest is
+// read in pieces of at most kChunk bytes through `buf` (kChunk bytes, block-aligned), the first
+// piece sized to the image when its size is known, so a small image costs one read.
+// Returns: its header, ChecksumMismatch (with what is wrong), IoError.
 Result<ObjectHeader> check_image_at(int fd, const Geometry& g, AlignedBuffer& buf,
                                     std::uint64_t offset, std::uint64_t limit, const ObjectKey* key,
-                                    std::uint64_t image_bytes) {
-  TIER_RETURN_IF_ERROR(pread_full(fd, buf.data(), g.block_size, offset, "data"));
-  TIER_ASSIGN_OR_RETURN(ObjectHeader h,
-                        parse_object_header(std::span<const std::byte>(buf.data(), g.block_size)));
+                                    std::uint64_t image_bytes,
+                                    std::span<const std::byte> have = {}) {
+  // The bytes [pos, pos + n) of the image: from `have`, or read into `buf`.
+  std::span<const std::byte> piece;
+  auto bytes_at = [&](std::uint64_t pos, std::uint64_t n) -> Status {
+    if (pos + n <= have.size()) {
+      piece = have.subspan(pos, n);
+      return Status::ok();
+    }
+    piece = std::span<const std::byte>(buf.data(), n);
+    return pread_full(fd, buf.data(), n, offset + pos, "data");
+  };
+  const std::uint64_t first =
+      std::min<std::uint64_t>(kChunk, std::max<std::uint64_t>(g.blocks_for(image_bytes), 1) *
+                                          g.block_size);
+  TIER_RETURN_IF_ERROR(bytes_at(0, first));
+  TIER_ASSIGN_OR_RETURN(ObjectHeader h, parse_object_header(piece));
   if (key != nullptr && !(h.key == *key))
     return Status(Code::kChecksumMismatch, "the image holds another key than its entry");
   if (h.payload_bytes > limit - offset - kObjectHeaderBytes)
@@ -207,13 +222,13 @@ Result<ObjectHeader> check_image_at(int fd, const Geometry& g, AlignedBuffer& bu
   if (st == nullptr) throw std::bad_alloc();
   XXH3_64bits_reset(st);
   Status io = Status::ok();
-  for (std::uint64_t pos = 0; pos < padded && io; pos += kChunk) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, padded - pos));
-    io = pread_full(fd, buf.data(), n, offset + pos, "data");
+  for (std::uint64_t pos = 0; pos < padded; pos += kChunk) {
+    const std::uint64_t n = std::min<std::uint64_t>(kChunk, padded - pos);
+    if (pos > 0 || n > first) io = bytes_at(pos, n);
     if (!io) break;
     const std::uint64_t from = std::max<std::uint64_t>(pos, kObjectHeaderBytes);
     const std::uint64_t to = std::min<std::uint64_t>(pos + n, image);
-    if (to > from) XXH3_64bits_update(st, buf.data() + (from - pos), to - from);
+    if (to > from) XXH3_64bits_update(st, piece.data() + (from - pos), to - from);
   }
   const std::uint64_t sum = XXH3_64bits_digest(st);
   XXH3_freeState(st);
@@ -364,8 +379,9 @@ std::vector<Entry> images_in_region(const Store& s, std::uint32_t r, std::uint64
     std::uint32_t magic;
     std::memcpy(&magic, p, sizeof magic);
     if (magic == kObjectMagic) {
-      auto h = check_image_at(s.files.data(), g, buf, base + b * g.block_size, base + g.region_size,
-                              nullptr, 0);
+      const std::size_t in_window = (win_first + win_blocks - b) * g.block_size;
+      auto h = check_image_at(s.files.data(), g, buf, base + b * g.block_size,
+                              base + g.region_size, nullptr, 0, {p, in_window});
       const std::uint64_t image = h ? kObjectHeaderBytes + h->payload_bytes : 0;
       if (h && image <= UINT32_MAX) {
         out.push_back(Entry{h->key, seq, static_cast<std::uint32_t>(image),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -71,20 +72,47 @@ bool Args::flag(std::string_view name) {
   return false;
 }
 
+namespace {
+
+// Decimal digits only (no sign, space or suffix), exactly, up to 2^64 - 1; nullopt otherwise
+// (strtoull would accept "-1" and " 7", and cap anything larger at 2^64 - 1 without a word).
+std::optional<std::uint64_t> parse_decimal(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  std::uint64_t n = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (n > (UINT64_MAX - d) / 10) return std::nullopt;
+    n = n * 10 + d;
+  }
+  return n;
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
 std::optional<std::uint64_t> Args::size(std::string_view name) {
   auto v = get(name);
   if (!v) return std::nullopt;
-  auto n = parse_size(Json(*v));
-  if (!n) std::exit(fail(fmt::format("--{}: expected a size like \"1MiB\", got \"{}\"", name, *v), 2));
+  // Plain digits exactly (a double would round them); with a unit through parse_size, which
+  // refuses fractions of a byte and anything above 1.8e19.
+  auto n = all_digits(*v) ? parse_decimal(*v) : parse_size(Json(*v));
+  if (!n)
+    std::exit(fail(
+        fmt::format("--{}: expected a size like \"1MiB\" below 16EiB, got \"{}\"", name, *v), 2));
   return n;
 }
 
 std::optional<std::uint64_t> Args::uint(std::string_view name) {
   auto v = get(name);
   if (!v) return std::nullopt;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || (*v)[0] == '-')
+  auto n = parse_decimal(*v);
+  if (!n && all_digits(*v))
+    std::exit(fail(fmt::format("--{}: {} is larger than 2^64 - 1", name, *v), 2));
+  if (!n)
     std::exit(fail(fmt::format("--{}: expected an unsigned integer, got \"{}\"", name, *v), 2));
   return n;
 }
@@ -129,7 +157,13 @@ int dispatch(std::string_view program, int argc, char** argv) {
         fmt::print("usage: {} {}\n{}\n", program, c.usage, c.help);
         return 0;
       }
-      return c.run(args);
+      // The command edge: an allocation that fails is an error with a message, not an abort.
+      try {
+        return c.run(args);
+      } catch (const std::bad_alloc&) {
+        return fail(
+            fmt::format("{}: out of memory (a size or count too large for this machine?)", c.name));
+      }
     }
   }
   fmt::print(stderr, "{}: unknown command \"{}\"\n\n", program, name);

@@ -1,8 +1,14 @@
 #include "bench_util.hpp"
 
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <new>
+
+#include "tier/options.hpp"
 
 namespace tier::bench {
 
@@ -13,6 +19,28 @@ AlignedBuffer aligned_buffer(std::size_t bytes, std::size_t alignment) {
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, n);
   return AlignedBuffer(p);
+}
+
+std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t copies,
+                         std::string_view what) {
+  std::uint64_t total = 0;
+  if (__builtin_mul_overflow(count, bytes, &total) || __builtin_mul_overflow(total, copies, &total))
+    return fmt::format("{}: {} x {} bytes x {} is more than 2^64 bytes", what, count, bytes,
+                       copies);
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::uint64_t limit =
+      pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : UINT64_MAX;
+  const char* bound = "the machine's memory";
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && as.rlim_cur < limit) {
+    limit = as.rlim_cur;
+    bound = "the address-space limit (ulimit -v)";
+  }
+  if (total > limit)
+    return fmt::format("{} need {} of memory, more than {} ({})", what, format_size(total), bound,
+                       format_size(limit));
+  return {};
 }
 
 double percentile_us(std::vector<double> samples, double pct) {

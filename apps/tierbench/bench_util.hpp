@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace tier::bench {
@@ -24,6 +26,12 @@ using AlignedBuffer = std::unique_ptr<std::byte[], FreeDeleter>;
 
 // `bytes` rounded up to `alignment`, zero-filled so every page is touched.
 AlignedBuffer aligned_buffer(std::size_t bytes, std::size_t alignment);
+
+// Checks that `count` x `bytes` x `copies` bytes can be allocated: the product must not overflow
+// and must fit in the machine's physical memory and the address-space limit (ulimit -v).
+// Returns: empty, or the error to print, naming `what`.
+std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t copies,
+                         std::string_view what);
 
 // Percentile (0..100) of `samples` in microseconds; sorts a copy.
 double percentile_us(std::vector<double> samples, double pct);

@@ -80,6 +80,17 @@ int run_disk_recovery(cli::Args& args) {
         2);
   if (objects == 0 || depth == 0 || object_size <= kObjectHeaderBytes)
     return cli::fail("--objects and --depth must be > 0, --object-size > 96", 2);
+  if (object_size > (16ull << 20))
+    return cli::fail("--object-size must be at most 16MiB (the store's region size)", 2);
+  // The store holds every object on disk; in memory only `depth` images are in flight.
+  std::uint64_t store_bytes = 0;
+  if (__builtin_mul_overflow(objects, object_size + 4096, &store_bytes) ||
+      store_bytes > (1ull << 50))
+    return cli::fail(
+        fmt::format("--objects {} of --object-size {} is more than 1PiB", objects, object_size), 2);
+  if (std::string why = check_memory(depth, object_size + 4096, 1, "--depth images in flight");
+      !why.empty())
+    return cli::fail(why, 2);
   const std::size_t payload = object_size - kObjectHeaderBytes;
   const std::size_t padded = (object_size + 4095) / 4096 * 4096;
   const Key128 ns = *namespace_id(Json{{"bench", "disk_recovery"}});

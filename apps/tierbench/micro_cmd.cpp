@@ -134,6 +134,18 @@ int run_micro(cli::Args& args) {
     return cli::fail("--objects, --depth, --rounds and --object-size must be > 0", 2);
   if (o.processes == 0 || o.processes > 64)
     return cli::fail("--processes must be in [1, 64]", 2);
+  // Each process holds its objects' images and as many read buffers (padded to the tier's
+  // alignment, a page for the tiers that have one).
+  if (o.object_size > (1ull << 40))
+    return cli::fail(fmt::format("--object-size {} is larger than 1TiB", o.object_size), 2);
+  const std::uint64_t padded_max =
+      (std::max<std::uint64_t>(o.object_size, kObjectHeaderBytes + 1) + 4095) / 4096 * 4096;
+  if (std::string why = check_memory(o.objects, padded_max, 2 * o.processes,
+                                     fmt::format("--objects {} of --object-size {} (images and "
+                                                 "read buffers, {} process(es))",
+                                                 o.objects, o.object_size, o.processes));
+      !why.empty())
+    return cli::fail(why, 2);
 
   auto* group = static_cast<ProcessGroup*>(::mmap(nullptr, sizeof(ProcessGroup),
                                                   PROT_READ | PROT_WRITE,

@@ -1,12 +1,19 @@
-// tierctl disk inspect|verify|repair DIR [--json]: offline tools for a disk tier's store.
+// tierctl disk inspect|verify|repair|format DIR [--json]: offline tools for a disk tier's store.
 //   inspect  summary from the index alone (objects, bytes, namespaces, free and dead space)
 //   verify   reads every object and checks it (header, key, length, payload checksum) against
 //            its entry; exit 0 when clean, 1 when any object or entry is bad
-//   repair   verify, then drop what is bad (and shadowed duplicates) from the index; needs the
-//            store to be closed (exclusive lock)
+//   repair   rebuilds the directories of regions the index lost (truncated, or a damaged region
+//            header) from the images in the data file, then verifies and drops what is bad (and
+//            shadowed duplicates) from the index; needs the store to be closed (exclusive lock)
+//   format   makes an empty store (the only way, with repair, to rewrite files that the tier
+//            does not recognise as a store)
+// Every size and offset read from the files is checked against the files' sizes before it is
+// used; an object is read in pieces of at most 8 MiB, so memory stays bounded whatever the files
+// say.
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -41,23 +48,19 @@ struct Store {
   std::int64_t newest = -1;           // the region that receives appends
 };
 
-Result<Store> load_store(const std::string& dir, bool exclusive, bool quiet) {
-  Store s;
-  OpenOptions oo;
-  oo.write = exclusive;
-  oo.exclusive = exclusive;
-  oo.require_lock = exclusive;
-  TIER_ASSIGN_OR_RETURN(s.files, open_store(dir, oo));
-  if (!s.files.locked() && !quiet)
-    fmt::print(stderr, "note: {} is open in a running tier; this is a live snapshot\n", dir);
-  TIER_ASSIGN_OR_RETURN(s.geo, read_superblock(s.files.index()));
+// Scans the index of an open store and sorts its entries as the tier would see them.
+Status analyse(Store& s) {
   const auto t0 = Clock::now();
   {
     cli::Progress bar("scan index", std::uint64_t{s.geo.region_count} * s.geo.dir_bytes());
     auto progress = [&](std::uint64_t done, std::uint64_t) { bar.update(done); };
-    TIER_ASSIGN_OR_RETURN(s.scan, scan_index(s.files.index(), s.geo, progress));
+    TIER_ASSIGN_OR_RETURN(s.scan, scan_index(s.files.index(), s.geo, s.files.index_bytes(),
+                                             s.files.data_bytes(), progress));
   }
   s.scan_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  s.live.clear();
+  s.shadowed.clear();
+  s.newest = -1;
   // As the tier does on start-up: of two entries for one key, the newer generation wins.
   std::vector<std::size_t> order(s.scan.entries.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -84,6 +87,30 @@ Result<Store> load_store(const std::string& dir, bool exclusive, bool quiet) {
       best = s.scan.regions[r].seq;
       s.newest = r;
     }
+  return Status::ok();
+}
+
+// Opens a store for inspection (shared lock, not required; another user's store may be read) or
+// for repair and format (exclusive lock, writable, own files only).
+Result<StoreFiles> open_files(const std::string& dir, bool exclusive, bool quiet, bool create) {
+  OpenOptions oo;
+  oo.write = exclusive;
+  oo.exclusive = exclusive;
+  oo.require_lock = exclusive;
+  oo.check_owner = exclusive;
+  oo.create = create;
+  if (exclusive) ignore_sigxfsz();
+  TIER_ASSIGN_OR_RETURN(StoreFiles f, open_store(dir, oo));
+  if (!f.locked() && !quiet)
+    fmt::print(stderr, "note: {} is open in a running tier; this is a live snapshot\n", dir);
+  return f;
+}
+
+Result<Store> load_store(const std::string& dir, bool quiet) {
+  Store s;
+  TIER_ASSIGN_OR_RETURN(s.files, open_files(dir, false, quiet, false));
+  TIER_ASSIGN_OR_RETURN(s.geo, read_superblock(s.files.index()));
+  TIER_RETURN_IF_ERROR(analyse(s));
   return s;
 }
 
@@ -128,6 +155,7 @@ Json summary_json(const Store& s) {
               {"stale_entries", s.scan.stale_entries},
               {"corrupt_entries", s.scan.corrupt_entries.size()},
               {"corrupt_regions", s.scan.corrupt_regions.size()},
+              {"lost_regions", s.scan.lost_regions.size()},
               {"index_scan_ms", s.scan_ms}};
 }
 
@@ -148,6 +176,66 @@ void print_summary(const Json& j) {
       j["index_scan_ms"].get<double>(), j["corrupt_entries"].get<std::uint64_t>(),
       j["corrupt_regions"].get<std::uint64_t>(), j["shadowed_entries"].get<std::uint64_t>(),
       j["stale_entries"].get<std::uint64_t>());
+  if (j["lost_regions"].get<std::uint64_t>() > 0)
+    fmt::print(
+        "               index truncated: the directories of {} regions are missing "
+        "(`tierctl disk repair` rebuilds them from the data file)\n",
+        j["lost_regions"].get<std::uint64_t>());
+}
+
+constexpr std::size_t kChunk = 8u << 20;  // the most bytes read at once
+
+// Checks the image at `offset` of the data file: header, the key when one is expected, its length
+// (`image_bytes` when known; the image must end by `limit`, the end of its region), the payload
+// checksum. `have` holds bytes of the file from `offset` already read (possibly none); the rest is
+// read in pieces of at most kChunk bytes through `buf` (kChunk bytes, block-aligned), the first
+// piece sized to the image when its size is known, so a small image costs one read.
+// Returns: its header, ChecksumMismatch (with what is wrong), IoError.
+Result<ObjectHeader> check_image_at(int fd, const Geometry& g, AlignedBuffer& buf,
+                                    std::uint64_t offset, std::uint64_t limit, const ObjectKey* key,
+                                    std::uint64_t image_bytes,
+                                    std::span<const std::byte> have = {}) {
+  // The bytes [pos, pos + n) of the image: from `have`, or read into `buf`.
+  std::span<const std::byte> piece;
+  auto bytes_at = [&](std::uint64_t pos, std::uint64_t n) -> Status {
+    if (pos + n <= have.size()) {
+      piece = have.subspan(pos, n);
+      return Status::ok();
+    }
+    piece = std::span<const std::byte>(buf.data(), n);
+    return pread_full(fd, buf.data(), n, offset + pos, "data");
+  };
+  const std::uint64_t first =
+      std::min<std::uint64_t>(kChunk, std::max<std::uint64_t>(g.blocks_for(image_bytes), 1) *
+                                          g.block_size);
+  TIER_RETURN_IF_ERROR(bytes_at(0, first));
+  TIER_ASSIGN_OR_RETURN(ObjectHeader h, parse_object_header(piece));
+  if (key != nullptr && !(h.key == *key))
+    return Status(Code::kChecksumMismatch, "the image holds another key than its entry");
+  if (h.payload_bytes > limit - offset - kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch, "the image's size runs past the end of its region");
+  const std::uint64_t image = kObjectHeaderBytes + h.payload_bytes;
+  if (image_bytes != 0 && image != image_bytes)
+    return Status(Code::kChecksumMismatch, "the image's size differs from its entry");
+  const std::uint64_t padded = g.blocks_for(image) * g.block_size;
+  XXH3_state_t* st = XXH3_createState();
+  if (st == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(st);
+  Status io = Status::ok();
+  for (std::uint64_t pos = 0; pos < padded; pos += kChunk) {
+    const std::uint64_t n = std::min<std::uint64_t>(kChunk, padded - pos);
+    if (pos > 0 || n > first) io = bytes_at(pos, n);
+    if (!io) break;
+    const std::uint64_t from = std::max<std::uint64_t>(pos, kObjectHeaderBytes);
+    const std::uint64_t to = std::min<std::uint64_t>(pos + n, image);
+    if (to > from) XXH3_64bits_update(st, piece.data() + (from - pos), to - from);
+  }
+  const std::uint64_t sum = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  TIER_RETURN_IF_ERROR(io);
+  if (sum != h.payload_checksum)
+    return Status(Code::kChecksumMismatch, "the payload fails its checksum");
+  return h;
 }
 
 // Reads and checks every live object. Returns the bad ones (objects and index damage).
@@ -155,28 +243,28 @@ std::vector<Bad> verify_objects(const Store& s, std::uint64_t* checked_bytes) {
   const Geometry& g = s.geo;
   std::vector<Bad> bad;
   for (const RecordRef& c : s.scan.corrupt_entries)
-    bad.push_back({c.region, c.record, "", "index entry fails its checksum"});
+    bad.push_back({c.region, c.record, "", "index entry fails its checks"});
   for (std::uint32_t r : s.scan.corrupt_regions)
-    bad.push_back({r, 0, "", "region header fails its checksum (all its objects are lost)"});
+    bad.push_back({r, 0, "",
+                   "region header fails its checksum (repair rebuilds the region's "
+                   "directory from the data file)"});
+  for (std::uint32_t r : s.scan.lost_regions)
+    bad.push_back({r, 0, "",
+                   "directory missing: the index is truncated (repair rebuilds it from "
+                   "the data file)"});
   std::uint64_t total = 0;
   for (std::size_t i : s.live) total += s.scan.entries[i].entry.image_bytes;
-  AlignedBuffer buf(g.region_size, g.block_size);
+  AlignedBuffer buf(kChunk, g.block_size);
   cli::Progress bar("verify", total);
   std::uint64_t done = 0;
   for (std::size_t i : s.live) {
     const ScannedEntry& e = s.scan.entries[i];
-    const std::uint64_t n = g.blocks_for(e.entry.image_bytes) * g.block_size;
-    Status st = pread_full(s.files.data(), buf.data(), n,
-                           g.data_offset(e.region, e.entry.offset_blocks), "data");
-    if (st) {
-      auto image = std::span<const std::byte>(buf.data(), e.entry.image_bytes);
-      st = verify_object(image, e.entry.key);
-      if (st) {
-        auto h = parse_object_header(image);
-        if (static_cast<std::uint32_t>(h->payload_checksum) != e.entry.payload_check)
-          st = Status(Code::kChecksumMismatch, "object differs from its index entry");
-      }
-    }
+    const std::uint64_t at = g.data_offset(e.region, e.entry.offset_blocks);
+    auto h = check_image_at(s.files.data(), g, buf, at, g.data_offset(e.region + 1, 0),
+                            &e.entry.key, e.entry.image_bytes);
+    Status st = h ? Status::ok() : h.status();
+    if (h && static_cast<std::uint32_t>(h->payload_checksum) != e.entry.payload_check)
+      st = Status(Code::kChecksumMismatch, "object differs from its index entry");
     if (!st) bad.push_back({e.region, e.record, e.entry.key.to_string(), std::string(st.message())});
     done += e.entry.image_bytes;
     bar.update(done);
@@ -221,77 +309,298 @@ int run_verify(Store& s, bool json) {
   return bad.empty() ? 0 : 1;
 }
 
-int run_repair(Store& s, bool json) {
+// Flags of repair and format that name a geometry.
+struct GeometryFlags {
+  std::optional<std::uint64_t> capacity, region_size, block_size;
+};
+
+Result<Geometry> geometry_from_flags(const GeometryFlags& fl, std::uint64_t capacity) {
+  Geometry g;
+  g.block_size =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(fl.block_size.value_or(4096), 1u << 30));
+  g.region_size = fl.region_size.value_or(16ull << 20);
+  g.region_count = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(capacity / std::max<std::uint64_t>(g.region_size, 1), UINT32_MAX));
+  if (std::string why = g.check(); !why.empty()) return Status::invalid(why);
+  return g;
+}
+
+// The geometry of a store to repair: its superblock, else the data file's trailer, else the
+// flags (a store formatted before the trailer existed). `*superblock_ok` says which.
+Result<Geometry> repair_geometry(const StoreFiles& f, const GeometryFlags& fl,
+                                 bool* superblock_ok) {
+  *superblock_ok = false;
+  if (f.index_bytes() > 0) {
+    auto sb = read_superblock(f.index());
+    if (sb) {
+      *superblock_ok = true;
+      return *sb;
+    }
+    if (!(sb.status() == Code::kNotFound)) return sb.status();
+  }
+  auto tr = read_data_trailer(f.data(), f.data_bytes());
+  if (tr) return *tr;
+  if (!(tr.status() == Code::kNotFound)) return tr.status();
+  if (!fl.region_size)
+    return Status(Code::kBadState,
+                  fmt::format("{}: neither a valid superblock in `index` nor a geometry trailer "
+                              "in `data`: not recognisably a disk tier store, so nothing is "
+                              "changed. If it is one (formatted by an earlier version), name its "
+                              "geometry with --region-size SIZE [--block-size SIZE]; `tierctl "
+                              "disk format` makes a new store",
+                              f.dir()));
+  return geometry_from_flags(fl, f.data_bytes());
+}
+
+// The images of region `r` found in the data file, scanning block by block (an image's blocks
+// are skipped once it checks). Reads at most kChunk bytes at a time into each buffer.
+std::vector<Entry> images_in_region(const Store& s, std::uint32_t r, std::uint64_t seq,
+                                    AlignedBuffer& window, AlignedBuffer& buf) {
+  const Geometry& g = s.geo;
+  std::vector<Entry> out;
+  const std::uint64_t base = g.data_offset(r, 0);
+  const std::uint64_t end = std::min<std::uint64_t>(
+      base + g.region_size, s.files.data_bytes() / g.block_size * g.block_size);
+  if (end <= base) return out;
+  const std::uint64_t blocks = (end - base) / g.block_size;
+  std::uint64_t win_first = 0, win_blocks = 0;
+  for (std::uint64_t b = 0; b < blocks;) {
+    if (b < win_first || b >= win_first + win_blocks) {
+      win_first = b;
+      win_blocks = std::min<std::uint64_t>(kChunk / g.block_size, blocks - b);
+      if (!pread_full(s.files.data(), window.data(), win_blocks * g.block_size,
+                      base + b * g.block_size, "data")) {
+        win_blocks = 0;
+        ++b;
+        continue;
+      }
+    }
+    const std::byte* p = window.data() + (b - win_first) * g.block_size;
+    std::uint32_t magic;
+    std::memcpy(&magic, p, sizeof magic);
+    if (magic == kObjectMagic) {
+      const std::size_t in_window = (win_first + win_blocks - b) * g.block_size;
+      auto h = check_image_at(s.files.data(), g, buf, base + b * g.block_size,
+                              base + g.region_size, nullptr, 0, {p, in_window});
+      const std::uint64_t image = h ? kObjectHeaderBytes + h->payload_bytes : 0;
+      if (h && image <= UINT32_MAX) {
+        out.push_back(Entry{h->key, seq, static_cast<std::uint32_t>(image),
+                            static_cast<std::uint32_t>(b),
+                            static_cast<std::uint32_t>(h->payload_checksum)});
+        b += g.blocks_for(image);
+        continue;
+      }
+    }
+    ++b;
+  }
+  return out;
+}
+
+struct Rebuild {
+  std::size_t regions = 0;  // directories rebuilt
+  std::size_t objects = 0;  // images found for them
+};
+
+// Rebuilds the directory of every region whose directory is lost (truncated index) or whose
+// header is damaged from the images in its part of the data file, each under a new generation;
+// completes the files (index size, data size and trailer, superblock last).
+Result<Rebuild> rebuild_index(Store& s, bool superblock_ok) {
+  const Geometry& g = s.geo;
+  const StoreFiles& f = s.files;
+  Rebuild out;
+  std::vector<std::uint32_t> todo = s.scan.lost_regions;
+  todo.insert(todo.end(), s.scan.corrupt_regions.begin(), s.scan.corrupt_regions.end());
+  std::sort(todo.begin(), todo.end());
+  auto sys = [&](const char* what) {
+    return Status::io_error(fmt::format("{}/{}: {}", f.dir(), what, std::strerror(errno)));
+  };
+  if (f.index_bytes() < g.index_file_bytes() &&
+      ::ftruncate(f.index(), static_cast<off_t>(g.index_file_bytes())) != 0)
+    return sys(kIndexFile);
+  std::uint64_t seq = 0;
+  for (const ScannedRegion& r : s.scan.regions) seq = std::max(seq, r.seq);
+  AlignedBuffer window(kChunk, g.block_size), buf(kChunk, g.block_size);
+  AlignedBuffer dir(g.dir_bytes(), g.block_size);
+  cli::Progress bar("rebuild", todo.size());
+  for (std::uint32_t r : todo) {
+    std::memset(dir.data(), 0, dir.size());
+    const std::vector<Entry> found = images_in_region(s, r, seq + 1, window, buf);
+    if (!found.empty()) {
+      ++seq;
+      encode_region_header(dir.data(), RegionHeader{seq, r});
+      for (std::size_t i = 0; i < found.size(); ++i)
+        encode_entry(dir.data() + (i + 1) * kRecordBytes, found[i]);
+      out.objects += found.size();
+    }
+    TIER_RETURN_IF_ERROR(
+        pwrite_full(f.index(), dir.data(), dir.size(), g.dir_offset(r, 0), "index"));
+    ++out.regions;
+    bar.update(out.regions);
+  }
+  if (::fsync(f.index()) != 0) return sys(kIndexFile);
+  if (f.data_bytes() < g.data_file_bytes() &&
+      ::ftruncate(f.data(), static_cast<off_t>(g.data_file_bytes())) != 0)
+    return sys(kDataFile);
+  if (f.data_bytes() != g.data_file_bytes_with_trailer())
+    TIER_RETURN_IF_ERROR(write_data_trailer(f.data(), g));
+  if (::fsync(f.data()) != 0) return sys(kDataFile);
+  if (!superblock_ok) {
+    AlignedBuffer sb(g.block_size, g.block_size);
+    encode_superblock(sb.span(), g);
+    TIER_RETURN_IF_ERROR(pwrite_full(f.index(), sb.data(), sb.size(), 0, "index superblock"));
+    if (::fsync(f.index()) != 0) return sys(kIndexFile);
+  }
+  TIER_RETURN_IF_ERROR(s.files.refresh_sizes());
+  return out;
+}
+
+int run_repair(const std::string& dir, const GeometryFlags& fl, bool json) {
+  Store s;
+  {
+    auto f = open_files(dir, true, json, false);
+    if (!f) return cli::fail(f.status().to_string());
+    s.files = std::move(f).value();
+  }
+  bool superblock_ok = false;
+  auto g = repair_geometry(s.files, fl, &superblock_ok);
+  if (!g) return cli::fail(g.status().to_string());
+  s.geo = *g;
+  if (!superblock_ok) {
+    // Without a superblock every directory is checked as it is found: the data file's size
+    // must hold the regions (scan_index refuses a geometry the files cannot hold).
+    fmt::print(stderr,
+               "note: {}: no valid superblock; using the geometry {} regions of {}, "
+               "block {}\n",
+               dir, s.geo.region_count, format_size(s.geo.region_size), s.geo.block_size);
+  }
+  if (Status st = analyse(s); !st) return cli::fail(st.to_string());
+  auto rebuilt = rebuild_index(s, superblock_ok);
+  if (!rebuilt) return cli::fail(rebuilt.status().to_string());
+  if (Status st = analyse(s); !st) return cli::fail(st.to_string());
+
   std::uint64_t bytes = 0;
   const auto bad = verify_objects(s, &bytes);
-  const Geometry& g = s.geo;
+  const Geometry& geo = s.geo;
   // Per region: the records to clear (record 0: the whole directory).
   std::map<std::uint32_t, std::vector<std::uint32_t>> clear;
   for (const Bad& b : bad) clear[b.region].push_back(b.record);
   for (std::size_t i : s.shadowed)
     clear[s.scan.entries[i].region].push_back(s.scan.entries[i].record);
-  AlignedBuffer dir(g.dir_bytes(), g.block_size);
+  AlignedBuffer dirbuf(geo.dir_bytes(), geo.block_size);
   for (auto& [region, records] : clear) {
-    Status rd =
-        pread_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0), "index");
+    Status rd = pread_full(s.files.index(), dirbuf.data(), dirbuf.size(), geo.dir_offset(region, 0),
+                           "index");
     if (!rd) return cli::fail(rd.to_string());
     for (std::uint32_t record : records) {
       if (record == 0)
-        std::memset(dir.data(), 0, dir.size());
+        std::memset(dirbuf.data(), 0, dirbuf.size());
       else
-        std::memset(dir.data() + std::size_t{record} * kRecordBytes, 0, kRecordBytes);
+        std::memset(dirbuf.data() + std::size_t{record} * kRecordBytes, 0, kRecordBytes);
     }
-    Status st =
-        pwrite_full(s.files.index(), dir.data(), dir.size(), g.dir_offset(region, 0), "index");
+    Status st = pwrite_full(s.files.index(), dirbuf.data(), dirbuf.size(),
+                            geo.dir_offset(region, 0), "index");
     if (!st) return cli::fail(st.to_string());
   }
   if (::fsync(s.files.index()) != 0) return cli::fail("fsync of the index failed");
   const std::size_t dropped = bad.size() + s.shadowed.size();
   const std::size_t before = s.live.size();
-  // The rebuilt index, as the tier will see it.
-  auto again = load_store(s.files.dir(), false, true);
-  std::size_t after = again ? again->live.size() : 0;
+  // The repaired index, as the tier will see it.
+  if (Status st = analyse(s); !st) return cli::fail(st.to_string());
+  const std::size_t after = s.live.size();
   if (json) {
     fmt::print("{}\n", Json{{"objects", before},
+                            {"rebuilt_regions", rebuilt->regions},
+                            {"recovered_objects", rebuilt->objects},
                             {"bad_objects", bad.size()},
                             {"dropped_entries", dropped},
                             {"objects_after", after},
                             {"bad", bad_json(bad)}}
                            .dump());
   } else {
+    if (rebuilt->regions > 0)
+      fmt::print("rebuilt the directories of {} regions from the data file: {} objects found\n",
+                 rebuilt->regions, rebuilt->objects);
     fmt::print("checked {} objects: dropped {} bad and {} shadowed entries; {} objects remain\n",
                before, bad.size(), s.shadowed.size(), after);
   }
   return 0;
 }
 
+// Makes an empty store in `dir` (created when missing): the geometry of the flags, else the one
+// the store already names. Refuses symbolic links and another user's files like the tier does.
+int run_format(const std::string& dir, const GeometryFlags& fl, bool json) {
+  auto f = open_files(dir, true, json, true);
+  if (!f) return cli::fail(f.status().to_string());
+  Result<Geometry> g = Status::not_found();
+  if (fl.capacity) {
+    g = geometry_from_flags(fl, *fl.capacity);
+  } else {
+    bool superblock_ok = false;
+    g = repair_geometry(*f, GeometryFlags{}, &superblock_ok);
+    if (!g)
+      return cli::fail(fmt::format("{}: name the new store's size with --capacity SIZE "
+                                   "[--region-size SIZE] [--block-size SIZE]",
+                                   dir),
+                       2);
+  }
+  if (!g) return cli::fail(g.status().to_string(), 2);
+  if (Status st = format_store(*f, *g, false); !st) return cli::fail(st.to_string());
+  if (json)
+    fmt::print("{}\n", Json{{"path", dir},
+                            {"regions", g->region_count},
+                            {"region_size", g->region_size},
+                            {"block_size", g->block_size}}
+                           .dump());
+  else
+    fmt::print("formatted {}: {} regions of {}, block {}\n", dir, g->region_count,
+               format_size(g->region_size), g->block_size);
+  return 0;
+}
+
 int run_disk(cli::Args& args) {
-  bool json = args.flag("json");
+  const bool json = args.flag("json");
+  GeometryFlags fl;
+  fl.capacity = args.size("capacity");
+  fl.region_size = args.size("region-size");
+  fl.block_size = args.size("block-size");
   args.finish();
   const auto& pos = args.positional();
-  if (pos.size() != 2 || (pos[0] != "inspect" && pos[0] != "verify" && pos[0] != "repair"))
-    return cli::fail("usage: tierctl disk inspect|verify|repair DIR [--json]", 2);
-  const bool repair = pos[0] == "repair";
+  constexpr const char* kUsage =
+      "usage: tierctl disk inspect|verify DIR [--json]\n"
+      "       tierctl disk repair DIR [--region-size SIZE] [--block-size SIZE] [--json]\n"
+      "       tierctl disk format DIR [--capacity SIZE [--region-size SIZE] [--block-size SIZE]] "
+      "[--json]";
+  if (pos.size() != 2) return cli::fail(kUsage, 2);
+  const std::string& cmd = pos[0];
+  const std::string& dir = pos[1];
+  if (cmd == "format") return run_format(dir, fl, json);
   struct stat st {};
-  if (::stat(pos[1].c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return cli::fail(fmt::format("{}: not a directory", pos[1]), 2);
-  auto store = load_store(pos[1], repair, json);
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return cli::fail(fmt::format("{}: not a directory", dir), 2);
+  if (cmd == "repair") {
+    if (fl.capacity) return cli::fail(kUsage, 2);
+    return run_repair(dir, fl, json);
+  }
+  if ((cmd != "inspect" && cmd != "verify") || fl.capacity || fl.region_size || fl.block_size)
+    return cli::fail(kUsage, 2);
+  auto store = load_store(dir, json);
   if (!store) {
     if (store.status() == Code::kNotFound)
       return cli::fail(
-          fmt::format("{}: not a disk tier store ({})", pos[1], store.status().message()));
+          fmt::format("{}: not a disk tier store ({}); if it is one whose index was "
+                      "lost, `tierctl disk repair {}` rebuilds it",
+                      dir, store.status().message(), dir));
     return cli::fail(store.status().to_string());
   }
-  if (pos[0] == "inspect") return run_inspect(*store, json);
-  if (pos[0] == "verify") return run_verify(*store, json);
-  return run_repair(*store, json);
+  if (cmd == "inspect") return run_inspect(*store, json);
+  return run_verify(*store, json);
 }
 
 }  // namespace
 }  // namespace tier::disk
 
-TIER_CLI_COMMAND(disk, "disk inspect|verify|repair DIR [--json]",
+TIER_CLI_COMMAND(disk, "disk inspect|verify|repair|format DIR [--json]",
                  "disk tier store: summary; full checksum verification (exit 1 when anything "
-                 "is bad); repair (drops bad objects and rebuilds the index; the tier must be "
-                 "stopped)",
+                 "is bad); repair (rebuilds lost directories from the data file, drops bad "
+                 "objects; the tier must be stopped); format (a new, empty store)",
                  tier::disk::run_disk);

@@ -1,6 +1,7 @@
 #include "disk_backend.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -40,6 +41,16 @@ Result<DiskOptions> parse_disk_options(const BackendContext& ctx) {
   o.queue_depth = static_cast<std::uint32_t>(j.value("queue_depth", std::uint64_t{o.queue_depth}));
   o.durable = j.value("durable", o.durable);
   o.preallocate = j.value("preallocate", o.preallocate);
+  const std::string mode = j.value("mode", std::string("0600"));
+  if (mode == "0600")
+    o.mode = 0600;
+  else if (mode == "0640")
+    o.mode = 0640;
+  else if (mode == "0644")
+    o.mode = 0644;
+  else
+    return Status::invalid(
+        fmt::format("mode \"{}\" is not one of \"0600\", \"0640\", \"0644\"", mode));
   o.lock_timeout_ms = static_cast<std::uint32_t>(
       j.value("lock_timeout", std::uint64_t{o.lock_timeout_ms} * 1000) / 1000);
   if (o.queue_depth == 0) return Status::invalid("queue_depth must be at least 1");
@@ -64,19 +75,61 @@ Result<std::unique_ptr<DiskBackend>> DiskBackend::open(const std::string& tier_n
   OpenOptions oo;
   oo.create = true;
   oo.dsync = opts.durable;
+  oo.mode = opts.mode;
   oo.lock_wait_ms = static_cast<int>(opts.lock_timeout_ms);
+  ignore_sigxfsz();
   TIER_ASSIGN_OR_RETURN(StoreFiles files, open_store(opts.path, oo));
   std::unique_ptr<DiskBackend> b(new DiskBackend(tier_name, opts, g, std::move(files)));
   // The ring first: a kernel that refuses io_uring must not cost the store its contents.
   TIER_RETURN_IF_ERROR(b->init_ring());
-  auto sb = read_superblock(b->files_.index(), g.block_size);
-  if (!sb && !(sb.status() == Code::kNotFound)) return sb.status();
-  if (!sb || !(*sb == g)) {
-    TIER_RETURN_IF_ERROR(format_store(b->files_, g, opts.preallocate));
-    b->stats_.formatted = true;
-  }
+  TIER_RETURN_IF_ERROR(b->adopt_store());
   TIER_RETURN_IF_ERROR(b->recover());
   return b;
+}
+
+// Formats the store only when its files are recognisably this tier's: both empty (just created,
+// or a crash before the first format), a formatting superblock (a crash while formatting), or a
+// valid superblock of another geometry (the profile changed). Anything else is refused, never
+// overwritten: a truncated or unreadable index is for `tierctl disk repair`, foreign files are
+// left alone.
+Status DiskBackend::adopt_store() {
+  const std::string& dir = files_.dir();
+  bool formatting = false;
+  auto sb = files_.index_bytes() == 0
+                ? Result<Geometry>(Status::not_found())
+                : read_superblock(files_.index(), geo_.block_size, &formatting);
+  if (!sb && !(sb.status() == Code::kNotFound)) return sb.status();
+  const bool empty = files_.index_bytes() == 0 && files_.data_bytes() == 0;
+  if (!sb && !empty && !formatting) {
+    files_.remove_created();
+    if (files_.index_bytes() == 0)
+      return Status(Code::kBadState,
+                    fmt::format("{}: `{}` holds {} bytes but there is no index; refusing to "
+                                "overwrite it. If this is a disk tier store whose index was lost, "
+                                "`tierctl disk repair {}` rebuilds it; `tierctl disk format {}` "
+                                "makes a new store (dropping what the files hold)",
+                                dir, kDataFile, files_.data_bytes(), dir, dir));
+    return Status(Code::kBadState,
+                  fmt::format("{}: `{}` is not a disk tier index (no valid superblock); refusing "
+                              "to overwrite it or `{}`. If this is a damaged store, `tierctl disk "
+                              "repair {}` rebuilds the index from the data file; `tierctl disk "
+                              "format {}` makes a new store (dropping what the files hold)",
+                              dir, kIndexFile, kDataFile, dir, dir));
+  }
+  if (!sb || !(*sb == geo_)) {
+    TIER_RETURN_IF_ERROR(format_store(files_, geo_, opts_.preallocate));
+    stats_.formatted = true;
+  } else {
+    TIER_RETURN_IF_ERROR(check_file_sizes(dir, geo_, files_.index_bytes(), files_.data_bytes()));
+    // A store formatted before the data file had its trailer gets one (the file grows a block).
+    if (files_.data_bytes() == geo_.data_file_bytes())
+      TIER_RETURN_IF_ERROR(write_data_trailer(files_.data(), geo_));
+  }
+  // Recognised as ours: the files get the configured mode (a store of an earlier version was
+  // created 0644).
+  if (::fchmod(files_.index(), opts_.mode) != 0 || ::fchmod(files_.data(), opts_.mode) != 0)
+    return Status::io_error(fmt::format("{}: chmod: {}", dir, std::strerror(errno)));
+  return Status::ok();
 }
 
 DiskBackend::DiskBackend(std::string tier_name, const DiskOptions& opts, const Geometry& g,
@@ -156,7 +209,8 @@ Status DiskBackend::init_ring() {
 
 Status DiskBackend::recover() {
   const auto t0 = Clock::now();
-  TIER_ASSIGN_OR_RETURN(ScanResult scan, scan_index(files_.index(), geo_));
+  TIER_ASSIGN_OR_RETURN(ScanResult scan, scan_index(files_.index(), geo_, geo_.index_file_bytes(),
+                                                    geo_.data_file_bytes()));
   regions_.assign(geo_.region_count, DiskRegion{});
   std::vector<std::uint32_t> used;
   for (std::uint32_t r = 0; r < geo_.region_count; ++r) {

@@ -50,6 +50,8 @@ struct DiskOptions {
   bool durable = false;
   bool preallocate = false;
   std::uint32_t lock_timeout_ms = 5000;
+  // Permission bits of the files (the directory, when created: plus x where r is set).
+  unsigned mode = 0600;
 };
 
 // Counters of the tier beyond the per-op metrics of Backend.
@@ -67,9 +69,13 @@ struct DiskStats {
 
 class DiskBackend final : public Backend {
  public:
-  // Opens (or formats) the store and probes io_uring. Returns: the tier, NotSupported (io_uring
-  // refused by the kernel, or no O_DIRECT on the file system), InvalidArgument (options),
-  // BadState (the directory is in use), NoSpace, IoError.
+  // Opens (or formats) the store and probes io_uring. Files that are not recognisably a store
+  // (no valid superblock, not empty) are refused, never formatted; so are symbolic links and files
+  // of another user (open_store). Sets SIGXFSZ to SIG_IGN where it has its default action
+  // (ignore_sigxfsz), so that writes past `ulimit -f` fail with NoSpace.
+  // Returns: the tier, NotSupported (io_uring refused by the kernel, or no O_DIRECT on the file
+  // system), InvalidArgument (options; a refused path), BadState (the directory is in use; not a
+  // store; a truncated file), NoSpace, IoError.
   static Result<std::unique_ptr<DiskBackend>> create(const BackendContext& ctx);
   static Result<std::unique_ptr<DiskBackend>> open(const std::string& tier_name,
                                                    const DiskOptions& opts);
@@ -153,6 +159,7 @@ class DiskBackend final : public Backend {
 
   DiskBackend(std::string tier_name, const DiskOptions& opts, const Geometry& g, StoreFiles files);
   Status init_ring();
+  Status adopt_store();
   Status recover();
 
   void accept_put(const IoRequest& r);

@@ -37,6 +37,12 @@ inline constexpr std::size_t kRecordBytes = 64;
 inline constexpr std::uint32_t kSuperMagic = 0x5344544Cu;   // "LTDS"
 inline constexpr std::uint32_t kRegionMagic = 0x5244544Cu;  // "LTDR"
 inline constexpr std::uint32_t kEntryMagic = 0x4544544Cu;   // "LTDE"
+// A superblock written while the store is being (re)formatted: still recognisably this store's,
+// so a crash during formatting leaves a store that the next start formats again.
+inline constexpr std::uint32_t kFormattingMagic = 0x4644544Cu;  // "LTDF"
+// The geometry record in the block after the last region of the data file, so that the data file
+// alone names its geometry (tierctl disk repair rebuilds a lost index from it).
+inline constexpr std::uint32_t kTrailerMagic = 0x4744544Cu;  // "LTDG"
 inline constexpr std::uint32_t kLayoutVersion = 1;
 inline constexpr const char* kDataFile = "data";
 inline constexpr const char* kIndexFile = "index";
@@ -63,6 +69,10 @@ struct Geometry {
     return block_size + std::uint64_t{region_count} * dir_bytes();
   }
   std::uint64_t data_file_bytes() const noexcept { return region_size * region_count; }
+  // The data file with its trailer block (the geometry record).
+  std::uint64_t data_file_bytes_with_trailer() const noexcept {
+    return data_file_bytes() + block_size;
+  }
   // File offset of directory block `block` of region `region` in the index file.
   std::uint64_t dir_offset(std::uint32_t region, std::uint32_t block) const noexcept {
     return block_size + std::uint64_t{region} * dir_bytes() + std::uint64_t{block} * block_size;
@@ -92,9 +102,13 @@ struct Entry {
   std::uint32_t payload_check = 0;  // low 32 bits of the image's payload checksum
 };
 
-// Record codecs. A decoder returns nullopt when the record does not hold a valid record of its kind.
-void encode_superblock(std::span<std::byte> block, const Geometry& g) noexcept;
-std::optional<Geometry> decode_superblock(std::span<const std::byte> block) noexcept;
+// Record codecs. A decoder returns nullopt when the record does not hold a valid record of its
+// kind. The superblock, the formatting superblock and the data trailer share one encoding under
+// their own magic (kSuperMagic, kFormattingMagic, kTrailerMagic).
+void encode_superblock(std::span<std::byte> block, const Geometry& g,
+                       std::uint32_t magic = kSuperMagic) noexcept;
+std::optional<Geometry> decode_superblock(std::span<const std::byte> block,
+                                          std::uint32_t magic = kSuperMagic) noexcept;
 void encode_region_header(std::byte* record, const RegionHeader& h) noexcept;
 std::optional<RegionHeader> decode_region_header(const std::byte* record) noexcept;
 void encode_entry(std::byte* record, const Entry& e) noexcept;
@@ -117,6 +131,7 @@ struct RecordRef {
 };
 struct ScanResult {
   std::vector<ScannedRegion> regions;    // one per region
+  std::vector<std::uint32_t> lost_regions;  // directories beyond the end of a truncated index
   std::vector<ScannedEntry> entries;     // valid entries of regions in use, by region then record
   std::vector<RecordRef> corrupt_entries;  // non-zero records that are neither valid nor stale
   std::vector<std::uint32_t> corrupt_regions;  // non-zero region headers that do not parse
@@ -124,13 +139,38 @@ struct ScanResult {
 };
 
 // Reads every directory of the index file (opened with O_DIRECT or not) and classifies its
-// records. `progress(done, total)` is called with bytes scanned. Returns: what it found, or IoError.
+// records. Directories that do not lie wholly within `index_bytes` (the file's size: a truncated
+// index) are not read and are listed in lost_regions; that is accepted only when the data file
+// (`data_bytes`) holds every region, else the geometry is not this store's (BadState). Entries
+// are checked against their region and against the data file's size (beyond it: corrupt).
+// Memory: 16 bytes per region, so bounded by the files' sizes (a region has a directory of at
+// least 512 bytes and at least 8 KiB of data), plus an 8 MiB read buffer. `progress(done, total)`
+// is called with bytes scanned. Returns: what it found, BadState, IoError.
 Result<ScanResult> scan_index(
-    int index_fd, const Geometry& g,
+    int index_fd, const Geometry& g, std::uint64_t index_bytes, std::uint64_t data_bytes,
     const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 
-// Reads and checks the superblock. Returns: the geometry, NotFound (no valid superblock), IoError.
-Result<Geometry> read_superblock(int index_fd, std::uint32_t block_size_hint = 4096);
+// Reads and checks the superblock. Returns: the geometry, NotFound (no valid superblock; with
+// `formatting` set when it is a formatting superblock, see kFormattingMagic), IoError.
+Result<Geometry> read_superblock(int index_fd, std::uint32_t block_size_hint = 4096,
+                                 bool* formatting = nullptr);
+// Reads the data file's trailer (the geometry record after the last region), given the file's
+// size. Returns: the geometry, NotFound (none: not a store, damaged, or a store formatted before
+// the trailer existed), IoError.
+Result<Geometry> read_data_trailer(int data_fd, std::uint64_t data_bytes);
+// Writes the trailer for `g` (extending the data file by one block). Returns: Ok, NoSpace, IoError.
+Status write_data_trailer(int data_fd, const Geometry& g);
+
+// Checks that the files are as large as `g` says (the index whole, the data file at least its
+// regions). Returns: Ok, or BadState naming the file, its size and the size expected.
+Status check_file_sizes(const std::string& dir, const Geometry& g, std::uint64_t index_bytes,
+                        std::uint64_t data_bytes);
+
+// A write beyond RLIMIT_FSIZE (ulimit -f) raises SIGXFSZ, whose default action kills the process.
+// The disk tier and its tools call this when they open a store: where SIGXFSZ still has its
+// default action it is set to SIG_IGN, so that such a write fails with EFBIG (Status NoSpace,
+// counted). A handler the program installed is left alone.
+void ignore_sigxfsz() noexcept;
 
 // The two files of a store, open, with an advisory lock (flock) on the index file: exclusive for
 // a running tier or `tierctl disk repair`, shared for inspection. Closing releases the lock, and
@@ -142,6 +182,12 @@ struct OpenOptions {
   bool dsync = false;        // O_DSYNC: every completed write is on stable storage
   bool exclusive = true;     // lock mode
   bool require_lock = true;  // fail (BadState) when the lock is held elsewhere
+  // Permission bits of the files when they are created (0600 by default: only the owner reads
+  // the cache); the directory, when created, gets them plus x where r is set (0700). Set exactly,
+  // whatever the umask.
+  unsigned mode = 0600;
+  // Refuse a directory or file owned by another user (the tier and the tools that write).
+  bool check_owner = true;
   // How long to wait for the lock. A process that died with I/O in flight holds it until the
   // kernel has finished that I/O (its ring holds the index file open), so a successor never
   // races with writes of its predecessor.
@@ -155,6 +201,15 @@ class StoreFiles {
   ~StoreFiles();
   int data() const noexcept { return data_; }
   int index() const noexcept { return index_; }
+  int dir_fd() const noexcept { return dir_fd_; }
+  // Sizes when opened (or refreshed).
+  std::uint64_t data_bytes() const noexcept { return data_bytes_; }
+  std::uint64_t index_bytes() const noexcept { return index_bytes_; }
+  // Removes the files that open_store created (empty ones), when the store is refused: a
+  // directory of someone else's files is left as it was found.
+  void remove_created() noexcept;
+  // Reads the sizes again (after the files were resized). Returns: Ok, IoError.
+  Status refresh_sizes();
   bool locked() const noexcept { return locked_; }
   const std::string& dir() const noexcept { return dir_; }
 
@@ -162,14 +217,30 @@ class StoreFiles {
   friend Result<StoreFiles> open_store(const std::string&, const OpenOptions&);
   int data_ = -1;
   int index_ = -1;
+  int dir_fd_ = -1;
+  std::uint64_t data_bytes_ = 0;
+  std::uint64_t index_bytes_ = 0;
+  bool created_index_ = false;
+  bool created_data_ = false;
   bool locked_ = false;
   std::string dir_;
 };
-// Returns: the files, NotFound (no store and !create), NotSupported (no O_DIRECT on this file
-// system), BadState (locked by another process), IoError.
+//
+// Safety against other local users and careless paths: the directory is opened once
+// (O_DIRECTORY | O_NOFOLLOW) and the files relative to it (openat with O_NOFOLLOW), so a symbolic
+// link as the directory's last component or as `data`/`index` is refused, never followed; the files
+// must be regular files with one link; with `check_owner`, a directory or file owned by another
+// user is refused. Nothing is truncated or written here. Files are created only when missing
+// (O_EXCL) with `mode`.
+// Returns: the files, NotFound (no store and !create), InvalidArgument (refused: a symbolic
+// link, not a directory / regular file, another owner, hard links), NotSupported (no O_DIRECT on
+// this file system), BadState (locked by another process), IoError.
 Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts);
 // Formats the store: sizes both files (the data file sparse unless `preallocate`), zeroes the
-// index and writes the superblock last. Returns: Ok, NoSpace, IoError.
+// index and writes the superblock last. The caller must have established that the files are this
+// store's (a valid or formatting superblock, both files empty, or an explicit `tierctl disk
+// format`): formatting destroys what they hold. A crash at any point leaves a store that is
+// recognised and formatted again (kFormattingMagic). Returns: Ok, NoSpace, IoError.
 Status format_store(const StoreFiles& files, const Geometry& g, bool preallocate);
 
 // A block-aligned heap buffer (for O_DIRECT), zero-filled.

@@ -35,7 +35,7 @@ grep -q '^backend  cpu ' <<<"$out" && grep -q 'from .*libtier_backend_cpu.so' <<
   grep -q '^codec    identity .*' <<<"$out" || fail "plugins: $out"
 if grep -q '^backend  disk ' <<<"$out"; then
   out=$("$tierctl" options disk) || fail "options disk exited $?"
-  for o in path region_size block_size queue_depth durable lock_timeout preallocate; do
+  for o in path region_size block_size queue_depth durable lock_timeout preallocate mode; do
     grep -q "^  $o (" <<<"$out" || fail "options disk lacks $o: $out"
   done
   grep -q 'directory of the store' <<<"$out" || fail "options disk lacks the docs: $out"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# tierbench's numeric arguments and sizes (issue 14): numbers past 2^64 - 1, negative numbers and
+# junk suffixes are errors (exit 2), never silently capped; counts and sizes whose buffers cannot
+# fit in memory are refused with a message before anything is allocated, never an abort.
+set -uo pipefail
+tierbench=$(realpath "$1") source=$2
+fail() { echo "FAIL: $*"; exit 1; }
+profile="$source/profiles/cpu.json"
+
+# expect_error EXPECTED-TEXT ARGS...: exit 2 (not a signal, not success) with the text.
+expect_error() {
+  local want=$1
+  shift
+  local out rc
+  out=$("$tierbench" micro --profile "$profile" --tier cpu "$@" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "micro $* exited $rc (expected 2): $out"
+  grep -qF -- "$want" <<<"$out" || fail "micro $*: no \"$want\" in: $out"
+}
+
+expect_error 'larger than 2^64 - 1' --objects 18446744073709551616
+expect_error 'larger than 2^64 - 1' --objects 99999999999999999999999999
+expect_error 'expected an unsigned integer, got "-1"' --objects -1
+expect_error 'expected an unsigned integer, got "12x"' --objects 12x
+expect_error 'expected an unsigned integer, got "+3"' --depth +3
+expect_error 'expected a size like "1MiB" below 16EiB, got "18446744073709551616"' \
+  --object-size 18446744073709551616
+expect_error 'expected a size like "1MiB" below 16EiB, got "20000000TiB"' --object-size 20000000TiB
+expect_error 'got "-4KiB"' --object-size -4KiB
+expect_error 'got "1MiBs"' --object-size 1MiBs
+expect_error 'more than 2^64 bytes' --objects 18446744073709551615 --object-size 1MiB
+expect_error 'of memory, more than' --objects 1000000000000 --object-size 1MiB
+expect_error 'larger than 1TiB' --object-size 2TiB
+# The largest number that fits is taken exactly (and then refused for its memory, not capped).
+expect_error '--objects 18446744073709551615 of' --objects 18446744073709551615
+
+# A small run still works.
+out=$("$tierbench" micro --profile "$profile" --tier cpu --objects 4 --object-size 4KiB \
+  --rounds 1 2>&1) || fail "a small micro run exited $?: $out"
+echo "tierbench arguments behave"

@@ -159,16 +159,16 @@ Status not_ours(const std::string& name, const std::string& why) {
 }
 
 // The error for a segment of `bytes` that /dev/shm cannot hold.
-Status no_room(const std::string& name, std::uint64_t bytes, const char* why) {
+Status no_room(const std::string& name, std::uint64_t bytes, const std::string& why) {
   struct statvfs vfs {};
   std::string room;
   if (::statvfs(kShmDir, &vfs) == 0)
     room = fmt::format(" ({} of {} free)", format_size(std::uint64_t{vfs.f_bavail} * vfs.f_frsize),
                        format_size(std::uint64_t{vfs.f_blocks} * vfs.f_frsize));
   return Status(Code::kNoSpace,
-                fmt::format("shm segment {}: {} needs {} in {}{}, {}; give {} more room (docker: "
+                fmt::format("shm segment {} needs {} in {}{}: {}; give {} more room (docker: "
                             "--shm-size) or the tier a smaller capacity",
-                            name, name, format_size(bytes), kShmDir, room, why, kShmDir));
+                            name, format_size(bytes), kShmDir, room, why, kShmDir));
 }
 
 // Removes "<name>.init.<pid>.*" leftovers of creators that died (all of them when `all`).
@@ -305,7 +305,7 @@ Status Segment::map_existing(const ShmConfig* cfg) {
   // accounting) is reserved now: a full /dev/shm is an error here, never a SIGBUS on a copy.
   if (static_cast<std::uint64_t>(st.st_blocks) * 512 < file_bytes) {
     if (int err = ::posix_fallocate(fd, 0, st.st_size); err != 0)
-      return no_room(name_, file_bytes, std::strerror(err));
+      return no_room(name_, file_bytes, std::string("fallocate: ") + std::strerror(err));
   }
   void* p = ::mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
@@ -330,7 +330,7 @@ Result<bool> Segment::create(const ShmConfig& cfg) {
   // Before Boost writes its first and last page: a /dev/shm too small is an error, not a SIGBUS.
   struct statvfs vfs {};
   if (::statvfs(kShmDir, &vfs) == 0 && std::uint64_t{vfs.f_bavail} * vfs.f_frsize < seg_bytes)
-    return no_room(name_, seg_bytes, "which has not that much free");
+    return no_room(name_, seg_bytes, "not that much is free");
   std::random_device rd;
   const std::string tmp = fmt::format("{}.init.{}.{:x}", name_, ::getpid(), rd());
   struct Cleanup {
@@ -351,7 +351,8 @@ Result<bool> Segment::create(const ShmConfig& cfg) {
           fmt::format("shm segment {}: reopening {}: {}", name_, tmp, std::strerror(errno)));
     int err = ::fchmod(fd, cfg.mode) != 0 ? errno : ::posix_fallocate(fd, 0, seg_bytes);
     ::close(fd);
-    if (err == ENOSPC || err == ENOMEM) return no_room(name_, seg_bytes, std::strerror(err));
+    if (err == ENOSPC || err == ENOMEM)
+      return no_room(name_, seg_bytes, std::string("fallocate: ") + std::strerror(err));
     if (err != 0)
       return Status::io_error(
           fmt::format("shm segment {}: preparing {}: {}", name_, tmp, std::strerror(err)));

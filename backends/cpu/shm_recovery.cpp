@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -54,7 +55,12 @@ bool process_alive(std::int32_t pid, std::uint64_t start_time) {
 }
 
 Status Recovery::lock(std::uint32_t me) noexcept {
-  int rc = pthread_mutex_lock(&t_.h->mutex);
+  // Lock sections are short (index work, never copies); one that lasts kLockPatience is a
+  // stopped holder or a corrupt lock word, and waiting longer would only hang this process too.
+  timespec deadline{};
+  ::clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += kLockPatience.count();
+  int rc = pthread_mutex_clocklock(&t_.h->mutex, CLOCK_MONOTONIC, &deadline);
   if (rc == EOWNERDEAD) {
     rebuild();
     reap_dead(me);
@@ -63,6 +69,12 @@ Status Recovery::lock(std::uint32_t me) noexcept {
     return Status::ok();
   }
   if (rc == 0) return Status::ok();
+  if (rc == ETIMEDOUT)
+    return Status(Code::kTimedOut,
+                  fmt::format("shm segment {}: its lock has been held for more than {} s (a "
+                              "stopped process, or a corrupt lock word: `tierctl shm inspect` "
+                              "lists the clients)",
+                              segment_, kLockPatience.count()));
   return Status(Code::kBadState,
                 fmt::format("shm segment {}: lock failed: {}", segment_, std::strerror(rc)));
 }

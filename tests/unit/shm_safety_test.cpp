@@ -448,3 +448,19 @@ TEST_CASE("shm: tierctl shm verify names each corrupt field, exits 1, and repair
     CHECK(kept >= kObjects - 1);
   }
 }
+
+TEST_CASE("shm: a corrupt lock word is a TimedOut error, not a hang") {
+  Segment s;
+  fill(s.name);
+  {  // The owner field of the robust mutex names a thread that does not exist.
+    Raw r(s.path());
+    *reinterpret_cast<volatile int*>(&r.t.h->mutex) = 0x3FFFFFF0;
+  }
+  int rc = in_child([&] {
+    auto store = ShmStore::open(config(s.name));  // claiming a client slot takes the lock
+    if (store.is_ok()) return 1;
+    std::fprintf(stderr, "%s\n", store.status().to_string().c_str());
+    return store.status().code() == Code::kTimedOut ? 0 : 2;
+  });
+  CHECK(rc == 0);
+}

@@ -71,10 +71,10 @@ Status Recovery::lock(std::uint32_t me) noexcept {
   if (rc == 0) return Status::ok();
   if (rc == ETIMEDOUT)
     return Status(Code::kTimedOut,
-                  fmt::format("shm segment {}: its lock has been held for more than {} s (a "
-                              "stopped process, or a corrupt lock word: `tierctl shm inspect` "
-                              "lists the clients)",
-                              segment_, kLockPatience.count()));
+                  fmt::format("shm segment {}: its lock has been held for more than {} s: a "
+                              "stopped process holds it, or its lock word is corrupt (then "
+                              "`tierctl shm remove {}` discards the segment)",
+                              segment_, kLockPatience.count(), segment_));
   return Status(Code::kBadState,
                 fmt::format("shm segment {}: lock failed: {}", segment_, std::strerror(rc)));
 }

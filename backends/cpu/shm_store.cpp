@@ -143,7 +143,9 @@ ShmStore::Impl::Reserved ShmStore::Impl::reserve(const ObjectKey& key, std::uint
   }
   if (!t.faulted()) out.reservation = index.reserve(key, image_bytes, nblocks, me);
   out.status = unlock();
-  if (out.status && out.reservation.entry == kNone)  // not reached: reserve faults first
+  // reserve() records a fault whenever it makes no reservation; this keeps kNone from ever being
+  // used as an entry index should that change.
+  if (out.status && out.reservation.entry == kNone)
     out.status = Status(Code::kBadState, "shm put: no reservation");
   return out;
 }

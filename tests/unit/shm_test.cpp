@@ -516,12 +516,9 @@ TEST_CASE("shm: put_with and get_with hand over an object's pieces in image orde
   // A failed fill: nothing visible, every block and entry back.
   const cpu::ShmStats before = s.stats();
   const ObjectKey bad = key_of(101, 9);
-  Status st = s.put_with(
-      bad, 3 * 4096,
-      [](std::span<const std::span<std::byte>>) {
-        return Status::invalid("header names another key");
-      },
-      no_evict);
+  Status st = s.put_with(bad, 3 * 4096, [](std::span<const std::span<std::byte>>) {
+    return Status::invalid("header names another key");
+  }, no_evict);
   CHECK(st.code() == Code::kInvalidArgument);
   CHECK(s.contains(bad).status().code() == Code::kNotFound);
   const cpu::ShmStats after = s.stats();

@@ -1,8 +1,10 @@
 // shm_stress: several processes doing puts, gets and removes on one shared-memory segment while
 // workers are killed with SIGKILL at random instants and restarted; then `tierctl shm verify`.
-// Every object's bytes are derived from its key, so every hit is checked bit for bit. Exits 0
-// only with 0 wrong reads, 0 checksum failures, 0 unexpected errors, no worker hung, and a
-// verify that finds nothing (exit 0, no problem, nothing reserved or pinned left over).
+// Every object's bytes are derived from its key, so every hit is checked bit for bit, and every
+// tenth kill the parent verifies the segment while the workers go on (the whole index, under the
+// lock, and every image). Exits 0 only with 0 wrong reads, 0 checksum failures, 0 unexpected
+// errors, no worker hung, no problem found by a verify during the run, and a final verify that
+// finds nothing (exit 0, no problem, nothing reserved or pinned left over).
 //
 //   shm_stress [--seconds 3] [--workers 4] [--keys 400] [--seed 1] [--tierctl PATH]
 //
@@ -169,7 +171,12 @@ int main(int argc, char** argv) {
   std::vector<pid_t> pids;
   std::uint64_t next_seed = o.seed * 1000;
   for (int w = 0; w < o.workers; ++w) pids.push_back(spawn(segment, o, ++next_seed, *c));
-  std::uint64_t kills = 0, hung = 0;
+  std::uint64_t kills = 0, hung = 0, live_verifies = 0, live_problems = 0;
+  auto watcher = cpu::ShmStore::attach(segment);
+  if (!watcher) {
+    std::fprintf(stderr, "%s\n", watcher.status().to_string().c_str());
+    return 1;
+  }
   const auto end = std::chrono::steady_clock::now() +
                    std::chrono::milliseconds(static_cast<std::int64_t>(o.seconds * 1000));
   while (std::chrono::steady_clock::now() < end) {
@@ -181,7 +188,20 @@ int main(int argc, char** argv) {
     if (!reap(pids[w], std::chrono::seconds(30), &status)) ++hung;
     ++kills;
     pids[w] = spawn(segment, o, ++next_seed, *c);
+    if (kills % 10 == 0) {
+      auto r = (*watcher)->verify();
+      ++live_verifies;
+      if (!r) {
+        std::fprintf(stderr, "verify during the run: %s\n", r.status().to_string().c_str());
+        ++live_problems;
+        continue;
+      }
+      live_problems += r->problems.size() + r->corrupt;
+      for (const auto& p : r->problems)
+        std::fprintf(stderr, "verify during the run: %s\n", p.c_str());
+    }
   }
+  watcher->reset();
   c->stop.store(true);
   for (pid_t p : pids) {
     int status = 0;
@@ -228,13 +248,14 @@ int main(int argc, char** argv) {
              c->puts.load(), c->stored.load(), c->gets.load(), c->hits.load(), c->removes.load(),
              objects);
   fmt::print(
-      "  wrong reads {}, checksum failures {}, errors {}, hung workers {}; tierctl shm "
-      "verify exit {}, problems {}, corrupt entries {}, left reserved/pinned {}\n",
-      c->wrong.load(), c->checksum.load(), c->errors.load(), hung, verify_rc, problems, corrupt,
-      left);
+      "  wrong reads {}, checksum failures {}, errors {}, hung workers {}; {} verifies during the "
+      "run found {} problems; tierctl shm verify exit {}, problems {}, corrupt entries {}, left "
+      "reserved/pinned {}\n",
+      c->wrong.load(), c->checksum.load(), c->errors.load(), hung, live_verifies, live_problems,
+      verify_rc, problems, corrupt, left);
   const bool ok = c->wrong == 0 && c->checksum == 0 && c->errors == 0 && hung == 0 &&
-                  verify_rc == 0 && problems == 0 && corrupt == 0 && left == 0 && c->hits > 0 &&
-                  kills > 0;
+                  live_problems == 0 && verify_rc == 0 && problems == 0 && corrupt == 0 &&
+                  left == 0 && c->hits > 0 && kills > 0;
   fmt::print("{}\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

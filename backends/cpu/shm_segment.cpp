@@ -271,6 +271,13 @@ Status Segment::map_existing(const ShmConfig* cfg) {
     int err = errno;
     if (err == ENOENT) return Status::not_found(fmt::format("no shm segment named {}", name_));
     if (err == ELOOP) return not_ours(name_, fmt::format("{} is a symbolic link", path));
+    struct stat st {};
+    if (err == EACCES && ::lstat(path.c_str(), &st) == 0 && st.st_uid != ::geteuid())
+      return Status::invalid(fmt::format(
+          "shm segment {} is owned by uid {} with mode {:04o}, and this process's user (uid {}) "
+          "may not open it; choose another segment name, or have its owner share it on purpose "
+          "(segment_mode)",
+          name_, st.st_uid, st.st_mode & 0777, ::geteuid()));
     return Status::io_error(fmt::format("shm segment {}: {}", name_, std::strerror(err)));
   }
   struct Closer {

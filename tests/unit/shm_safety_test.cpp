@@ -177,6 +177,26 @@ TEST_CASE("shm: a segment with wider bits than asked is refused") {
   CHECK(std::string(store.status().message()).find("mode 0644, wider than") != std::string::npos);
 }
 
+TEST_CASE("shm: another user cannot open a private segment, and is told whose it is") {
+  if (::geteuid() != 0) {
+    MESSAGE("not root: cannot become another user here");
+    return;
+  }
+  Segment s;
+  fill(s.name);
+  int rc = in_child([&] {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 5;
+    auto store = ShmStore::open(config(s.name));
+    if (store.is_ok()) return 1;
+    std::fprintf(stderr, "%s\n", store.status().to_string().c_str());
+    return std::string(store.status().message()).find("is owned by uid 0 with mode 0600") !=
+                   std::string::npos
+               ? 0
+               : 2;
+  });
+  CHECK(rc == 0);
+}
+
 TEST_CASE("shm: another user's segment is refused unless both sides share it deliberately") {
   Segment s;
   fill(s.name);

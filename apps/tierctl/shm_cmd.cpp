@@ -26,7 +26,8 @@ tier::Json stats_json(const tier::cpu::ShmStats& s) {
                     {"doomed", s.doomed},
                     {"clients", s.clients},
                     {"recoveries", s.recoveries},
-                    {"reaped_clients", s.reaped_clients}};
+                    {"reaped_clients", s.reaped_clients},
+                    {"corruptions", s.corruptions}};
 }
 
 int inspect(const std::string& name, bool json, bool list_objects) {
@@ -72,8 +73,10 @@ int inspect(const std::string& name, bool json, bool list_objects) {
              tier::format_size(st.image_bytes));
   fmt::print("objects     {} ready, {} being written, {} removed while read\n", st.objects,
              st.writing, st.doomed);
-  fmt::print("recoveries  {} lock-holder deaths repaired, {} dead clients reaped\n", st.recoveries,
-             st.reaped_clients);
+  fmt::print(
+      "recoveries  {} lock-holder deaths repaired, {} dead clients reaped, {} corrupt "
+      "fields met and repaired\n",
+      st.recoveries, st.reaped_clients, st.corruptions);
   fmt::print("clients     {}\n", clients.size());
   for (const auto& c : clients)
     fmt::print("  pid {:<8} {}{}\n", c.pid, c.alive ? "alive" : "dead (reaped on next use)",
@@ -96,13 +99,17 @@ int verify(const std::string& name, bool json) {
   if (json) {
     fmt::print("{}\n", tier::Json{{"checked", r->checked},
                                   {"corrupt", r->corrupt},
+                                  {"index_problems", r->index_problems},
+                                  {"dropped_entries", r->dropped_entries},
                                   {"reaped_clients", r->reaped_clients},
                                   {"problems", r->problems}}
                            .dump(2));
   } else {
     for (const auto& p : r->problems) fmt::print("{}\n", p);
-    fmt::print("{}: {} objects verified, {} corrupt (removed), {} dead clients reaped\n", name,
-               r->checked, r->corrupt, r->reaped_clients);
+    fmt::print(
+        "{}: {} index problems (repaired, {} malformed entries dropped), {} objects "
+        "verified, {} corrupt (removed), {} dead clients reaped\n",
+        name, r->index_problems, r->dropped_entries, r->checked, r->corrupt, r->reaped_clients);
   }
   return r->corrupt == 0 && r->problems.empty() ? 0 : 1;
 }
@@ -130,7 +137,9 @@ int run_shm(tier::cli::Args& args) {
 
 }  // namespace
 
-TIER_CLI_COMMAND(shm, "shm inspect|verify|remove NAME [--json] [--objects]",
-                 "the cpu tier's shared-memory segments: inspect usage, clients and namespaces; "
-                 "verify every object (corrupt ones are removed; exit 1); remove the segment",
-                 run_shm);
+TIER_CLI_COMMAND(
+    shm, "shm inspect|verify|remove NAME [--json] [--objects]",
+    "the cpu tier's shared-memory segments: inspect usage, clients and namespaces; "
+    "verify the index (each corrupt field named, then repaired) and every object (corrupt ones "
+    "are removed); exit 1 on any problem; remove the segment",
+    run_shm);

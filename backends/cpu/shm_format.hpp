@@ -3,13 +3,16 @@
 // make up ShmStore: shm::Segment lays them out and maps them, shm::Blocks copies images through
 // the block chains, shm::Index keeps the hash, LRU and free lists, shm::Recovery repairs them after
 // a death. All links are 32-bit indices (kNone = none), never pointers, so each process may map
-// the segment at any address.
+// the segment at any address. Nothing read from the segment is trusted: the geometry is checked
+// once when it is mapped and copied into this process (Tables), and every index, link, offset and
+// size is checked against it before use (docs/shm.md "Corrupt segments").
 
 #include <pthread.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "shm_store.hpp"
 #include "tier/key.hpp"
@@ -17,7 +20,7 @@
 namespace tier::cpu::shm {
 
 constexpr std::uint64_t kMagic = 0x314D48535245544Cull;  // "LTERSHM1"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: mode and owner checked, corruptions counted
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 constexpr std::uint32_t kMaxClients = 256;
 constexpr std::uint64_t kArenaAlign = 4096;
@@ -40,6 +43,7 @@ struct Header {
   std::atomic<std::uint64_t> free_blocks, used_bytes, image_bytes, objects, writing, doomed;
   // Statistics.
   std::atomic<std::uint64_t> clients, recoveries, reaped_clients;
+  std::atomic<std::uint64_t> corruptions;  // corrupt fields met by an operation and repaired
 };
 
 struct Entry {
@@ -63,7 +67,19 @@ struct Client {
   std::uint64_t pinned_generation;
 };
 
-// This process's view of the tables of a mapped raw allocation (which must stay mapped).
+// Where the checks of Index and Blocks record the first corrupt field they meet under the lock,
+// in words: which field of which slot, its value and the range expected. Process-local, one per
+// mapped segment; the store turns it into a ChecksumMismatch status and repairs the index.
+struct FaultLog {
+  std::string first;  // empty: none
+  void note(std::string what) {
+    if (first.empty()) first = std::move(what);
+  }
+};
+
+// This process's view of the tables of a mapped raw allocation (which must stay mapped): pointers
+// and the geometry, validated when the segment was mapped and never read from the segment again
+// (another process may scribble over the header; this copy stays the bound for every check).
 struct Tables {
   Header* h = nullptr;
   Client* clients = nullptr;
@@ -71,10 +87,12 @@ struct Tables {
   Entry* entries = nullptr;
   std::uint32_t* next = nullptr;  // per block: the next block of its chain
   std::byte* arena = nullptr;
+  std::uint64_t block_bytes = 0, blocks = 0, max_entries = 0, buckets_n = 0;
   std::uint64_t bucket_mask = 0;
+  FaultLog* faults = nullptr;  // owned by the Segment
 
-  // The view of the raw allocation at `raw`, whose header holds the offsets.
-  static Tables bind(std::byte* raw) noexcept {
+  // The view of the raw allocation at `raw`, whose header holds the offsets (already validated).
+  static Tables bind(std::byte* raw, FaultLog* faults) noexcept {
     Tables t;
     t.h = reinterpret_cast<Header*>(raw);
     t.clients = reinterpret_cast<Client*>(raw + t.h->clients_off);
@@ -82,9 +100,20 @@ struct Tables {
     t.entries = reinterpret_cast<Entry*>(raw + t.h->entries_off);
     t.next = reinterpret_cast<std::uint32_t*>(raw + t.h->next_off);
     t.arena = raw + t.h->arena_off;
+    t.block_bytes = t.h->block_bytes;
+    t.blocks = t.h->blocks;
+    t.max_entries = t.h->max_entries;
+    t.buckets_n = t.h->buckets;
     t.bucket_mask = t.h->buckets - 1;
+    t.faults = faults;
     return t;
   }
+
+  bool entry_ok(std::uint64_t i) const noexcept { return i < max_entries; }
+  bool block_ok(std::uint64_t b) const noexcept { return b < blocks; }
+  // Records a corrupt field (the first one met counts).
+  void fault(std::string what) const { faults->note(std::move(what)); }
+  bool faulted() const noexcept { return !faults->first.empty(); }
 };
 
 // Calls the test hook (testing::set_crash_hook) at `p`, when one is installed.

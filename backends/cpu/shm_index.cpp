@@ -1,8 +1,14 @@
 #include "shm_index.hpp"
 
+#include <fmt/format.h>
+
 #include <functional>
 
 namespace tier::cpu::shm {
+
+namespace {
+const char* const kStateNames[] = {"free", "writing", "ready", "doomed"};
+}  // namespace
 
 std::uint64_t Index::bucket_of(const ObjectKey& k) const noexcept {
   std::uint64_t x = std::hash<ObjectKey>{}(k);
@@ -12,9 +18,55 @@ std::uint64_t Index::bucket_of(const ObjectKey& k) const noexcept {
   return x & t_.bucket_mask;
 }
 
+bool Index::link_ok(std::uint32_t i, const char* where, std::uint64_t slot,
+                    const char* field) const {
+  if (i == kNone || t_.entry_ok(i)) return true;
+  t_.fault(
+      fmt::format("{} {} {} = {}, expected < {} or none", where, slot, field, i, t_.max_entries));
+  return false;
+}
+
+bool Index::sane(std::uint32_t i) const {
+  const Entry& e = t_.entries[i];
+  const std::uint64_t bb = t_.block_bytes;
+  if (e.nblocks == 0 || e.nblocks > t_.blocks) {
+    t_.fault(fmt::format("entry {} nblocks = {}, expected [1, {}]", i, e.nblocks, t_.blocks));
+    return false;
+  }
+  if (e.image_bytes <= (std::uint64_t{e.nblocks} - 1) * bb || e.image_bytes > e.nblocks * bb) {
+    t_.fault(fmt::format("entry {} image_bytes = {}, expected ({}, {}] for {} blocks", i,
+                         e.image_bytes, (std::uint64_t{e.nblocks} - 1) * bb, e.nblocks * bb,
+                         e.nblocks));
+    return false;
+  }
+  if (!t_.block_ok(e.first_block)) {
+    t_.fault(fmt::format("entry {} first_block = {}, expected < {}", i, e.first_block, t_.blocks));
+    return false;
+  }
+  return true;
+}
+
 std::uint32_t Index::find(const ObjectKey& k) const noexcept {
-  for (std::uint32_t i = t_.buckets[bucket_of(k)]; i != kNone; i = t_.entries[i].hash_next)
-    if (t_.entries[i].key == k) return i;
+  const std::uint64_t b = bucket_of(k);
+  std::uint64_t steps = 0;
+  if (!link_ok(t_.buckets[b], "bucket", b, "head")) return kNone;
+  for (std::uint32_t i = t_.buckets[b]; i != kNone; i = t_.entries[i].hash_next) {
+    if (++steps > t_.max_entries) {
+      t_.fault(fmt::format("bucket {}: hash chain longer than the {} entries (a cycle)", b,
+                           t_.max_entries));
+      return kNone;
+    }
+    if (t_.entries[i].key == k) {
+      std::uint32_t st = state(i);
+      if (st == kWriting || st == kReady) return i;
+      t_.fault(
+          fmt::format("entry {} state = {} ({}), expected writing or ready: it is in the hash "
+                      "chain of bucket {}",
+                      i, st, st < 4 ? kStateNames[st] : "invalid", b));
+      return kNone;
+    }
+    if (!link_ok(t_.entries[i].hash_next, "entry", i, "hash_next")) return kNone;
+  }
   return kNone;
 }
 
@@ -25,30 +77,42 @@ void Index::hash_insert(std::uint32_t i) noexcept {
 }
 
 void Index::hash_unlink(std::uint32_t i) noexcept {
-  std::uint32_t* p = &t_.buckets[bucket_of(t_.entries[i].key)];
-  while (*p != kNone && *p != i) p = &t_.entries[*p].hash_next;
+  const std::uint64_t b = bucket_of(t_.entries[i].key);
+  std::uint32_t* p = &t_.buckets[b];
+  for (std::uint64_t steps = 0; *p != kNone && *p != i; p = &t_.entries[*p].hash_next) {
+    if (!link_ok(*p, "hash chain of bucket", b, "link")) return;
+    if (++steps > t_.max_entries) {
+      t_.fault(fmt::format("bucket {}: hash chain longer than the {} entries (a cycle)", b,
+                           t_.max_entries));
+      return;
+    }
+  }
   if (*p == i) *p = t_.entries[i].hash_next;
 }
 
 void Index::lru_push_front(std::uint32_t i) noexcept {
   Entry& e = t_.entries[i];
+  const std::uint32_t head = t_.h->lru_head;
+  if (!link_ok(head, "header", 0, "lru_head")) return;
   e.lru_prev = kNone;
-  e.lru_next = t_.h->lru_head;
-  if (t_.h->lru_head != kNone) t_.entries[t_.h->lru_head].lru_prev = i;
+  e.lru_next = head;
+  if (head != kNone) t_.entries[head].lru_prev = i;
   t_.h->lru_head = i;
   if (t_.h->lru_tail == kNone) t_.h->lru_tail = i;
 }
 
 void Index::lru_unlink(std::uint32_t i) noexcept {
   Entry& e = t_.entries[i];
-  if (e.lru_prev != kNone)
-    t_.entries[e.lru_prev].lru_next = e.lru_next;
+  const std::uint32_t prev = e.lru_prev, next = e.lru_next;
+  if (!link_ok(prev, "entry", i, "lru_prev") || !link_ok(next, "entry", i, "lru_next")) return;
+  if (prev != kNone)
+    t_.entries[prev].lru_next = next;
   else
-    t_.h->lru_head = e.lru_next;
-  if (e.lru_next != kNone)
-    t_.entries[e.lru_next].lru_prev = e.lru_prev;
+    t_.h->lru_head = next;
+  if (next != kNone)
+    t_.entries[next].lru_prev = prev;
   else
-    t_.h->lru_tail = e.lru_prev;
+    t_.h->lru_tail = prev;
 }
 
 void Index::touch(std::uint32_t i) noexcept {
@@ -66,8 +130,21 @@ bool Index::has_room(std::uint32_t nblocks) const noexcept {
 
 std::uint32_t Index::lru_victim() const noexcept {
   std::uint32_t v = t_.h->lru_tail;
-  while (v != kNone && t_.entries[v].readers > 0) v = t_.entries[v].lru_prev;
-  return v;
+  if (!link_ok(v, "header", 0, "lru_tail")) return kNone;
+  for (std::uint64_t steps = 0; v != kNone; v = t_.entries[v].lru_prev) {
+    if (++steps > t_.max_entries) {
+      t_.fault(fmt::format("LRU list longer than the {} entries (a cycle)", t_.max_entries));
+      return kNone;
+    }
+    if (state(v) != kReady) {
+      t_.fault(fmt::format("entry {} state = {}, expected ready (2): it is in the LRU list", v,
+                           state(v)));
+      return kNone;
+    }
+    if (t_.entries[v].readers == 0) return sane(v) ? v : kNone;
+    if (!link_ok(t_.entries[v].lru_prev, "entry", v, "lru_prev")) return kNone;
+  }
+  return kNone;
 }
 
 void Index::evict(std::uint32_t i) noexcept {
@@ -82,9 +159,18 @@ void Index::evict(std::uint32_t i) noexcept {
 Index::Reservation Index::reserve(const ObjectKey& key, std::uint64_t image_bytes,
                                   std::uint32_t nblocks, std::uint32_t owner) noexcept {
   Reservation r;
+  const std::uint32_t entry = t_.h->free_entry_head;
+  if (!link_ok(entry, "header", 0, "free_entry_head") || entry == kNone) return r;
+  if (state(entry) != kFree) {
+    t_.fault(fmt::format("entry {} state = {}, expected free (0): it is on the free entry list",
+                         entry, state(entry)));
+    return r;
+  }
+  if (!link_ok(t_.entries[entry].hash_next, "free entry", entry, "hash_next")) return r;
   r.first_block = blocks_.take(nblocks);
+  if (r.first_block == kNone) return r;
   crash_point(ShmCrashPoint::kPutHoldingLock);
-  r.entry = t_.h->free_entry_head;
+  r.entry = entry;
   Entry& e = t_.entries[r.entry];
   t_.h->free_entry_head = e.hash_next;
   r.generation = ++t_.h->generation;
@@ -99,7 +185,7 @@ Index::Reservation Index::reserve(const ObjectKey& key, std::uint64_t image_byte
   e.state.store(kWriting, std::memory_order_release);
   hash_insert(r.entry);
   t_.h->writing.fetch_add(1, std::memory_order_relaxed);
-  t_.h->used_bytes.fetch_add(std::uint64_t{nblocks} * t_.h->block_bytes, std::memory_order_relaxed);
+  t_.h->used_bytes.fetch_add(std::uint64_t{nblocks} * t_.block_bytes, std::memory_order_relaxed);
   return r;
 }
 
@@ -130,9 +216,12 @@ void Index::release_entry(std::uint32_t i) noexcept {
   e.state.store(kFree, std::memory_order_release);
   if (st == kWriting) t_.h->writing.fetch_sub(1, std::memory_order_relaxed);
   if (st == kDoomed) t_.h->doomed.fetch_sub(1, std::memory_order_relaxed);
-  t_.h->used_bytes.fetch_sub(std::uint64_t{e.nblocks} * t_.h->block_bytes,
-                             std::memory_order_relaxed);
-  blocks_.give(e.first_block, e.nblocks);
+  // A corrupt chain stays off the free list; the repair that follows finds its blocks unused.
+  if (sane(i)) {
+    t_.h->used_bytes.fetch_sub(std::uint64_t{e.nblocks} * t_.block_bytes,
+                               std::memory_order_relaxed);
+    blocks_.give(e.first_block, e.nblocks);
+  }
   e.hash_next = t_.h->free_entry_head;
   t_.h->free_entry_head = i;
 }
@@ -163,7 +252,7 @@ void Index::unpin(std::uint32_t c) noexcept {
   Client& cl = t_.clients[c];
   std::uint32_t i = cl.pinned;
   cl.pinned = kNone;
-  if (i == kNone) return;
+  if (i == kNone || !link_ok(i, "client", c, "pinned")) return;
   Entry& e = t_.entries[i];
   if (e.generation != cl.pinned_generation || e.readers == 0) return;
   --e.readers;
@@ -187,7 +276,7 @@ std::uint32_t Index::claim_client(std::int32_t pid, std::uint64_t start_time) no
 
 void Index::release_client(std::uint32_t c) noexcept {
   unpin(c);
-  for (std::uint64_t n = 0; n < t_.h->max_entries; ++n) {
+  for (std::uint64_t n = 0; n < t_.max_entries; ++n) {
     auto i = static_cast<std::uint32_t>(n);
     if (state(i) == kWriting && t_.entries[i].owner == c) {
       hash_unlink(i);

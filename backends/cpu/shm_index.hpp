@@ -15,12 +15,15 @@ class Index {
  public:
   explicit Index(const Tables& t) noexcept : t_(t), blocks_(t) {}
 
-  // A kWriting or kReady entry holding `k`, or kNone.
+  // A kWriting or kReady entry holding `k`, or kNone (a fault recorded when the chain is corrupt).
   std::uint32_t find(const ObjectKey& k) const noexcept;
   std::uint32_t state(std::uint32_t i) const noexcept {
     return t_.entries[i].state.load(std::memory_order_relaxed);
   }
   const Entry& entry(std::uint32_t i) const noexcept { return t_.entries[i]; }
+  // Whether entry `i`'s block count, image size and first block are in range; records a fault
+  // otherwise.
+  bool sane(std::uint32_t i) const;
 
   void hash_insert(std::uint32_t i) noexcept;
   void hash_unlink(std::uint32_t i) noexcept;
@@ -44,7 +47,8 @@ class Index {
     std::uint64_t generation = 0;
   };
   // Reserves blocks and an entry for the image of `key` (has_room(nblocks) holds), owned by
-  // client slot `owner`, visible to puts of the same key only.
+  // client slot `owner`, visible to puts of the same key only. No reservation (entry kNone) when
+  // the free lists are corrupt (a fault is recorded).
   Reservation reserve(const ObjectKey& key, std::uint64_t image_bytes, std::uint32_t nblocks,
                       std::uint32_t owner) noexcept;
   // Whether `r` is still reserved by client `owner` (a recovery may have released it).
@@ -68,8 +72,13 @@ class Index {
   // Frees a client slot with the reservations (kWriting entries) and the pin it holds.
   void release_client(std::uint32_t c) noexcept;
 
- private:
+  // The hash bucket of `k`.
   std::uint64_t bucket_of(const ObjectKey& k) const noexcept;
+
+ private:
+  // Whether link `i` (field `field` of `where` `slot`) is an entry index or kNone; records a fault
+  // otherwise.
+  bool link_ok(std::uint32_t i, const char* where, std::uint64_t slot, const char* field) const;
 
   Tables t_;
   Blocks blocks_;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -54,7 +55,12 @@ bool process_alive(std::int32_t pid, std::uint64_t start_time) {
 }
 
 Status Recovery::lock(std::uint32_t me) noexcept {
-  int rc = pthread_mutex_lock(&t_.h->mutex);
+  // Lock sections are short (index work, never copies); one that lasts kLockPatience is a
+  // stopped holder or a corrupt lock word, and waiting longer would only hang this process too.
+  timespec deadline{};
+  ::clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += kLockPatience.count();
+  int rc = pthread_mutex_clocklock(&t_.h->mutex, CLOCK_MONOTONIC, &deadline);
   if (rc == EOWNERDEAD) {
     rebuild();
     reap_dead(me);
@@ -63,6 +69,12 @@ Status Recovery::lock(std::uint32_t me) noexcept {
     return Status::ok();
   }
   if (rc == 0) return Status::ok();
+  if (rc == ETIMEDOUT)
+    return Status(Code::kTimedOut,
+                  fmt::format("shm segment {}: its lock has been held for more than {} s: a "
+                              "stopped process holds it, or its lock word is corrupt (then "
+                              "`tierctl shm remove {}` discards the segment)",
+                              segment_, kLockPatience.count(), segment_));
   return Status(Code::kBadState,
                 fmt::format("shm segment {}: lock failed: {}", segment_, std::strerror(rc)));
 }
@@ -92,9 +104,9 @@ std::uint64_t Recovery::rebuild() noexcept {
 }
 
 Recovery::Chains Recovery::check_entries() noexcept {
-  const std::uint64_t nb = t_.h->blocks, bb = t_.h->block_bytes;
+  const std::uint64_t nb = t_.blocks, bb = t_.block_bytes;
   Chains out{std::vector<bool>(nb, false), 0};
-  for (std::uint64_t i = 0; i < t_.h->max_entries; ++i) {
+  for (std::uint64_t i = 0; i < t_.max_entries; ++i) {
     Entry& e = t_.entries[i];
     std::uint32_t st = e.state.load(std::memory_order_acquire);
     if (st == kFree) continue;
@@ -124,7 +136,7 @@ Recovery::Chains Recovery::check_entries() noexcept {
 }
 
 std::uint64_t Recovery::recount_pins() noexcept {
-  const std::uint64_t ne = t_.h->max_entries;
+  const std::uint64_t ne = t_.max_entries;
   for (std::uint64_t i = 0; i < ne; ++i) t_.entries[i].readers = 0;
   std::uint64_t live_clients = 0;
   for (std::uint32_t c = 0; c < kMaxClients; ++c) {
@@ -147,8 +159,8 @@ void Recovery::relink_entries(std::vector<bool>& used) noexcept {
   h.free_entry_head = kNone;
   std::uint64_t used_bytes = 0, image_bytes = 0, objects = 0, writing = 0, doomed = 0;
   std::vector<std::pair<std::uint64_t, std::uint32_t>> ready;  // (tick, entry)
-  for (std::uint64_t k = 0; k < h.buckets; ++k) t_.buckets[k] = kNone;
-  for (std::uint64_t n = h.max_entries; n-- > 0;) {
+  for (std::uint64_t k = 0; k < t_.buckets_n; ++k) t_.buckets[k] = kNone;
+  for (std::uint64_t n = t_.max_entries; n-- > 0;) {
     auto i = static_cast<std::uint32_t>(n);
     Entry& e = t_.entries[i];
     std::uint32_t st = e.state.load(std::memory_order_acquire);
@@ -162,7 +174,7 @@ void Recovery::relink_entries(std::vector<bool>& used) noexcept {
       h.free_entry_head = i;
       continue;
     }
-    used_bytes += std::uint64_t{e.nblocks} * h.block_bytes;
+    used_bytes += std::uint64_t{e.nblocks} * t_.block_bytes;
     if (st == kDoomed) ++doomed;
     if (st == kWriting) ++writing;
     if (st == kReady) {
@@ -186,7 +198,7 @@ void Recovery::relink_entries(std::vector<bool>& used) noexcept {
 void Recovery::relink_blocks(const std::vector<bool>& used) noexcept {
   t_.h->free_block_head = kNone;
   std::uint64_t free_blocks = 0;
-  for (std::uint64_t n = t_.h->blocks; n-- > 0;) {
+  for (std::uint64_t n = t_.blocks; n-- > 0;) {
     if (used[n]) continue;
     t_.next[n] = t_.h->free_block_head;
     t_.h->free_block_head = static_cast<std::uint32_t>(n);

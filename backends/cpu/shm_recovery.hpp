@@ -13,6 +13,7 @@
 //
 // Threads: any number of processes, each through its own Recovery; the lock orders them.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,8 +36,12 @@ class Recovery {
   // `segment` names the segment in messages.
   Recovery(const Tables& t, std::string segment) : t_(t), index_(t), segment_(std::move(segment)) {}
 
+  // How long lock() waits for a holder that is alive.
+  static constexpr std::chrono::seconds kLockPatience{10};
+
   // Takes the segment lock for client slot `me` (kNone before it has one); repairs the index when
-  // the previous holder died. Returns: Ok, BadState (the lock failed).
+  // the previous holder died. Returns: Ok, TimedOut (held for more than kLockPatience: a stopped
+  // holder or a corrupt lock word), BadState (the lock failed).
   Status lock(std::uint32_t me) noexcept;
   void unlock() noexcept;
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "shm_blocks.hpp"
+#include "shm_check.hpp"
 #include "shm_index.hpp"
 #include "shm_recovery.hpp"
 #include "shm_segment.hpp"
@@ -40,7 +41,23 @@ struct ShmStore::Impl {
         recovery(segment.tables(), segment.name()) {}
 
   Status lock() noexcept { return recovery.lock(me); }
-  void unlock() noexcept { recovery.unlock(); }
+  // Ends a locked section. When a check met a corrupt field in it, the index is rebuilt from the
+  // entry table first (malformed entries dropped, as after a death) and the section's result is
+  // ChecksumMismatch naming the field; otherwise Ok.
+  Status unlock() {
+    Status st;
+    shm::FaultLog& faults = *segment.tables().faults;
+    if (!faults.first.empty()) {
+      st = Status(Code::kChecksumMismatch,
+                  fmt::format("shm segment {} is corrupt: {}; index repaired", segment.name(),
+                              faults.first));
+      recovery.rebuild();
+      segment.tables().h->corruptions.fetch_add(1, std::memory_order_relaxed);
+      faults.first.clear();
+    }
+    recovery.unlock();
+    return st;
+  }
 
   // Takes a client slot, after reaping those of dead processes.
   Status claim_client() {
@@ -48,7 +65,7 @@ struct ShmStore::Impl {
     recovery.reap_dead(me);
     const auto pid = static_cast<std::int32_t>(::getpid());
     me = index.claim_client(pid, shm::process_start_time(pid));
-    unlock();
+    TIER_RETURN_IF_ERROR(unlock());
     if (me != kNone) return Status::ok();
     return Status(Code::kNoSpace, fmt::format("shm segment {}: all {} client slots are taken",
                                               segment.name(), shm::kMaxClients));
@@ -90,61 +107,73 @@ ShmStore::Impl::Reserved ShmStore::Impl::reserve(const ObjectKey& key, std::uint
   Reserved out;
   out.status = lock();
   if (!out.status) return out;
+  const shm::Tables& t = segment.tables();
   std::uint32_t i = index.find(key);
   if (i != kNone && index.state(i) == shm::kWriting && index.entry(i).owner != me &&
       recovery.reap_dead(me) > 0)
     i = index.find(key);  // the writer had died; its reservation is gone
-  if (i != kNone) {
-    if (index.state(i) == shm::kReady) index.touch(i);
-    unlock();
-    out.status = Status(Code::kAlreadyExists, "");
+  if (i != kNone || t.faulted()) {
+    if (i != kNone && index.state(i) == shm::kReady) index.touch(i);
+    out.status = unlock();
+    if (out.status) out.status = Status(Code::kAlreadyExists, "");
     return out;
   }
   bool reaped = false;
-  while (!index.has_room(nblocks)) {
-    std::uint32_t v = index.lru_victim();
+  // Each round evicts one entry; more rounds than entries means the lists are corrupt.
+  for (std::uint64_t round = 0; !index.has_room(nblocks) && !t.faulted(); ++round) {
+    std::uint32_t v = round <= t.max_entries ? index.lru_victim() : kNone;
+    if (round > t.max_entries)
+      t.fault(
+          fmt::format("eviction freed {} entries without making room for {} blocks (header "
+                      "free_blocks = {})",
+                      round, nblocks, t.h->free_blocks.load(std::memory_order_relaxed)));
+    if (t.faulted()) break;
     if (v == kNone) {
       if (!reaped && recovery.reap_dead(me) > 0) {
         reaped = true;
         continue;
       }
-      unlock();
-      out.status = Status(Code::kNoSpace, "every stored object is being read or written");
+      out.status = unlock();
+      if (out.status)
+        out.status = Status(Code::kNoSpace, "every stored object is being read or written");
       return out;
     }
     out.evicted.emplace_back(index.entry(v).key, index.entry(v).image_bytes);
     index.evict(v);
   }
-  out.reservation = index.reserve(key, image_bytes, nblocks, me);
-  unlock();
+  if (!t.faulted()) out.reservation = index.reserve(key, image_bytes, nblocks, me);
+  out.status = unlock();
+  // reserve() records a fault whenever it makes no reservation; this keeps kNone from ever being
+  // used as an entry index should that change.
+  if (out.status && out.reservation.entry == kNone)
+    out.status = Status(Code::kBadState, "shm put: no reservation");
   return out;
 }
 
 Status ShmStore::Impl::publish(const shm::Index::Reservation& r, Status written) {
   TIER_RETURN_IF_ERROR(lock());
   if (!index.holds(r, me)) {
-    unlock();
-    return written ? Status(Code::kBadState, "shm put: the reservation was released while writing")
-                   : written;
+    Status st = unlock();
+    if (!written) return written;
+    return st ? Status(Code::kBadState, "shm put: the reservation was released while writing") : st;
   }
   if (!written) {  // abandon the reservation: the object was never visible
     index.abandon(r);
-    unlock();
+    unlock().ignore();  // a fault of the chain is already in `written`
     return written;
   }
   index.publish(r);
-  unlock();
-  return Status::ok();
+  return unlock();
 }
 
 template <class Write>
 Status ShmStore::Impl::put(const ObjectKey& key, std::uint64_t image_bytes, const EvictFn& on_evict,
                            Write&& write) {
-  const std::uint64_t bb = segment.tables().h->block_bytes;
-  const auto n = static_cast<std::uint32_t>((image_bytes + bb - 1) / bb);
-  if (image_bytes == 0 || n > segment.tables().h->blocks)
+  const std::uint64_t bb = segment.tables().block_bytes;
+  if (image_bytes == 0 || (image_bytes + bb - 1) / bb > segment.tables().blocks)
     return Status(Code::kNoSpace,
                   fmt::format("object of {} bytes does not fit in the segment", image_bytes));
+  const auto n = static_cast<std::uint32_t>((image_bytes + bb - 1) / bb);
   Reserved r = reserve(key, image_bytes, n);
   for (auto& [k, bytes] : r.evicted) on_evict(k, bytes);
   if (!r.status) return r.status;
@@ -155,26 +184,33 @@ template <class Read>
 ShmStore::GetResult ShmStore::Impl::get(const ObjectKey& key, std::uint64_t capacity, Read&& read) {
   if (Status st = lock(); !st) return {st, 0};
   std::uint32_t i = find_ready(key);
-  if (i == kNone) {
-    unlock();
-    return {Status::not_found(), 0};
+  if (i == kNone || !index.sane(i)) {
+    Status st = unlock();
+    return {st ? Status::not_found() : st, 0};
   }
   const shm::Entry& e = index.entry(i);
   const std::uint64_t bytes = e.image_bytes;
   if (capacity < bytes) {
-    unlock();
+    if (Status st = unlock(); !st) return {st, 0};
     return {Status::invalid(fmt::format("buffer of {} bytes is too small for {}", capacity, bytes)),
             bytes};
   }
   index.pin(me, i);
   const std::uint32_t first = e.first_block, nblocks = e.nblocks;
-  unlock();
+  if (Status st = unlock(); !st) {  // the repair kept the pin only if the entry was sound
+    if (lock()) {
+      index.unpin(me);
+      unlock().ignore();
+    }
+    return {st, 0};
+  }
 
   Status verified = read(first, nblocks, bytes);
 
   if (Status st = lock(); !st) return {st, 0};
   index.unpin(me);
-  unlock();
+  Status st = unlock();
+  if (verified && !st) verified = std::move(st);
   return {std::move(verified), bytes};
 }
 
@@ -187,7 +223,7 @@ ShmStore::~ShmStore() {
   if (s.me == kNone) return;
   if (!s.lock()) return;
   s.index.release_client(s.me);
-  s.unlock();
+  s.unlock().ignore();
 }
 
 Result<std::unique_ptr<ShmStore>> ShmStore::open(const ShmConfig& cfg) {
@@ -210,16 +246,15 @@ Status ShmStore::remove_segment(const std::string& segment) {
 
 Status ShmStore::put(const ObjectKey& key, std::span<const std::byte> image,
                      const EvictFn& on_evict) {
-  return impl_->put(key, image.size(), on_evict, [&](std::uint32_t first) {
-    impl_->blocks.write_image(first, image);
-    return Status::ok();
-  });
+  return impl_->put(key, image.size(), on_evict,
+                    [&](std::uint32_t first) { return impl_->blocks.write_image(first, image); });
 }
 
 Status ShmStore::put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
                           const EvictFn& on_evict) {
   return impl_->put(key, image_bytes, on_evict, [&](std::uint32_t first) {
-    return fill(impl_->blocks.pieces(first, image_bytes));
+    auto pieces = impl_->blocks.pieces(first, image_bytes);
+    return pieces ? fill(*pieces) : pieces.status();
   });
 }
 
@@ -233,7 +268,8 @@ ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out
 ShmStore::GetResult ShmStore::get_with(const ObjectKey& key, std::uint64_t capacity,
                                        const PiecesFn& drain) {
   return impl_->get(key, capacity, [&](std::uint32_t first, std::uint32_t, std::uint64_t bytes) {
-    return drain(impl_->blocks.pieces(first, bytes));
+    auto pieces = impl_->blocks.pieces(first, bytes);
+    return pieces ? drain(*pieces) : pieces.status();
   });
 }
 
@@ -244,7 +280,7 @@ Result<std::uint64_t> ShmStore::contains(const ObjectKey& key) {
   TIER_RETURN_IF_ERROR(s.lock());
   std::uint32_t i = s.find_ready(key);
   const std::uint64_t bytes = i != kNone ? s.index.entry(i).image_bytes : 0;
-  s.unlock();
+  TIER_RETURN_IF_ERROR(s.unlock());
   if (i == kNone) return Status::not_found();
   return bytes;
 }
@@ -254,7 +290,7 @@ Status ShmStore::remove(const ObjectKey& key) {
   TIER_RETURN_IF_ERROR(s.lock());
   std::uint32_t i = s.find_ready(key);
   if (i != kNone) s.index.retire_ready(i);
-  s.unlock();
+  TIER_RETURN_IF_ERROR(s.unlock());
   return i != kNone ? Status::ok() : Status::not_found();
 }
 
@@ -272,16 +308,17 @@ Result<ShmInspection> ShmStore::inspect() {
     out.clients.push_back(
         {cl.pid, c == s.me || shm::process_alive(cl.pid, cl.start_time), cl.pinned != kNone});
   }
-  for (std::uint64_t i = 0; i < t.h->max_entries; ++i) {
+  for (std::uint64_t i = 0; i < t.max_entries; ++i) {
     const shm::Entry& e = t.entries[i];
     std::uint32_t state = e.state.load(std::memory_order_acquire);
     if (state == shm::kFree) continue;
     out.objects.push_back({e.key, e.image_bytes, e.nblocks,
                            state == shm::kReady     ? "ready"
                            : state == shm::kWriting ? "writing"
-                                                    : "doomed"});
+                           : state == shm::kDoomed  ? "doomed"
+                                                    : "invalid"});
   }
-  s.unlock();
+  TIER_RETURN_IF_ERROR(s.unlock());
   return out;
 }
 
@@ -291,13 +328,18 @@ Result<ShmVerifyReport> ShmStore::verify() {
   ShmVerifyReport report;
   std::vector<ObjectKey> keys;
   TIER_RETURN_IF_ERROR(s.lock());
+  // First the index as found (named, field by field), then the repair, then the reaping (on a
+  // sound index).
+  report.problems = shm::find_problems(t);
+  if (!report.problems.empty()) {
+    report.index_problems = report.problems.size();
+    report.dropped_entries = s.recovery.rebuild();
+  }
   report.reaped_clients = s.recovery.reap_dead(s.me);
-  if (std::uint64_t dropped = s.recovery.rebuild(); dropped > 0)
-    report.problems.push_back(fmt::format("{} malformed index entries dropped", dropped));
-  for (std::uint64_t i = 0; i < t.h->max_entries; ++i)
+  for (std::uint64_t i = 0; i < t.max_entries; ++i)
     if (t.entries[i].state.load(std::memory_order_acquire) == shm::kReady)
       keys.push_back(t.entries[i].key);
-  s.unlock();
+  if (Status st = s.unlock(); !st) report.problems.push_back(std::string(st.message()));
   std::vector<std::byte> buf;
   for (const ObjectKey& k : keys) {
     auto size = contains(k);

@@ -45,7 +45,11 @@ struct ShmConfig {
   std::uint64_t capacity = 0;         // bytes of object storage (rounded down to whole blocks)
   std::uint64_t block_bytes = 16384;  // allocation unit, a power of two in [4KiB, 64MiB]
   std::uint64_t max_objects = 0;      // index entries; 0 = one per block
-  bool prefault = false;  // populate the arena's pages at creation, and map them all at open
+  bool prefault = false;              // map every page of the arena into this process at open
+  // Permission bits of a segment this process creates: 0600 (this user only, the default), 0660
+  // (the user's group too) or 0666 (every local user). A segment owned by another user is opened
+  // only when this is not 0600 and the segment's bits are exactly these (both sides opted in).
+  std::uint32_t mode = 0600;
 };
 
 // A snapshot of a segment for usage(), describe() and `tierctl shm inspect`.
@@ -62,6 +66,7 @@ struct ShmStats {
   std::uint64_t clients = 0;         // open stores (client slots in use)
   std::uint64_t recoveries = 0;      // lock-holder deaths repaired since creation
   std::uint64_t reaped_clients = 0;  // dead clients whose reservations and pins were released
+  std::uint64_t corruptions = 0;     // corrupt fields met by operations (each repaired)
   std::uint64_t segment_bytes = 0;   // size of the whole segment
 };
 
@@ -88,10 +93,14 @@ struct ShmInspection {
 
 // What verify() found.
 struct ShmVerifyReport {
-  std::uint64_t checked = 0;  // ready objects whose image was verified
-  std::uint64_t corrupt = 0;  // failed verification; removed
+  std::uint64_t checked = 0;          // ready objects whose image was verified
+  std::uint64_t corrupt = 0;          // failed verification; removed
+  std::uint64_t index_problems = 0;   // problems found in the index (then repaired)
+  std::uint64_t dropped_entries = 0;  // malformed entries the repair dropped
   std::uint64_t reaped_clients = 0;
-  std::vector<std::string> problems;  // one line per corrupt object or structural repair
+  // One line per problem: each corrupt index field (which field of which slot, the value found,
+  // the range expected), then each corrupt object.
+  std::vector<std::string> problems;
 };
 
 // Points where a test child process can kill itself to exercise recovery (testing::set_crash_hook).
@@ -161,8 +170,10 @@ class ShmStore {
   ShmStats stats() const noexcept;
   // Under the lock: counts states and lists clients and objects (tierctl).
   Result<ShmInspection> inspect();
-  // Releases what dead clients held, checks the index, and verifies every ready image (header,
-  // key, length, checksum); corrupt objects are removed.
+  // Checks every structure of the index and names each problem (then repairs the index from the
+  // entry table, dropping malformed entries), releases what dead clients held, and verifies every
+  // ready image (header, key, length, checksum); corrupt objects are removed. Bounded: every walk
+  // stops at the table sizes.
   Result<ShmVerifyReport> verify();
 
  private:

@@ -250,11 +250,16 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept {
   auto h = parse_object_header(stored);
-  if (!h) return h.status();
+  // A failed copy leaves no valid header in `dst`, not even one of an earlier copy.
+  auto mismatch = [&](Status why) {
+    scrub_object(dst);
+    return why;
+  };
+  if (!h) return mismatch(h.status());
   if (!(h->key == expected))
-    return Status(Code::kChecksumMismatch, "object header names another key");
+    return mismatch(Status(Code::kChecksumMismatch, "object header names another key"));
   if (h->payload_bytes != stored.size() - kObjectHeaderBytes)
-    return Status(Code::kChecksumMismatch, "object length does not match its header");
+    return mismatch(Status(Code::kChecksumMismatch, "object length does not match its header"));
   if (dst.size() < stored.size())
     return Status::invalid("destination smaller than the object");
   constexpr std::size_t kSlice = 16 * 1024;  // hashed, then copied while hot
@@ -290,10 +295,8 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
     };
     sum = chunked_checksum(payload, chunk, [](std::uint64_t, std::size_t) {});
   }
-  if (sum != h->payload_checksum) {
-    scrub_object(dst);
-    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
-  }
+  if (sum != h->payload_checksum)
+    return mismatch(Status(Code::kChecksumMismatch, "object payload checksum mismatch"));
   std::memcpy(dst.data(), stored.data(), kObjectHeaderBytes);
   return Status::ok();
 }

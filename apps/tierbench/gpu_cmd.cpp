@@ -194,13 +194,13 @@ Status one_request(Backend& be, Op op, const ObjectKey& key, Region buf) {
 // count (0 = the default); returns the exit code.
 int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>& sizes,
                         const std::vector<std::uint64_t>& thread_counts, Stream& stream) {
-  fmt::print("\ncpu tier, \"pinned\": true: one object per request, from and into device memory; "
-             "gets verified (object format v{}: {} KiB chunks on the verification threads, "
-             "beside the DMA; v1: one XXH3 on one thread)\n",
-             kObjectVersion, kChecksumChunkBytes / 1024);
-  fmt::print("  {:>10} {:>7} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>9} {:>6}\n", "image",
-             "threads", "D2H GB/s", "put GB/s", "x bulk", "H2D GB/s", "get v2", "x bulk",
-             "get v1", "x bulk");
+  fmt::print(
+      "\ncpu tier, \"pinned\": true: one object per request, from and into device memory; "
+      "gets verified (object format v{}: {} KiB chunks on the verification threads, "
+      "beside the DMA; v1: one XXH3 on one thread)\n",
+      kObjectVersion, kChecksumChunkBytes / 1024);
+  fmt::print("  {:>10} {:>7} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>9} {:>6}\n", "image", "threads",
+             "D2H GB/s", "put GB/s", "x bulk", "H2D GB/s", "get v2", "x bulk", "get v1", "x bulk");
   const unsigned default_threads = verify_threads();
   for (std::uint64_t payload : sizes) {
     const std::uint64_t n = payload + kObjectHeaderBytes;
@@ -256,10 +256,11 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
       const double get_v1 =
           per_sync_call(iters, [&] { return one_request(be, Op::kGet, key_v1, dst->region()); });
       if (get < 0 || get_v1 < 0) return 1;
-      fmt::print("  {:>10} {:>7} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} "
-                 "{:>6.2f}\n",
-                 n, verify_threads(), gbps(n, d2h), gbps(n, put_s), d2h / put_s, gbps(n, h2d),
-                 gbps(n, get), h2d / get, gbps(n, get_v1), h2d / get_v1);
+      fmt::print(
+          "  {:>10} {:>7} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} "
+          "{:>6.2f}\n",
+          n, verify_threads(), gbps(n, d2h), gbps(n, put_s), d2h / put_s, gbps(n, h2d),
+          gbps(n, get), h2d / get, gbps(n, get_v1), h2d / get_v1);
     }
     set_verify_threads(default_threads);
   }

@@ -12,15 +12,15 @@
 //   memcpy          one thread's memcpy of the images into the destinations (the baseline).
 // The images (--total bytes of --object-sizes each, more than the caches hold) are read in turn,
 // as a tier reads its objects; each figure is the best of --rounds passes.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-#include <random>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench_util.hpp"
 #include "cli.hpp"
@@ -82,7 +82,8 @@ int run_verify(cli::Args& args) {
   for (std::uint64_t image_bytes : sizes) {
     if (image_bytes <= kObjectHeaderBytes)
       return cli::fail("--object-sizes must exceed the 96-byte header", 2);
-    const std::size_t count = static_cast<std::size_t>(std::max<std::uint64_t>(2, total / image_bytes));
+    const std::size_t count =
+        static_cast<std::size_t>(std::max<std::uint64_t>(2, total / image_bytes));
     const std::size_t n = static_cast<std::size_t>(image_bytes);
     std::vector<bench::AlignedBuffer> v1, v2, dst;
     std::vector<std::byte*> src_ptrs, dst_ptrs;

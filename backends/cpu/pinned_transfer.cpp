@@ -120,10 +120,10 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
   // earlier copy) must not be taken for a valid object: its header is zeroed before returning.
   auto fail = [&](Status why) {
     static constexpr std::array<std::byte, kObjectHeaderBytes> kZeros{};
-    if (gpu::copy_async(dst.slice(0, kObjectHeaderBytes),
-                        Region{const_cast<std::byte*>(kZeros.data()), kZeros.size(),
-                               MemoryKind::kHost, -1},
-                        *s))
+    if (gpu::copy_async(
+            dst.slice(0, kObjectHeaderBytes),
+            Region{const_cast<std::byte*>(kZeros.data()), kZeros.size(), MemoryKind::kHost, -1},
+            *s))
       s->synchronize().ignore();
     return why;
   };

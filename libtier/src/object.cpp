@@ -3,13 +3,12 @@
 #include "tier/endian.hpp"
 
 #define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include <fmt/format.h>
 #include <immintrin.h>
+#include <xxhash.h>
 
 #include <array>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "verify_pool.hpp"
 
@@ -29,10 +28,6 @@ Key128 load_key(const std::byte* p) noexcept {
   return Key128{get_le<std::uint64_t>(p), get_le<std::uint64_t>(p + 8)};
 }
 
-}  // namespace
-
-namespace {
-
 // The version 2 checksum of a payload of `n` bytes: `chunk_hash(i)` (the XXH3-64 of chunk i,
 // called once per chunk on the verification threads) feeds the chunk list, window by window;
 // `before_window(first, count)` runs on the caller before each window's chunks are hashed.
@@ -45,7 +40,8 @@ std::uint64_t chunked_checksum(std::uint64_t n, ChunkHash& chunk_hash,
   std::array<std::uint64_t, kWindowChunks> sums;
   std::array<std::byte, kWindowChunks * 8> le;
   for (std::uint64_t first = 0; first < chunks; first += kWindowChunks) {
-    const auto count = static_cast<std::size_t>(std::min<std::uint64_t>(kWindowChunks, chunks - first));
+    const auto count =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kWindowChunks, chunks - first));
     before_window(first, count);
     auto task = [&](std::size_t i) { sums[i] = chunk_hash(first + i); };
     detail::VerifyPool::instance().for_each(count, task);
@@ -80,8 +76,7 @@ std::uint64_t chunk_list_checksum(std::span<const std::uint64_t> chunk_checksums
   return XXH3_64bits_digest(&list);
 }
 
-std::uint64_t payload_checksum(std::span<const std::byte> payload,
-                               std::uint16_t version) noexcept {
+std::uint64_t payload_checksum(std::span<const std::byte> payload, std::uint16_t version) noexcept {
   if (version == kObjectVersionWholePayload) return XXH3_64bits(payload.data(), payload.size());
   return chunked_checksum(payload);
 }
@@ -172,7 +167,8 @@ Status verify_payload(std::span<const std::span<const std::byte>> pieces,
     std::size_t off = 0;
     for (const auto& p : pieces) {
       const std::size_t lo = std::max(off, kObjectHeaderBytes);
-      if (lo < off + p.size()) XXH3_64bits_update(&state, p.data() + (lo - off), off + p.size() - lo);
+      if (lo < off + p.size())
+        XXH3_64bits_update(&state, p.data() + (lo - off), off + p.size() - lo);
       off += p.size();
     }
     sum = XXH3_64bits_digest(&state);
@@ -273,8 +269,10 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
     for (std::size_t off = begin; off < begin + n; off += kSlice) {
       const std::size_t m = std::min(kSlice, begin + n - off);
       XXH3_64bits_update(&state, src + off, m);  // brings the slice into cache
-      if (stream) stream_copy_avx2(out + off, src + off, m);
-      else std::memcpy(out + off, src + off, m);
+      if (stream)
+        stream_copy_avx2(out + off, src + off, m);
+      else
+        std::memcpy(out + off, src + off, m);
     }
     if (stream) _mm_sfence();  // this thread's streamed bytes land before it reports the chunk
   };

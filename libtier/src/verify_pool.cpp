@@ -28,7 +28,8 @@ unsigned default_threads() noexcept {
   if (const char* env = std::getenv("TIER_VERIFY_THREADS"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     const unsigned long v = std::strtoul(env, &end, 10);
-    if (end != nullptr && *end == '\0' && v >= 1) return static_cast<unsigned>(std::min<unsigned long>(v, kMaxThreads));
+    if (end != nullptr && *end == '\0' && v >= 1)
+      return static_cast<unsigned>(std::min<unsigned long>(v, kMaxThreads));
   }
   const unsigned hw = std::thread::hardware_concurrency();
   return std::clamp(hw, 1u, 8u);

@@ -32,15 +32,16 @@ class VerifyPool {
   // Calls fn(ctx, i) once for every i in [0, count), on this thread and on free workers.
   void run(std::size_t count, ChunkFn fn, void* ctx) noexcept;
 
+  // run() over a noexcept callable `f(std::size_t chunk)`.
   template <class F>
   void for_each(std::size_t count, F& f) noexcept {
-    run(count, [](void* c, std::size_t i) noexcept { (*static_cast<F*>(c))(i); }, &f);
+    run(count, &call<F>, &f);
   }
 
   // Threads a run() may use, the caller included (>= 1).
   unsigned threads() const noexcept { return workers_wanted_.load(std::memory_order_relaxed) + 1; }
-  // Uses `threads` (caller included, at most 256; 0 = the default) from the next run() on; the current
-  // workers exit once they finish the chunk they hold.
+  // Uses `threads` (caller included, at most 256; 0 = the default) from the next run() on; the
+  // current workers exit once they finish the chunk they hold.
   void set_threads(unsigned threads) noexcept;
 
  private:
@@ -48,9 +49,14 @@ class VerifyPool {
     ChunkFn fn;
     void* ctx;
     std::size_t count;
-    std::atomic<std::size_t> next{0};   // next chunk to claim
-    std::atomic<unsigned> users{0};     // workers inside work(); the job outlives them
+    std::atomic<std::size_t> next{0};  // next chunk to claim
+    std::atomic<unsigned> users{0};    // workers inside work(); the job outlives them
   };
+
+  template <class F>
+  static void call(void* f, std::size_t chunk) noexcept {
+    (*static_cast<F*>(f))(chunk);
+  }
 
   explicit VerifyPool(unsigned threads) noexcept;
   void start_workers() noexcept;  // under mu_
@@ -59,10 +65,10 @@ class VerifyPool {
   static void work(Job& j) noexcept;
   static void after_fork_in_child() noexcept;
 
-  std::mutex mu_;                      // jobs_, workers_started_
-  std::mutex config_mu_;               // set_threads
-  std::vector<Job*> jobs_;             // jobs with chunks left to claim
-  unsigned workers_started_ = 0;       // in the current generation
+  std::mutex mu_;                 // jobs_, workers_started_
+  std::mutex config_mu_;          // set_threads
+  std::vector<Job*> jobs_;        // jobs with chunks left to claim
+  unsigned workers_started_ = 0;  // in the current generation
   std::atomic<unsigned> workers_wanted_;
   std::atomic<std::uint32_t> generation_{0};  // workers of older generations exit
   std::atomic<std::uint32_t> epoch_{0};       // bumped for each job and each stop

@@ -305,8 +305,9 @@ TEST_CASE("pinned shm tier, device destination: a flipped byte in any chunk or t
   }
 }
 
-TEST_CASE("pinned heap tier, device destination: a flipped byte in chunk 0 or the last chunk "
-          "fails") {
+TEST_CASE(
+    "pinned heap tier, device destination: a flipped byte in chunk 0 or the last chunk "
+    "fails") {
   auto be = open_tier(4u << 20);
   const std::size_t payload = 3 * kChecksumChunkBytes + 1234;
   for (std::size_t off : {kObjectHeaderBytes + 5, kObjectHeaderBytes + payload - 1}) {

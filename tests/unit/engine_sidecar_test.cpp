@@ -395,7 +395,8 @@ TEST_CASE("a corrupt PAGE chunk or one of another layout fails the load before t
     o.profile = [](std::uint32_t r) { return r == 1 ? faulty_profile() : cpu_profile(); };
     SimEngine sim(o);
     if (variant == 2) {  // heads wide enough for PAGE chunks of several checksum chunks
-      dsv4::ModelConfig wide = small_geometry(o.config.block_tokens, o.num_blocks, o.num_slots).config;
+      dsv4::ModelConfig wide =
+          small_geometry(o.config.block_tokens, o.num_blocks, o.num_slots).config;
       wide.kv_head_dim = 512;
       use_layouts(sim, require_value(dsv4::Geometry::compute(wide)));
     } else {

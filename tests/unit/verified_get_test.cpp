@@ -186,7 +186,8 @@ TEST_CASE("owner threads of several tiers verify at once on the shared verificat
       std::vector<std::byte> out(img.size());
       for (int i = 0; i < 20; ++i) {
         ok[t] += run(*be, Op::kGet, k, host_region(out)).status.is_ok() && out == img;
-        caught[t] += run(*be, Op::kGet, r, host_region(out)).status.code() == Code::kChecksumMismatch;
+        caught[t] +=
+            run(*be, Op::kGet, r, host_region(out)).status.code() == Code::kChecksumMismatch;
       }
     });
   }

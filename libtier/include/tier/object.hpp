@@ -93,8 +93,8 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
 // costs about what a plain memcpy costs (version 2: each chunk is hashed and copied by one of the
 // verification threads, so large images copy faster than one memcpy). The header is written
 // last, only when everything matched; on a mismatch `dst`'s header bytes are zeroed (whatever
-// they held before) and its payload bytes are unspecified. Returns: Ok, kChecksumMismatch, or kInvalidArgument when `dst` is smaller
-// than the image.
+// they held before) and its payload bytes are unspecified. Returns: Ok, kChecksumMismatch, or
+// kInvalidArgument when `dst` is smaller than the image.
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept;
 

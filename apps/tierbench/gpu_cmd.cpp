@@ -1,5 +1,6 @@
 // tierbench gpu [--preset NAME] [--blocks 16,32,64] [--iters N] [--region-bytes 4096]
 //               [--regions-per-block 64] [--device N] [--tier-objects 65536,1048576,16777216]
+//               [--verify-threads 0]
 //
 // GPU PAGE save (gather, device to pinned host) and load (scatter, pinned host to device)
 // bandwidth through the device copy executor, for the DSV4 codec's plans of a scattered list of
@@ -14,7 +15,11 @@
 // The last part measures the cpu tier's pinned mode ("pinned": true) for objects whose payloads
 // are --tier-objects bytes: a put from device memory and a get into device memory (verified), one
 // object per request, beside one bulk copy of the same bytes between device memory and pinned
-// host memory, each followed by a stream synchronization as the tier's requests are.
+// host memory, each followed by a stream synchronization as the tier's requests are. Gets are
+// measured for images in object format version 2 (the DMA starts at once and 64 KiB chunks are
+// verified on the host threads meanwhile) and version 1 (one XXH3 over the payload on one thread,
+// still read), for each --verify-threads count (0 = the default: TIER_VERIFY_THREADS or
+// min(hardware threads, 8)).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -185,25 +190,42 @@ Status one_request(Backend& be, Op op, const ObjectKey& key, Region buf) {
   return c.status;
 }
 
-// The cpu tier's pinned mode against bulk copies of the same bytes; returns the exit code.
+// The cpu tier's pinned mode against bulk copies of the same bytes, for each verification thread
+// count (0 = the default); returns the exit code.
 int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>& sizes,
-                         Stream& stream) {
-  fmt::print("\ncpu tier, \"pinned\": true: one object per request, from and into device memory\n");
-  fmt::print("  {:>10} {:>14} {:>14} {:>8} {:>14} {:>14} {:>8}\n", "image", "bulk D2H GB/s",
-             "put GB/s", "x bulk", "bulk H2D GB/s", "get GB/s", "x bulk");
+                        const std::vector<std::uint64_t>& thread_counts, Stream& stream) {
+  fmt::print(
+      "\ncpu tier, \"pinned\": true: one object per request, from and into device memory; "
+      "gets verified (object format v{}: {} KiB chunks on the verification threads, "
+      "beside the DMA; v1: one XXH3 on one thread)\n",
+      kObjectVersion, kChecksumChunkBytes / 1024);
+  fmt::print("  {:>10} {:>7} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>9} {:>6}\n", "image", "threads",
+             "D2H GB/s", "put GB/s", "x bulk", "H2D GB/s", "get v2", "x bulk", "get v1", "x bulk");
+  const unsigned default_threads = verify_threads();
   for (std::uint64_t payload : sizes) {
     const std::uint64_t n = payload + kObjectHeaderBytes;
     auto tier = Registry::global().create_backend(
-        "cpu", BackendContext{"pinned", 2 * n, Json{{"pinned", true}}});
+        "cpu", BackendContext{"pinned", 3 * n, Json{{"pinned", true}}});
     if (!tier) return cli::fail(tier.status().to_string());
     const ObjectKey key{Key128{1, 2}, Key128{3, n}, 0};
+    const ObjectKey key_v1{Key128{1, 2}, Key128{4, n}, 0};
     std::vector<std::byte> img(n, std::byte{0x5A});
+    std::mt19937_64 rng(n);
+    for (std::size_t i = kObjectHeaderBytes; i + 8 <= n; i += 8) {
+      const std::uint64_t w = rng();
+      std::memcpy(img.data() + i, &w, 8);
+    }
+    std::vector<std::byte> img_v1 = img;
     seal_object(img, 1, 0, key);
+    seal_object(img_v1, 1, 0, key_v1, kObjectVersionWholePayload);
     auto src = DeviceBuffer::allocate(device, n);
+    auto src_v1 = DeviceBuffer::allocate(device, n);
     auto dst = DeviceBuffer::allocate(device, n);
     auto host = PinnedBuffer::allocate(n);
-    if (!src || !dst || !host) return cli::fail("cannot allocate the tier benchmark's buffers");
+    if (!src || !src_v1 || !dst || !host)
+      return cli::fail("cannot allocate the tier benchmark's buffers");
     Status s = copy_async(src->region(), host_region(img), stream);
+    if (s) s = copy_async(src_v1->region(), host_region(img_v1), stream);
     if (s) s = stream.synchronize();
     if (!s) return cli::fail(s.to_string());
     Backend& be = **tier;
@@ -222,15 +244,25 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
       put_s += std::chrono::duration<double>(Clock::now() - t0).count();
       return st ? one_request(be, Op::kRemove, key, {}) : st;
     });
-    if (put < 0) return 1;
+    if (put < 0 || d2h < 0 || h2d < 0) return 1;
     put_s /= iters + 1;
-    Status stored = one_request(be, Op::kPut, key, src->region());
-    if (!stored) return cli::fail(stored.to_string());
-    const double get =
-        per_sync_call(iters, [&] { return one_request(be, Op::kGet, key, dst->region()); });
-    if (d2h < 0 || h2d < 0 || get < 0) return 1;
-    fmt::print("  {:>10} {:>14.2f} {:>14.2f} {:>8.2f} {:>14.2f} {:>14.2f} {:>8.2f}\n", n,
-               gbps(n, d2h), gbps(n, put_s), d2h / put_s, gbps(n, h2d), gbps(n, get), h2d / get);
+    for (Status stored : {one_request(be, Op::kPut, key, src->region()),
+                          one_request(be, Op::kPut, key_v1, src_v1->region())})
+      if (!stored) return cli::fail(stored.to_string());
+    for (std::uint64_t threads : thread_counts) {
+      set_verify_threads(static_cast<unsigned>(threads));
+      const double get =
+          per_sync_call(iters, [&] { return one_request(be, Op::kGet, key, dst->region()); });
+      const double get_v1 =
+          per_sync_call(iters, [&] { return one_request(be, Op::kGet, key_v1, dst->region()); });
+      if (get < 0 || get_v1 < 0) return 1;
+      fmt::print(
+          "  {:>10} {:>7} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} "
+          "{:>6.2f}\n",
+          n, verify_threads(), gbps(n, d2h), gbps(n, put_s), d2h / put_s, gbps(n, h2d),
+          gbps(n, get), h2d / get, gbps(n, get_v1), h2d / get_v1);
+    }
+    set_verify_threads(default_threads);
   }
   return 0;
 }
@@ -291,6 +323,7 @@ int run_gpu(cli::Args& args) {
   const std::uint64_t regions_per_block = args.uint("regions-per-block").value_or(64);
   const int device = static_cast<int>(args.uint("device").value_or(0));
   const auto tier_objects = parse_list(args.get_or("tier-objects", "65536,1048576,16777216"));
+  const auto verify_thread_counts = parse_list(args.get_or("verify-threads", "0"));
   args.finish();
   if (block_counts.empty() || iters < 1 || region_bytes == 0 || regions_per_block == 0)
     return cli::fail("--blocks, --iters, --region-bytes and --regions-per-block must be > 0", 2);
@@ -360,14 +393,15 @@ int run_gpu(cli::Args& args) {
     return fmt::format("{} x {} B regions, {} blocks", regions_per_block, region_bytes, n);
   });
   if (rc != 0) return rc;
-  return measure_pinned_tier(device, iters, tier_objects, *stream);
+  return measure_pinned_tier(device, iters, tier_objects, verify_thread_counts, *stream);
 }
 
 }  // namespace
 
 TIER_CLI_COMMAND(gpu,
                  "gpu [--preset NAME] [--blocks 16,32,64] [--iters N] [--region-bytes 4096] "
-                 "[--regions-per-block 64] [--device N] [--tier-objects 65536,1048576,16777216]",
+                 "[--regions-per-block 64] [--device N] [--tier-objects 65536,1048576,16777216] "
+                 "[--verify-threads 0]",
                  "GPU PAGE save/load bandwidth vs bulk pinned copy and one copy per region; the "
                  "pinned cpu tier's device puts/gets vs bulk copy",
                  run_gpu);

@@ -28,11 +28,17 @@ class DeviceTransfer {
                                  const ObjectKey& key) noexcept = 0;
 
   // A get into device memory: copies the stored image held by `pieces` into `dst` (kind kDevice,
-  // at least the image's size), verifying it on the way like copy_verified (header, `key`, exact
-  // length, payload checksum). On a mismatch the destination's header is zeroed before this
-  // returns, so the device never holds a valid-looking copy of a corrupt object; nothing is
-  // copied at all when the header or key is wrong. Returns when the copy has finished.
-  // Returns: Ok, ChecksumMismatch, DeviceError.
+  // at least the image's size) and verifies it like copy_verified (header, `key`, exact length,
+  // payload checksum). Header, key and length are checked first: when they are wrong no image
+  // byte is copied. Then the DMA of the whole image is enqueued at once and the payload is
+  // verified on the host (tier::verify_payload, on the verification threads) while it runs.
+  // Returns when the copy has finished and every chunk was verified: Ok only if both succeeded.
+  // On ChecksumMismatch or DeviceError the destination's 96 header bytes are zeroed before this
+  // returns, so the device never keeps a valid-looking copy of a corrupt object; the rest of the
+  // destination is unspecified (it may hold the corrupt bytes, never reported as valid). Until
+  // this returns, the destination's contents are unspecified whatever the result.
+  // Returns: Ok, ChecksumMismatch, DeviceError, InvalidArgument (destination too small or on no
+  // GPU: untouched).
   virtual Status get_to_device(Region dst, std::span<const Piece> pieces,
                                const ObjectKey& key) noexcept = 0;
 };

@@ -1,12 +1,11 @@
 // The CPU tier's pinned modes: device-memory puts and gets (pinned_transfer.hpp).
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include "pinned_transfer.hpp"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "tier/object.hpp"
 
@@ -115,39 +114,38 @@ Status PinnedTransfer::put_from_device(std::span<const Piece> pieces, Region src
 Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
                                      const ObjectKey& key) noexcept {
   const std::size_t n = total_size(pieces);
-  auto h = header_of(pieces);
-  if (!h) return h.status();
-  if (!(h->key == key)) return Status(Code::kChecksumMismatch, "object header names another key");
-  if (h->payload_bytes != n - kObjectHeaderBytes)
-    return Status(Code::kChecksumMismatch, "object length does not match its header");
   if (dst.size < n) return Status::invalid("destination smaller than the object");
   TIER_ASSIGN_OR_RETURN(gpu::Stream * s, stream_for(dst.device));
+  // Whatever the destination holds after a failure (the stored bytes, or a valid header of an
+  // earlier copy) must not be taken for a valid object: its header is zeroed before returning.
+  auto fail = [&](Status why) {
+    static constexpr std::array<std::byte, kObjectHeaderBytes> kZeros{};
+    if (gpu::copy_async(
+            dst.slice(0, kObjectHeaderBytes),
+            Region{const_cast<std::byte*>(kZeros.data()), kZeros.size(), MemoryKind::kHost, -1},
+            *s))
+      s->synchronize().ignore();
+    return why;
+  };
+  // Header, key and length first: nothing moves for an image that fails them.
+  auto h = header_of(pieces);
+  if (!h) return fail(h.status());
+  if (!(h->key == key))
+    return fail(Status(Code::kChecksumMismatch, "object header names another key"));
+  if (h->payload_bytes != n - kObjectHeaderBytes)
+    return fail(Status(Code::kChecksumMismatch, "object length does not match its header"));
 
-  // The payload's DMA runs while the host hashes the same pinned bytes; the header follows only
-  // when the checksum matched.
-  Status st = enqueue_range(pieces, dst, kObjectHeaderBytes, n, false, *s);
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  std::size_t off = 0;
-  for (const Piece& p : pieces) {
-    const std::size_t lo = std::max(off, kObjectHeaderBytes);
-    if (lo < off + p.size()) XXH3_64bits_update(&state, p.data() + (lo - off), off + p.size() - lo);
-    off += p.size();
-  }
-  const bool match = XXH3_64bits_digest(&state) == h->payload_checksum;
-  if (st && match) st = enqueue_range(pieces, dst, 0, kObjectHeaderBytes, false, *s);
-  Status sync = s->synchronize();
-  if (st && sync && match) return Status::ok();
-  // Whatever the destination held before (a valid header of an earlier copy, say) must not
-  // survive next to bytes that failed.
-  static constexpr std::array<std::byte, kObjectHeaderBytes> kZeros{};
-  if (gpu::copy_async(
-          dst.slice(0, kObjectHeaderBytes),
-          Region{const_cast<std::byte*>(kZeros.data()), kZeros.size(), MemoryKind::kHost, -1}, *s))
-    s->synchronize().ignore();
-  if (!st) return st;
-  if (!sync) return sync;
-  return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  // The whole image's DMA starts at once; meanwhile this thread and the verification threads
+  // hash the same page-locked bytes chunk by chunk. Success is reported only when both finished
+  // and every chunk matched.
+  Status st = enqueue_range(pieces, dst, 0, n, false, *s);
+  std::vector<std::span<const std::byte>> source(pieces.begin(), pieces.end());
+  Status verified = st ? verify_payload(source, *h) : st;
+  Status sync = s->synchronize();  // copies already enqueued write into dst: wait whatever happened
+  if (st && sync && verified) return Status::ok();
+  if (!st) return fail(st);
+  if (!sync) return fail(sync);
+  return fail(verified);
 }
 
 }  // namespace tier::cpu

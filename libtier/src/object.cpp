@@ -3,17 +3,22 @@
 #include "tier/endian.hpp"
 
 #define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include <fmt/format.h>
 #include <immintrin.h>
+#include <xxhash.h>
 
+#include <array>
 #include <cstring>
 
-#include <fmt/format.h>
+#include "verify_pool.hpp"
 
 namespace tier {
 namespace {
 
 constexpr std::size_t kHeaderChecksumOffset = 88;
+// Version 2 chunk checksums computed per round of the verification threads (their list, 4 KiB,
+// lives on the caller's stack; larger payloads take several rounds).
+constexpr std::size_t kWindowChunks = 512;
 
 void store_key(std::byte* p, const Key128& k) noexcept {
   put_le(p, k.lo);
@@ -23,17 +28,70 @@ Key128 load_key(const std::byte* p) noexcept {
   return Key128{get_le<std::uint64_t>(p), get_le<std::uint64_t>(p + 8)};
 }
 
+// The version 2 checksum of a payload of `n` bytes: `chunk_hash(i)` (the XXH3-64 of chunk i,
+// called once per chunk on the verification threads) feeds the chunk list, window by window;
+// `before_window(first, count)` runs on the caller before each window's chunks are hashed.
+template <class ChunkHash, class BeforeWindow>
+std::uint64_t chunked_checksum(std::uint64_t n, ChunkHash& chunk_hash,
+                               BeforeWindow&& before_window) noexcept {
+  const std::uint64_t chunks = checksum_chunk_count(n);
+  XXH3_state_t list;
+  XXH3_64bits_reset(&list);
+  std::array<std::uint64_t, kWindowChunks> sums;
+  std::array<std::byte, kWindowChunks * 8> le;
+  for (std::uint64_t first = 0; first < chunks; first += kWindowChunks) {
+    const auto count =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kWindowChunks, chunks - first));
+    before_window(first, count);
+    auto task = [&](std::size_t i) { sums[i] = chunk_hash(first + i); };
+    detail::VerifyPool::instance().for_each(count, task);
+    for (std::size_t i = 0; i < count; ++i) put_le<std::uint64_t>(le.data() + 8 * i, sums[i]);
+    XXH3_64bits_update(&list, le.data(), 8 * count);
+  }
+  return XXH3_64bits_digest(&list);
+}
+
+std::uint64_t chunked_checksum(std::span<const std::byte> payload) noexcept {
+  auto hash = [&](std::uint64_t c) {
+    const std::size_t off = static_cast<std::size_t>(c) * kChecksumChunkBytes;
+    return XXH3_64bits(payload.data() + off, std::min(kChecksumChunkBytes, payload.size() - off));
+  };
+  return chunked_checksum(payload.size(), hash, [](std::uint64_t, std::size_t) {});
+}
+
 }  // namespace
 
-std::uint64_t payload_checksum(std::span<const std::byte> payload) noexcept {
-  return XXH3_64bits(payload.data(), payload.size());
+std::uint64_t checksum_chunk_count(std::uint64_t payload_bytes) noexcept {
+  return (payload_bytes + kChecksumChunkBytes - 1) / kChecksumChunkBytes;
+}
+
+std::uint64_t chunk_list_checksum(std::span<const std::uint64_t> chunk_checksums) noexcept {
+  XXH3_state_t list;
+  XXH3_64bits_reset(&list);
+  for (std::uint64_t c : chunk_checksums) {
+    std::byte le[8];
+    put_le<std::uint64_t>(le, c);
+    XXH3_64bits_update(&list, le, sizeof le);
+  }
+  return XXH3_64bits_digest(&list);
+}
+
+std::uint64_t payload_checksum(std::span<const std::byte> payload, std::uint16_t version) noexcept {
+  if (version == kObjectVersionWholePayload) return XXH3_64bits(payload.data(), payload.size());
+  return chunked_checksum(payload);
+}
+
+unsigned verify_threads() noexcept { return detail::VerifyPool::instance().threads(); }
+
+void set_verify_threads(unsigned threads) noexcept {
+  detail::VerifyPool::instance().set_threads(threads);
 }
 
 void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noexcept {
   std::byte* p = image.data();
   std::memset(p, 0, kObjectHeaderBytes);
   put_le<std::uint32_t>(p + 0, kObjectMagic);
-  put_le<std::uint16_t>(p + 4, kObjectVersion);
+  put_le<std::uint16_t>(p + 4, h.version);
   put_le<std::uint16_t>(p + 6, static_cast<std::uint16_t>(kObjectHeaderBytes));
   put_le<std::uint32_t>(p + 8, h.layout_id);
   put_le<std::uint32_t>(p + 12, h.stage_id);
@@ -47,10 +105,10 @@ void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noex
 }
 
 void seal_object(std::span<std::byte> image, std::uint32_t layout_id, std::uint32_t stage_id,
-                 const ObjectKey& key) noexcept {
+                 const ObjectKey& key, std::uint16_t version) noexcept {
   auto payload = image.subspan(kObjectHeaderBytes);
   write_object_header(image, ObjectHeader{layout_id, stage_id, key, payload.size(),
-                                          payload_checksum(payload)});
+                                          payload_checksum(payload, version), version});
 }
 
 Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexcept {
@@ -60,7 +118,8 @@ Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexc
   const std::byte* p = image.data();
   if (get_le<std::uint32_t>(p) != kObjectMagic)
     return Status(Code::kChecksumMismatch, "bad object magic");
-  if (get_le<std::uint16_t>(p + 4) != kObjectVersion ||
+  const auto version = get_le<std::uint16_t>(p + 4);
+  if ((version != kObjectVersion && version != kObjectVersionWholePayload) ||
       get_le<std::uint16_t>(p + 6) != kObjectHeaderBytes)
     return Status(Code::kChecksumMismatch, "unsupported object header version");
   if (get_le<std::uint64_t>(p + kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
@@ -75,6 +134,7 @@ Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexc
   h.key.rank = get_le<std::uint32_t>(p + 48);
   h.payload_bytes = get_le<std::uint64_t>(p + 56);
   h.payload_checksum = get_le<std::uint64_t>(p + 64);
+  h.version = version;
   return h;
 }
 
@@ -89,7 +149,72 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
     return Status(Code::kChecksumMismatch,
                   fmt::format("object declares {} payload bytes, image has {}", h->payload_bytes,
                               image.size() - kObjectHeaderBytes));
-  if (payload_checksum(image.subspan(kObjectHeaderBytes)) != h->payload_checksum)
+  if (payload_checksum(image.subspan(kObjectHeaderBytes), h->version) != h->payload_checksum)
+    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  return Status::ok();
+}
+
+Status verify_payload(std::span<const std::span<const std::byte>> pieces,
+                      const ObjectHeader& h) noexcept {
+  std::uint64_t total = 0;
+  for (const auto& p : pieces) total += p.size();
+  if (total != kObjectHeaderBytes + h.payload_bytes)
+    return Status(Code::kChecksumMismatch, "object length does not match its header");
+  std::uint64_t sum;
+  if (h.version == kObjectVersionWholePayload) {
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    std::size_t off = 0;
+    for (const auto& p : pieces) {
+      const std::size_t lo = std::max(off, kObjectHeaderBytes);
+      if (lo < off + p.size())
+        XXH3_64bits_update(&state, p.data() + (lo - off), off + p.size() - lo);
+      off += p.size();
+    }
+    sum = XXH3_64bits_digest(&state);
+  } else {
+    // Where each chunk of the window starts: (piece, offset in it), found by one walk.
+    struct At {
+      std::size_t piece;
+      std::size_t offset;
+    };
+    std::array<At, kWindowChunks> at;
+    At cursor{0, 0};
+    std::uint64_t cursor_image = 0;  // image offset of `cursor`
+    auto before = [&](std::uint64_t first, std::size_t count) {
+      for (std::size_t i = 0; i < count; ++i) {
+        std::uint64_t target = kObjectHeaderBytes + (first + i) * kChecksumChunkBytes;
+        while (cursor_image + (pieces[cursor.piece].size() - cursor.offset) <= target) {
+          cursor_image += pieces[cursor.piece].size() - cursor.offset;
+          cursor = At{cursor.piece + 1, 0};
+        }
+        cursor.offset += static_cast<std::size_t>(target - cursor_image);
+        cursor_image = target;
+        at[i] = cursor;
+      }
+    };
+    std::uint64_t window_first = 0;
+    auto hash = [&](std::uint64_t c) {
+      const std::size_t len = static_cast<std::size_t>(
+          std::min<std::uint64_t>(kChecksumChunkBytes, h.payload_bytes - c * kChecksumChunkBytes));
+      At a = at[static_cast<std::size_t>(c - window_first)];
+      if (pieces[a.piece].size() - a.offset >= len)
+        return XXH3_64bits(pieces[a.piece].data() + a.offset, len);
+      XXH3_state_t state;  // a chunk across pieces
+      XXH3_64bits_reset(&state);
+      for (std::size_t left = len; left > 0; a = At{a.piece + 1, 0}) {
+        const std::size_t n = std::min(left, pieces[a.piece].size() - a.offset);
+        XXH3_64bits_update(&state, pieces[a.piece].data() + a.offset, n);
+        left -= n;
+      }
+      return XXH3_64bits_digest(&state);
+    };
+    sum = chunked_checksum(h.payload_bytes, hash, [&](std::uint64_t first, std::size_t count) {
+      window_first = first;
+      before(first, count);
+    });
+  }
+  if (sum != h.payload_checksum)
     return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
   return Status::ok();
 }
@@ -121,32 +246,55 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept {
   auto h = parse_object_header(stored);
-  if (!h) return h.status();
+  // A failed copy leaves no valid header in `dst`, not even one of an earlier copy.
+  auto mismatch = [&](Status why) {
+    scrub_object(dst);
+    return why;
+  };
+  if (!h) return mismatch(h.status());
   if (!(h->key == expected))
-    return Status(Code::kChecksumMismatch, "object header names another key");
+    return mismatch(Status(Code::kChecksumMismatch, "object header names another key"));
   if (h->payload_bytes != stored.size() - kObjectHeaderBytes)
-    return Status(Code::kChecksumMismatch, "object length does not match its header");
+    return mismatch(Status(Code::kChecksumMismatch, "object length does not match its header"));
   if (dst.size() < stored.size())
     return Status::invalid("destination smaller than the object");
-  constexpr std::size_t kChunk = 16 * 1024;
+  constexpr std::size_t kSlice = 16 * 1024;  // hashed, then copied while hot
   constexpr std::size_t kStreamFrom = 256 * 1024;
   const bool stream = kHaveAvx2 && stored.size() >= kStreamFrom &&
                       reinterpret_cast<std::uintptr_t>(dst.data() + kObjectHeaderBytes) % 32 == 0;
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
   const std::byte* src = stored.data() + kObjectHeaderBytes;
   std::byte* out = dst.data() + kObjectHeaderBytes;
-  for (std::size_t off = 0; off < h->payload_bytes; off += kChunk) {
-    std::size_t n = std::min(kChunk, static_cast<std::size_t>(h->payload_bytes) - off);
-    XXH3_64bits_update(&state, src + off, n);  // brings the chunk into cache
-    if (stream) stream_copy_avx2(out + off, src + off, n);
-    else std::memcpy(out + off, src + off, n);
+  // Hashes payload bytes [begin, begin + n) into `state` and copies them, slice by slice.
+  auto copy_range = [&](XXH3_state_t& state, std::size_t begin, std::size_t n) {
+    for (std::size_t off = begin; off < begin + n; off += kSlice) {
+      const std::size_t m = std::min(kSlice, begin + n - off);
+      XXH3_64bits_update(&state, src + off, m);  // brings the slice into cache
+      if (stream)
+        stream_copy_avx2(out + off, src + off, m);
+      else
+        std::memcpy(out + off, src + off, m);
+    }
+    if (stream) _mm_sfence();  // this thread's streamed bytes land before it reports the chunk
+  };
+  const auto payload = static_cast<std::size_t>(h->payload_bytes);
+  std::uint64_t sum;
+  if (h->version == kObjectVersionWholePayload) {
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    copy_range(state, 0, payload);
+    sum = XXH3_64bits_digest(&state);
+  } else {
+    auto chunk = [&](std::uint64_t c) {
+      const std::size_t off = static_cast<std::size_t>(c) * kChecksumChunkBytes;
+      XXH3_state_t state;
+      XXH3_64bits_reset(&state);
+      copy_range(state, off, std::min(kChecksumChunkBytes, payload - off));
+      return XXH3_64bits_digest(&state);
+    };
+    sum = chunked_checksum(payload, chunk, [](std::uint64_t, std::size_t) {});
   }
-  if (stream) _mm_sfence();
-  if (XXH3_64bits_digest(&state) != h->payload_checksum) {
-    scrub_object(dst);
-    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
-  }
+  if (sum != h->payload_checksum)
+    return mismatch(Status(Code::kChecksumMismatch, "object payload checksum mismatch"));
   std::memcpy(dst.data(), stored.data(), kObjectHeaderBytes);
   return Status::ok();
 }

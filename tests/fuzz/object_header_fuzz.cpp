@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (s.is_ok()) {
     if (!h.is_ok()) std::abort();
     if (h->payload_bytes != size - tier::kObjectHeaderBytes) std::abort();
-    if (tier::payload_checksum(in.subspan(tier::kObjectHeaderBytes)) != h->payload_checksum)
+    if (tier::payload_checksum(in.subspan(tier::kObjectHeaderBytes), h->version) !=
+        h->payload_checksum)
       std::abort();
   } else if (s.code() != tier::Code::kChecksumMismatch) {
     std::abort();

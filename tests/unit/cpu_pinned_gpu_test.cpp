@@ -1,7 +1,9 @@
 // The cpu tier's pinned mode ("pinned": true) on a real device, heap and shm modes: puts from
 // device memory, gets into device, pinned and pageable memory, bit-exact for odd sizes (images
 // of 193 and 127 bytes, payloads of 193 and 127 bytes) and 1 MiB; corrupt stored bytes are a
-// checksum failure and never data (the device destination's header is zeroed); a device image
+// checksum failure and never data (the device destination's header is zeroed), for object format
+// version 2 in each of chunk 0, the last partial chunk, the payload checksum and the header, and
+// version 1 images still read; a device image
 // whose header does not name the key is refused; LRU and exact capacity as in the heap mode,
 // through arena compaction. Exits 77 (Meson: SKIP) on a machine without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -249,6 +251,92 @@ TEST_CASE("pinned shm tier: a flipped byte in the segment is a checksum failure,
     ::munmap(m, static_cast<std::size_t>(st.st_size));
   }
   corrupt_gets_fail(*be, k, good);
+}
+
+// Flips one byte of the stored image of `good` in the segment file, through a separate mapping:
+// the byte at image offset `off`, found by a window of the image around it that lies within one
+// block (images start at a block boundary, so block boundaries are multiples of `block`).
+void flip_in_segment(const Segment& seg, const std::vector<std::byte>& good, std::size_t off,
+                     std::size_t block) {
+  const std::size_t block_start = off / block * block;
+  const std::size_t lo = std::max(block_start, off >= 128 ? off - 128 : 0);
+  const std::size_t hi = std::min({block_start + block, off + 128, good.size()});
+  int fd = ::open(("/dev/shm/" + seg.name).c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  struct stat st {};
+  REQUIRE(::fstat(fd, &st) == 0);
+  auto* m = static_cast<std::byte*>(::mmap(nullptr, static_cast<std::size_t>(st.st_size),
+                                           PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ::close(fd);
+  REQUIRE(m != MAP_FAILED);
+  std::byte* end = m + st.st_size;
+  std::byte* at = std::search(m, end, good.data() + lo, good.data() + hi);
+  REQUIRE(at != end);
+  at[off - lo] ^= std::byte{0x08};
+  ::munmap(m, static_cast<std::size_t>(st.st_size));
+}
+
+// Object format version 2 (docs/object-format.md): the payload is verified in 64 KiB chunks while
+// the DMA runs. A byte flipped in chunk 0, in the last (partial) chunk, in the header's payload
+// checksum (the chunk list's) or elsewhere in the header fails the get into device memory as
+// ChecksumMismatch, and the destination keeps no valid header.
+TEST_CASE("pinned shm tier, device destination: a flipped byte in any chunk or the header fails") {
+  const std::size_t payload = 3 * kChecksumChunkBytes + 1234;
+  const std::size_t offsets[] = {
+      kObjectHeaderBytes + 5,                               // chunk 0
+      kObjectHeaderBytes + 3 * kChecksumChunkBytes + 1000,  // the last, partial chunk
+      66,                                                   // the payload checksum
+      36,                                                   // the key, in the header
+  };
+  for (std::size_t i = 0; i < std::size(offsets); ++i) {
+    CAPTURE(offsets[i]);
+    Segment seg;
+    auto be = open_tier(4u << 20, seg.options());
+    const ObjectKey k = key_of(500 + i);
+    const auto good = make_image(k, payload, 11);
+    REQUIRE(parse_object_header(good)->version == kObjectVersion);
+    DeviceBuffer src = upload(good);
+    REQUIRE(run(*be, Op::kPut, k, src.region()).status);
+    auto dst = DeviceBuffer::allocate(0, good.size());
+    REQUIRE(dst);
+    REQUIRE(run(*be, Op::kGet, k, dst->region()).status);  // good before the flip
+    flip_in_segment(seg, good, offsets[i], 16384);
+    corrupt_gets_fail(*be, k, good);
+  }
+}
+
+TEST_CASE(
+    "pinned heap tier, device destination: a flipped byte in chunk 0 or the last chunk "
+    "fails") {
+  auto be = open_tier(4u << 20);
+  const std::size_t payload = 3 * kChecksumChunkBytes + 1234;
+  for (std::size_t off : {kObjectHeaderBytes + 5, kObjectHeaderBytes + payload - 1}) {
+    CAPTURE(off);
+    const ObjectKey k = key_of(600 + off);
+    const auto good = make_image(k, payload, 13);
+    auto rotten = good;  // the arena is private to the tier: the rot is put in
+    rotten[off] ^= std::byte{0x02};
+    DeviceBuffer src = upload(rotten);
+    REQUIRE(run(*be, Op::kPut, k, src.region()).status);
+    corrupt_gets_fail(*be, k, good);
+  }
+}
+
+TEST_CASE("pinned tiers still read version 1 images into device memory") {
+  for (bool shm : {false, true}) {
+    CAPTURE(shm);
+    Segment seg;
+    auto be = open_tier(4u << 20, shm ? seg.options() : Json::object());
+    const ObjectKey k = key_of(700);
+    auto img = make_image(k, 3 * kChecksumChunkBytes + 77, 2);
+    seal_object(img, 1, 0, k, kObjectVersionWholePayload);
+    REQUIRE(run(*be, Op::kPut, k, host_region(img)).status);
+    auto dst = DeviceBuffer::allocate(0, img.size());
+    REQUIRE(dst);
+    Completion g = run(*be, Op::kGet, k, dst->region());
+    REQUIRE_MESSAGE(g.status, g.status.to_string());
+    CHECK(download(*dst, img.size()) == img);
+  }
 }
 
 TEST_CASE("pinned heap tier: exact capacity, LRU eviction and compaction as in the heap mode") {

@@ -69,3 +69,226 @@ TEST_CASE("scrub makes an image unparseable") {
   scrub_object(img);
   CHECK(parse_object_header(img).status().code() == Code::kChecksumMismatch);
 }
+
+// ---- Version 2 (chunked payload checksum) and version 1, against docs/object-format.md ----
+
+namespace {
+
+std::vector<std::byte> from_hex(std::string_view hex) {
+  std::vector<std::byte> out;
+  for (std::size_t i = 0; i < hex.size();) {
+    if (hex[i] == ' ' || hex[i] == '\n') {
+      ++i;
+      continue;
+    }
+    out.push_back(static_cast<std::byte>(std::stoul(std::string(hex.substr(i, 2)), nullptr, 16)));
+    i += 2;
+  }
+  return out;
+}
+
+// The golden vectors' objects, written by this implementation.
+std::vector<std::byte> sealed(std::span<const std::byte> payload, std::uint32_t layout,
+                              std::uint32_t stage, const ObjectKey& key, std::uint16_t version) {
+  std::vector<std::byte> img(kObjectHeaderBytes + payload.size());
+  std::memcpy(img.data() + kObjectHeaderBytes, payload.data(), payload.size());
+  seal_object(img, layout, stage, key, version);
+  return img;
+}
+
+std::vector<std::byte> ascii(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()),
+          reinterpret_cast<const std::byte*>(s.data()) + s.size()};
+}
+
+// Vector D's payload: byte i = ((i * 2654435761) mod 2^32) >> 24.
+std::vector<std::byte> vector_d_payload() {
+  std::vector<std::byte> p(2 * kChecksumChunkBytes + 100);
+  for (std::size_t i = 0; i < p.size(); ++i)
+    p[i] = static_cast<std::byte>(static_cast<std::uint32_t>(i * 2654435761u) >> 24);
+  return p;
+}
+
+const ObjectKey kKeyA{Key128{1, 2}, Key128{3, 4}, 5};
+const ObjectKey kKeyB{Key128{0x1111111111111111, 0x2222222222222222},
+                      Key128{0x3333333333333333, 0x4444444444444444}, 7};
+
+// The four ways a stored image is read back verified: verify_object, copy_verified, and
+// verify_payload over the image cut into pieces at `cut` (a chunk across two pieces).
+Status every_reader(std::span<const std::byte> img, const ObjectKey& k, std::size_t cut) {
+  Status v = verify_object(img, k);
+  std::vector<std::byte> out(img.size());
+  Status c = copy_verified(out, img, k);
+  if (c) {
+    CHECK(std::memcmp(out.data(), img.data(), img.size()) == 0);
+  } else {
+    CHECK_FALSE(parse_object_header(out).is_ok());
+  }
+  Status p = Status(Code::kChecksumMismatch, "header");
+  if (auto h = parse_object_header(img); h && h->key == k) {
+    cut = std::min(cut, img.size());
+    const std::span<const std::byte> pieces[] = {img.first(cut), img.subspan(cut)};
+    p = verify_payload(pieces, *h);
+  }
+  CHECK(v.code() == c.code());
+  CHECK(v.code() == p.code());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("golden vectors: the implementation writes and reads exactly docs/object-format.md") {
+  const auto a = from_hex(R"(
+    4c 54 4f 31 02 00 60 00 01 00 00 00 00 00 00 00
+    01 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00
+    03 00 00 00 00 00 00 00 04 00 00 00 00 00 00 00
+    05 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+    c2 94 d3 38 05 80 06 2d 00 00 00 00 00 00 00 00
+    00 00 00 00 00 00 00 00 5b d2 0b 9b 3f 69 99 ad)");
+  CHECK(sealed({}, 1, 0, kKeyA, 2) == a);
+  CHECK(payload_checksum({}) == 0x2d06800538d394c2ull);
+  CHECK(every_reader(a, kKeyA, 50).is_ok());
+
+  const auto b = from_hex(R"(
+    4c 54 4f 31 02 00 60 00 01 00 00 00 00 00 00 00
+    11 11 11 11 11 11 11 11 22 22 22 22 22 22 22 22
+    33 33 33 33 33 33 33 33 44 44 44 44 44 44 44 44
+    07 00 00 00 00 00 00 00 07 00 00 00 00 00 00 00
+    c3 7e 5f 82 c4 1a 3f d0 00 00 00 00 00 00 00 00
+    00 00 00 00 00 00 00 00 f2 f0 47 17 7a 96 6b 57
+    6c 69 62 74 69 65 72)");
+  CHECK(sealed(ascii("libtier"), 1, 0, kKeyB, 2) == b);
+  CHECK(sealed(ascii("libtier"), 1, 0, kKeyB, kObjectVersion) == b);  // writers emit version 2
+  const std::uint64_t c0 = 0xd2c4091d5ac53178ull;
+  CHECK(chunk_list_checksum(std::span(&c0, 1)) == 0xd03f1ac4825f7ec3ull);
+  CHECK(every_reader(b, kKeyB, 100).is_ok());
+
+  const auto c = from_hex(R"(
+    4c 54 4f 31 01 00 60 00 01 00 00 00 00 00 00 00
+    11 11 11 11 11 11 11 11 22 22 22 22 22 22 22 22
+    33 33 33 33 33 33 33 33 44 44 44 44 44 44 44 44
+    07 00 00 00 00 00 00 00 07 00 00 00 00 00 00 00
+    78 31 c5 5a 1d 09 c4 d2 00 00 00 00 00 00 00 00
+    00 00 00 00 00 00 00 00 be cb b4 bc b0 2e 95 90
+    6c 69 62 74 69 65 72)");
+  CHECK(sealed(ascii("libtier"), 1, 0, kKeyB, 1) == c);
+  CHECK(every_reader(c, kKeyB, 97).is_ok());
+  auto hc = parse_object_header(c);
+  REQUIRE(hc);
+  CHECK(hc->version == 1);
+  CHECK(hc->payload_checksum == c0);
+
+  const auto d_header = from_hex(R"(
+    4c 54 4f 31 02 00 60 00 01 00 00 00 02 00 00 00
+    01 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00
+    03 00 00 00 00 00 00 00 04 00 00 00 00 00 00 00
+    00 00 00 00 00 00 00 00 64 00 02 00 00 00 00 00
+    95 24 15 6f 89 37 63 cd 00 00 00 00 00 00 00 00
+    00 00 00 00 00 00 00 00 8c d1 21 47 4c f6 7e e7)");
+  const ObjectKey kd{Key128{1, 2}, Key128{3, 4}, 0};
+  const auto payload = vector_d_payload();
+  const auto d = sealed(payload, 1, 2, kd, 2);
+  CHECK(std::equal(d_header.begin(), d_header.end(), d.begin()));
+  CHECK(checksum_chunk_count(payload.size()) == 3);
+  const std::uint64_t chunks[] = {0x20605b76ceddc43bull, 0xe830a264c3d30f39ull,
+                                  0xe1a7d09e9e549603ull};
+  CHECK(chunk_list_checksum(chunks) == 0xcd6337896f152495ull);
+  CHECK(payload_checksum(payload) == 0xcd6337896f152495ull);
+  CHECK(every_reader(d, kd, kObjectHeaderBytes + kChecksumChunkBytes - 7).is_ok());
+}
+
+TEST_CASE("version 2: a flipped byte in any chunk, the checksum or the header fails") {
+  const ObjectKey k = key_of(77);
+  const std::size_t payload = 3 * kChecksumChunkBytes + 1234;  // four chunks, the last partial
+  const auto good = make_image(k, payload, 3);
+  REQUIRE(parse_object_header(good)->version == 2);
+  REQUIRE(every_reader(good, k, 4096).is_ok());
+  const std::size_t last = kObjectHeaderBytes + 3 * kChecksumChunkBytes;
+  const std::size_t offsets[] = {
+      kObjectHeaderBytes,                            // chunk 0, first byte
+      kObjectHeaderBytes + 1000,                     // chunk 0
+      kObjectHeaderBytes + kChecksumChunkBytes - 1,  // chunk 0, last byte
+      last,                                          // the last (partial) chunk, first byte
+      good.size() - 1,                               // the last byte of the image
+      64,
+      67,
+      71,  // the payload checksum (the chunk list's)
+      4,   // the version
+      56,  // the payload length
+      20,
+      88,  // the key; the header checksum
+  };
+  for (std::size_t off : offsets) {
+    CAPTURE(off);
+    auto bad = good;
+    bad[off] ^= std::byte{0x04};
+    CHECK(every_reader(bad, k, last - 5).code() == Code::kChecksumMismatch);
+  }
+  // Two chunks swapped: every chunk hashes as before, the list's order does not.
+  auto swapped = good;
+  std::swap_ranges(swapped.begin() + kObjectHeaderBytes,
+                   swapped.begin() + kObjectHeaderBytes + kChecksumChunkBytes,
+                   swapped.begin() + kObjectHeaderBytes + kChecksumChunkBytes);
+  CHECK(every_reader(swapped, k, 0).code() == Code::kChecksumMismatch);
+}
+
+TEST_CASE("version 1 images are still read and verified as before") {
+  for (std::size_t size : {0ul, 300ul, 70'000ul, 600'000ul}) {
+    CAPTURE(size);
+    const ObjectKey k = key_of(size + 5);
+    auto img = make_image(k, size, 1);
+    seal_object(img, 1, 0, k, kObjectVersionWholePayload);
+    auto h = parse_object_header(img);
+    REQUIRE(h);
+    CHECK(h->version == 1);
+    CHECK(h->payload_checksum ==
+          payload_checksum(std::span(img).subspan(kObjectHeaderBytes), kObjectVersionWholePayload));
+    CHECK(every_reader(img, k, 7000).is_ok());
+    if (size == 0) continue;
+    auto bad = img;
+    bad[kObjectHeaderBytes + size - 1] ^= std::byte{0x20};
+    CHECK(every_reader(bad, k, 7000).code() == Code::kChecksumMismatch);
+  }
+}
+
+TEST_CASE("every thread count gives the same checksums and verdicts") {
+  const ObjectKey k = key_of(91);
+  // Large enough for several rounds of 512 chunks (32 MiB each), with a partial last chunk.
+  const std::size_t payload = 33u * 1024 * 1024 + 17;
+  auto img = make_image(k, 100, 0);
+  img.resize(kObjectHeaderBytes + payload);
+  for (std::size_t i = 0; i < payload; i += 4096) img[kObjectHeaderBytes + i] = std::byte(i >> 12);
+  const unsigned before = verify_threads();
+  std::uint64_t first = 0;
+  for (unsigned t : {1u, 2u, 3u, 8u}) {
+    CAPTURE(t);
+    set_verify_threads(t);
+    CHECK(verify_threads() == t);
+    seal_object(img, 1, 0, k);
+    auto h = parse_object_header(img);
+    REQUIRE(h);
+    if (first == 0) first = h->payload_checksum;
+    CHECK(h->payload_checksum == first);
+    CHECK(every_reader(img, k, kObjectHeaderBytes + 32u * 1024 * 1024 + 3).is_ok());
+    auto bad = img;
+    bad[bad.size() - 2] ^= std::byte{1};
+    CHECK(every_reader(bad, k, 1000).code() == Code::kChecksumMismatch);
+  }
+  set_verify_threads(before);
+}
+
+TEST_CASE("verify_payload: pieces that do not add up to the header's length are a mismatch") {
+  const ObjectKey k = key_of(92);
+  const auto img = make_image(k, 5000);
+  auto h = parse_object_header(img);
+  REQUIRE(h);
+  const std::span<const std::byte> short_pieces[] = {std::span(img).first(img.size() - 1)};
+  CHECK(verify_payload(short_pieces, *h).code() == Code::kChecksumMismatch);
+  // Many small pieces, some empty.
+  std::vector<std::span<const std::byte>> many;
+  for (std::size_t off = 0; off < img.size(); off += 333) {
+    many.push_back(std::span(img).subspan(off, std::min<std::size_t>(333, img.size() - off)));
+    many.push_back({});
+  }
+  CHECK(verify_payload(many, *h).is_ok());
+}

@@ -1,20 +1,32 @@
 #pragma once
-// The stored object format. Every image a backend stores is
+// The stored object format (docs/object-format.md is normative). Every image a backend stores is
 //
 //   [ 96-byte header | payload ]
 //
 // header (all integers little-endian):
-//   0  u32  magic "LTO1"          4  u16 version (1)          6  u16 header bytes (96)
+//   0  u32  magic "LTO1"          4  u16 version (1 or 2)     6  u16 header bytes (96)
 //   8  u32  layout id of the region codec that made the raw payload
 //   12 u32  stage id (0 = raw payload; else the stage codec, e.g. zstd, that transformed it)
 //   16 16B  namespace id          32 16B object id             48 u32 rank   52 u32 flags (0)
-//   56 u64  payload bytes         64 u64 XXH3-64 (seed 0) of the payload
+//   56 u64  payload bytes         64 u64 payload checksum (below)
 //   72 16B  reserved, zero        88 u64 XXH3-64 (seed 0) of header bytes [0, 88)
+//
+// The payload checksum depends on the version:
+//   version 1: XXH3-64 (seed 0) of the whole payload (one hash, one thread);
+//   version 2: the payload is cut into chunks of kChecksumChunkBytes (the last one shorter);
+//              each chunk's XXH3-64 (seed 0), little-endian, in chunk order, forms the chunk
+//              list, and the checksum is the XXH3-64 (seed 0) of that list. The list is not
+//              stored: a reader recomputes it, one chunk per thread (verify_threads()).
+// Writers emit version 2; readers accept both.
 //
 // Every backend read is verified (magic, version, header checksum, expected key, exact length,
 // payload checksum) by Backend::poll before the completion is handed out; a failure is a miss
 // with Code::kChecksumMismatch, counted in metrics, and the destination's header is scrubbed so
 // the bytes cannot be mistaken for a valid object.
+//
+// Threads: every function may be called from any thread. Version 2 payloads of more than one
+// chunk are hashed by the caller together with the process's verification threads (shared by all
+// callers); nothing here calls user code.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,30 +39,50 @@ namespace tier {
 
 inline constexpr std::size_t kObjectHeaderBytes = 96;
 inline constexpr std::uint32_t kObjectMagic = 0x314F544Cu;  // "LTO1" read little-endian
-inline constexpr std::uint16_t kObjectVersion = 1;
+// The version writers emit, and the first one, which is still read.
+inline constexpr std::uint16_t kObjectVersion = 2;
+inline constexpr std::uint16_t kObjectVersionWholePayload = 1;
+// Version 2's checksum chunk: fixed by the version.
+inline constexpr std::size_t kChecksumChunkBytes = 64 * 1024;
 
 struct ObjectHeader {
   std::uint32_t layout_id = 0;
   std::uint32_t stage_id = 0;
   ObjectKey key;
   std::uint64_t payload_bytes = 0;
-  std::uint64_t payload_checksum = 0;
+  std::uint64_t payload_checksum = 0;  // as `version` defines it
+  std::uint16_t version = kObjectVersion;
 };
 
-std::uint64_t payload_checksum(std::span<const std::byte> payload) noexcept;
+// The payload checksum of `version` (1 or 2; anything else is treated as 2).
+std::uint64_t payload_checksum(std::span<const std::byte> payload,
+                               std::uint16_t version = kObjectVersion) noexcept;
+
+// Version 2's parts: the number of checksum chunks of a payload (0 for an empty one), and the
+// checksum of a chunk list (`chunk_checksums[i]` = XXH3-64 of chunk i).
+std::uint64_t checksum_chunk_count(std::uint64_t payload_bytes) noexcept;
+std::uint64_t chunk_list_checksum(std::span<const std::uint64_t> chunk_checksums) noexcept;
 
 // Writes the header for `h` into the first kObjectHeaderBytes of `image` (which must be at least
-// that long). `h.payload_checksum` is taken as given: compute it with payload_checksum().
+// that long). `h.payload_checksum` is taken as given: compute it with payload_checksum() of
+// `h.version`, which must be 1 or 2.
 void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noexcept;
 
 // Frames a payload already placed at image[kObjectHeaderBytes, +payload_bytes): computes the
-// payload checksum and writes the header.
+// payload checksum and writes the header, in `version` (tests write version 1 images with it).
 void seal_object(std::span<std::byte> image, std::uint32_t layout_id, std::uint32_t stage_id,
-                 const ObjectKey& key) noexcept;
+                 const ObjectKey& key, std::uint16_t version = kObjectVersion) noexcept;
 
-// Parses and checks the header only (magic, version, size field, header checksum).
+// Parses and checks the header only (magic, version 1 or 2, size field, header checksum, flags).
 // Returns: the header, or kChecksumMismatch.
 Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexcept;
+
+// Verifies the payload of an image held as host byte ranges (`pieces`, in image order, the header
+// first; together exactly kObjectHeaderBytes + h.payload_bytes bytes) against its parsed header:
+// for pinned transfers, which start the DMA of the pieces first and verify while it runs.
+// Returns: Ok, or kChecksumMismatch (also when the pieces hold another number of bytes).
+Status verify_payload(std::span<const std::span<const std::byte>> pieces,
+                      const ObjectHeader& h) noexcept;
 
 // Full verification of an image read back for `expected`: header, key, exact total length and
 // payload checksum. Returns: Ok or kChecksumMismatch (with what differed).
@@ -58,13 +90,22 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
 
 // Copies a stored image into `dst` while verifying it (header, key, exact length, payload
 // checksum), in one pass over the bytes: for backends whose objects live in host memory, this
-// costs about what a plain memcpy costs. The header is written last, only when everything
-// matched; on failure `dst` holds no valid header. Returns: Ok, kChecksumMismatch, or
+// costs about what a plain memcpy costs (version 2: each chunk is hashed and copied by one of the
+// verification threads, so large images copy faster than one memcpy). The header is written
+// last, only when everything matched; on a mismatch `dst`'s header bytes are zeroed (whatever
+// they held before) and its payload bytes are unspecified. Returns: Ok, kChecksumMismatch, or
 // kInvalidArgument when `dst` is smaller than the image.
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept;
 
 // Overwrites the header so a failed image can never be parsed as valid.
 void scrub_object(std::span<std::byte> image) noexcept;
+
+// The host threads that verify version 2 payloads, the calling thread included: from
+// TIER_VERIFY_THREADS when set (1 = the caller alone), else min(hardware threads, 8). Shared by
+// every tier and thread of the process. set_verify_threads() changes it for later calls (0 picks
+// the default again); the benchmarks use it to compare thread counts.
+unsigned verify_threads() noexcept;
+void set_verify_threads(unsigned threads) noexcept;
 
 }  // namespace tier

@@ -1,0 +1,78 @@
+#pragma once
+// VerifyPool: the process's host threads that hash (and copy) the checksum chunks of object format
+// version 2 payloads in parallel (object.cpp; docs/object-format.md). Private to the core: the
+// public knobs are tier::verify_threads() and tier::set_verify_threads() (tier/object.hpp).
+//
+// run() spreads `count` independent calls over the calling thread and the pool's workers and
+// returns when every call has returned: the caller always works too, so a pool without workers
+// (or with all of them busy on other callers' jobs) runs everything on the caller. Workers start
+// on the first run() that can use them, spin for a short while after each job (so back-to-back
+// gets find them awake) and then sleep on a futex. They run only the chunk functions of object.cpp,
+// never user code. A child process after fork() starts its own workers on first use.
+//
+// Threads: run() may be called from any number of threads at once; jobs share the workers.
+// Errors: none; a worker that cannot be started leaves its share to the caller.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace tier::detail {
+
+class VerifyPool {
+ public:
+  using ChunkFn = void (*)(void* ctx, std::size_t chunk) noexcept;
+
+  // The process-wide pool: TIER_VERIFY_THREADS threads (caller included) when set, else
+  // min(hardware threads, 8). Never destroyed (workers may outlive static destructors).
+  static VerifyPool& instance() noexcept;
+
+  // Calls fn(ctx, i) once for every i in [0, count), on this thread and on free workers.
+  void run(std::size_t count, ChunkFn fn, void* ctx) noexcept;
+
+  // run() over a noexcept callable `f(std::size_t chunk)`.
+  template <class F>
+  void for_each(std::size_t count, F& f) noexcept {
+    run(count, &call<F>, &f);
+  }
+
+  // Threads a run() may use, the caller included (>= 1).
+  unsigned threads() const noexcept { return workers_wanted_.load(std::memory_order_relaxed) + 1; }
+  // Uses `threads` (caller included, at most 256; 0 = the default) from the next run() on; the
+  // current workers exit once they finish the chunk they hold.
+  void set_threads(unsigned threads) noexcept;
+
+ private:
+  struct Job {
+    ChunkFn fn;
+    void* ctx;
+    std::size_t count;
+    std::atomic<std::size_t> next{0};  // next chunk to claim
+    std::atomic<unsigned> users{0};    // workers inside work(); the job outlives them
+  };
+
+  template <class F>
+  static void call(void* f, std::size_t chunk) noexcept {
+    (*static_cast<F*>(f))(chunk);
+  }
+
+  explicit VerifyPool(unsigned threads) noexcept;
+  void start_workers() noexcept;  // under mu_
+  Job* claim() noexcept;
+  void worker(std::uint32_t generation) noexcept;
+  static void work(Job& j) noexcept;
+  static void after_fork_in_child() noexcept;
+
+  std::mutex mu_;                 // jobs_, workers_started_
+  std::mutex config_mu_;          // set_threads
+  std::vector<Job*> jobs_;        // jobs with chunks left to claim
+  unsigned workers_started_ = 0;  // in the current generation
+  std::atomic<unsigned> workers_wanted_;
+  std::atomic<std::uint32_t> generation_{0};  // workers of older generations exit
+  std::atomic<std::uint32_t> epoch_{0};       // bumped for each job and each stop
+  std::atomic<std::uint32_t> sleepers_{0};
+};
+
+}  // namespace tier::detail

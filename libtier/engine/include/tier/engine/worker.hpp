@@ -2,7 +2,8 @@
 // Worker: the worker-side half of the offload engine, one per TP rank. It moves PAGE chunks and
 // SLOT sidecars between the rank's KV memory and its TierStack, and reports every operation.
 //
-//   worker.submit(plan)          the step's plan (same on every rank); never blocks
+//   worker.submit(plan, after)   the step's plan (same on every rank); never blocks; `after`:
+//                                the caller's GPU work the plan's transfers follow (DeviceOrder)
 //   worker.progress()            runs queued loads, then queued saves, on the caller's thread;
 //                                the engine calls it every step and when idle
 //   reports = take_reports()     to the scheduler (Scheduler::process)
@@ -32,6 +33,12 @@
 // tier, its key stays fenced and every later put of it first retries the removal; it is refused
 // while that fails (`sidecar_invalidation`, or `page_store` for a chunk), because tiers are
 // put-if-absent and the corrupt copy would otherwise stay.
+//
+// Device transfers (KV in GPU memory, docs/engine.md): the layout moves bytes on its own stream,
+// ordered after the DeviceOrder given to submit() on the device (no host wait, no device-wide
+// synchronize); an operation is reported once an event behind its transfers has completed, so
+// the caller's next forward overlaps the previous step's saves when progress() runs on another
+// thread. A load is one unit: per-layer waits are not offered yet.
 //
 // Threads: every method may be called from any thread.
 //  - submit() never waits for an operation: it appends to the queues under a short lock. A SLOT

@@ -214,3 +214,31 @@ TEST_CASE("threads: submit and lookups return while a save waits for its sidecar
   }
   CHECK(w.counters().slot_publishes.get() == 2);
 }
+
+// A DeviceOrder the layout cannot honour (host KV memory has no device work to follow): every
+// operation of the plan fails at once as `device_order`, none runs; an empty order is no order.
+TEST_CASE("device order: a host layout refuses a non-empty order and fails the whole plan") {
+  FaultScope faults;
+  Rank rank(threads_config());
+  Worker& w = *rank.worker;
+  int fake = 0;  // never dereferenced: the host layout refuses before any runtime call
+  StepPlan plan = plan_of({save_of(1, true)});
+  LoadOp load;
+  load.id = OperationId{2, 2};
+  plan.loads.push_back(load);
+  w.submit(plan, DeviceOrder{&fake, nullptr});
+  CHECK(w.queued_saves() == 0);
+  CHECK(w.queued_loads() == 0);
+  auto rs = w.take_reports();
+  REQUIRE(rs.size() == 3);  // the load, the PAGE and the SLOT part of the save
+  for (const OpReport& r : rs) {
+    CHECK_FALSE(r.ok);
+    CHECK(r.reason == "device_order");
+  }
+  CHECK(fault_control().count(Op::kPut) == 0);
+  w.submit(plan_of({save_of(3, false)}), DeviceOrder{});
+  w.progress();
+  rs = w.take_reports();
+  REQUIRE(rs.size() == 1);
+  CHECK(rs[0].ok);
+}

@@ -17,6 +17,8 @@
 //      GPU memory (submit + progress until the load's report), vs one bulk host-to-device copy
 //      of the same bytes from pinned host memory. Target: <= 1.1x.
 // Exits 77 without a GPU.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,8 +26,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "cli.hpp"
 #include "dsv4/geometry.hpp"
@@ -147,8 +147,9 @@ int run_forward(cli::Args& args) {
   const std::uint64_t chunk_tokens = block_tokens * chunk_blocks;
   const std::uint64_t prefix_chunks = prefix_tokens / chunk_tokens;
   if (prefix_chunks == 0 || prefix_tokens % chunk_tokens != 0)
-    return cli::fail(fmt::format("--prefix-tokens must be a multiple of the chunk ({} tokens)",
-                                 chunk_tokens), 2);
+    return cli::fail(
+        fmt::format("--prefix-tokens must be a multiple of the chunk ({} tokens)", chunk_tokens),
+        2);
   const std::uint64_t layers = layers_opt.value_or(model->compress_ratios.size());
   // Blocks: the prefix, its restore target, and the decode saves' source blocks.
   const std::uint64_t prefix_blocks = prefix_chunks * chunk_blocks;
@@ -187,9 +188,10 @@ int run_forward(cli::Args& args) {
   const std::uint64_t slot_bytes = (*layout)->slot_bytes();
   fmt::print("GPU {}: {} ({}), {} multiprocessors; tiers: {}\n", device, info->name,
              gpu::api_name(), info->multiprocessors, profile_path);
-  fmt::print("{}: {} layers x {} us spin per step; block {} tokens = {} bytes of PAGE; chunk {} "
-             "tokens; SLOT {} bytes\n",
-             preset, layers, layer_us, block_tokens, page_block, chunk_tokens, slot_bytes);
+  fmt::print(
+      "{}: {} layers x {} us spin per step; block {} tokens = {} bytes of PAGE; chunk {} "
+      "tokens; SLOT {} bytes\n",
+      preset, layers, layer_us, block_tokens, page_block, chunk_tokens, slot_bytes);
 
   auto forward = [&]() -> Status {
     for (std::uint64_t l = 0; l < layers; ++l)
@@ -237,9 +239,10 @@ int run_forward(cli::Args& args) {
   const double off = median(off_steps), on = median(on_steps);
   fmt::print("\n(a) decode step, {} steps x {} rounds, median per step\n", steps, iters);
   fmt::print("    offload off                     {:10.3f} ms\n", off * 1e3);
-  fmt::print("    offload saves active            {:10.3f} ms   ({} PAGE chunk(s) per step, "
-             "SLOT every {} steps; {} failed reports)\n",
-             on * 1e3, save_chunks, slot_every, failed);
+  fmt::print(
+      "    offload saves active            {:10.3f} ms   ({} PAGE chunk(s) per step, "
+      "SLOT every {} steps; {} failed reports)\n",
+      on * 1e3, save_chunks, slot_every, failed);
   fmt::print("    ratio on / off                  {:10.3f}x   (target <= 1.05x)\n",
              off > 0 ? on / off : 0);
 
@@ -278,8 +281,8 @@ int run_forward(cli::Args& args) {
     auto reports = w.take_reports();
     const double t = since(t0);
     if (reports.size() != 1 || !reports[0].ok)
-      return cli::fail(fmt::format("restore failed: {}",
-                                   reports.empty() ? "no report" : reports[0].reason));
+      return cli::fail(
+          fmt::format("restore failed: {}", reports.empty() ? "no report" : reports[0].reason));
     if (i > 0) restores.push_back(t);
   }
   const std::uint64_t bytes = prefix_blocks * page_block + slot_bytes;
@@ -296,9 +299,10 @@ int run_forward(cli::Args& args) {
     if (i > 0) bulks.push_back(since(t0));
   }
   const double restore = median(restores), bulk = median(bulks);
-  fmt::print("\n(b) restore of a {}-token prefix ({} PAGE chunks + SLOT, {:.1f} MiB), median of "
-             "{}\n",
-             prefix_tokens, prefix_chunks, bytes / 1048576.0, iters);
+  fmt::print(
+      "\n(b) restore of a {}-token prefix ({} PAGE chunks + SLOT, {:.1f} MiB), median of "
+      "{}\n",
+      prefix_tokens, prefix_chunks, bytes / 1048576.0, iters);
   fmt::print("    bulk H2D, pinned, 1 copy        {:10.3f} ms   {:8.2f} GB/s\n", bulk * 1e3,
              bytes / bulk / 1e9);
   fmt::print("    engine restore (PAGE + SLOT)    {:10.3f} ms   {:8.2f} GB/s\n", restore * 1e3,

@@ -46,7 +46,9 @@ EngineConfig threads_config() {
   return c;
 }
 
-Key128 key_of(std::uint64_t i) { return Key128{0x7468726561647300ULL + i, i * 0x9e3779b97f4a7c15ULL}; }
+Key128 key_of(std::uint64_t i) {
+  return Key128{0x7468726561647300ULL + i, i * 0x9e3779b97f4a7c15ULL};
+}
 
 // A save of one chunk (key `i`) from blocks [8 * (i % 8), +8); with `slot`, also the SLOT of
 // group 0 at the boundary 1024 whose prefix is that chunk.
@@ -88,7 +90,8 @@ class Runner {
   void run() {
     std::uint64_t next = 1000;
     while (!stop_ || w_.queued_saves() > 0) {
-      if (!stop_ && w_.queued_saves() < 2 && next < 1064) w_.submit(plan_of({save_of(next++, false)}));
+      if (!stop_ && w_.queued_saves() < 2 && next < 1064)
+        w_.submit(plan_of({save_of(next++, false)}));
       w_.progress();
       auto r = w_.take_reports();
       reports_.insert(reports_.end(), r.begin(), r.end());

@@ -369,26 +369,27 @@ WorkerOutcome Worker::run_load(const LoadOp& op) {
   }
   if (!all) return WorkerOutcome::kPageUnavailable;
   if (!op.slot) return WorkerOutcome::kOk;
-  Result<std::vector<Region>> dst = Status::invalid("unset");
-  Result<std::unique_ptr<Codec>> codec = Status::invalid("unset");
+  std::vector<Region> dst;
+  std::unique_ptr<Codec> codec;
   {
     std::lock_guard<std::mutex> lock(layout_mu_);
-    dst = layout_.slot_regions(op.slot_group);
-    if (!dst) return WorkerOutcome::kMissingDestinationGroup;
-    codec = layout_.slot_codec(
-        SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
-    if (!codec) return WorkerOutcome::kSidecarCodec;
+    auto regions = layout_.slot_regions(op.slot_group);
+    if (!regions) return WorkerOutcome::kMissingDestinationGroup;
+    auto bound =
+        layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+    if (!bound) return WorkerOutcome::kSidecarCodec;
+    dst = std::move(regions).value();
+    codec = std::move(bound).value();
   }
   const ObjectKey key = slot_key(*op.slot);
-  LoadItem item{key, *dst};
+  LoadItem item{key, dst};
   LoadResult res;
-  if (!stack_.load(std::span(&item, 1), Serialized(**codec, layout_mu_), std::span(&res, 1))
-           .is_ok())
+  if (!stack_.load(std::span(&item, 1), Serialized(*codec, layout_mu_), std::span(&res, 1)).is_ok())
     return WorkerOutcome::kSidecarUnavailable;
   if (res.status.is_ok()) {
     counters_.slot_restores.add();
     std::lock_guard<std::mutex> lock(mu_);
-    loaded_by_tier_[static_cast<std::size_t>(res.tier)] += total_bytes(*dst);
+    loaded_by_tier_[static_cast<std::size_t>(res.tier)] += total_bytes(dst);
     return WorkerOutcome::kOk;
   }
   if (res.status == Code::kNotFound) return WorkerOutcome::kSidecarUnavailable;
@@ -546,8 +547,6 @@ Status Worker::put_commit(const Boundary& b) {
   return st;
 }
 
-Status Worker::remove_commit(const Boundary& b) {
-  return stack_.remove(commit_key(b));
-}
+Status Worker::remove_commit(const Boundary& b) { return stack_.remove(commit_key(b)); }
 
 }  // namespace tier::engine

@@ -213,7 +213,7 @@ class TierStack {
   std::vector<Buffer> pool_;  // recycled image buffers
   std::uint64_t pool_bytes_ = 0;
   StackCounters counters_;
-  std::mutex mu_;                          // everything above, and every call into a backend
+  std::mutex mu_;  // everything above, and every call into a backend
   std::atomic<int> entering_{0};           // threads blocked taking mu_
   std::atomic<std::uint64_t> entries_{0};  // times mu_ was taken through lock_counted()
 };

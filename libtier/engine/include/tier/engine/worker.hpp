@@ -241,7 +241,7 @@ class Worker final : public TierView {
   Key128 slot_ns_, commit_ns_;
   // Lock order: run_mu_, the TierStack's own, layout_mu_ (taken inside its encodes and decodes),
   // mu_; never the reverse.
-  std::mutex run_mu_;             // held by progress() (and with_stack) while it runs
+  std::mutex run_mu_;            // held by progress() (and with_stack) while it runs
   mutable std::mutex layout_mu_;  // one layout or layout-codec call at a time
   mutable std::mutex mu_;         // the fields below; held only for a few instructions
   std::deque<LoadOp> loads_;

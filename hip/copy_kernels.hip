@@ -67,6 +67,13 @@ __global__ void __launch_bounds__(kThreads) copy_tiles(const Tile* __restrict__ 
 
 rt::StreamHandle stream_of(const Stream& s) { return static_cast<rt::StreamHandle>(s.handle()); }
 
+// Busy-waits `cycles` shader clock cycles: a forward layer of known duration.
+__global__ void spin_cycles(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 // Appends the tiles of every span's part inside the image window [lo, hi), with the window's
 // first byte at `window` (device-addressable).
 void build_tiles(const CopyPlan& plan, std::uint64_t lo, std::uint64_t hi, std::byte* window,
@@ -102,6 +109,8 @@ struct DeviceCopyExecutor::Impl {
   std::vector<Tile> tiles;
   DeviceBuffer staging;
   Event staging_done;
+  Event order;  // recorded on a caller's stream by order_after() when it gives no event
+  Event done;   // behind each gather() / scatter() on the executor's stream
   void* staging_stream = nullptr;  // the stream of the last staged transfer
 
   Status launch(const Stream& s) noexcept;
@@ -161,6 +170,8 @@ Result<std::unique_ptr<DeviceCopyExecutor>> DeviceCopyExecutor::create(
     TIER_ASSIGN_OR_RETURN(slot.done, Event::create(opts.device));
   }
   TIER_ASSIGN_OR_RETURN(impl->staging_done, Event::create(opts.device));
+  TIER_ASSIGN_OR_RETURN(impl->order, Event::create(opts.device));
+  TIER_ASSIGN_OR_RETURN(impl->done, Event::create(opts.device));
   return std::unique_ptr<DeviceCopyExecutor>(
       new DeviceCopyExecutor(opts, std::move(stream), std::move(impl)));
 }
@@ -241,16 +252,37 @@ Status DeviceCopyExecutor::scatter_async(const CopyPlan& plan, Region image,
   return run(plan, image, s, false);
 }
 
+Status DeviceCopyExecutor::order_after(void* stream, void* event) noexcept {
+  DeviceGuard guard(opts_.device);
+  TIER_RETURN_IF_ERROR(guard.status());
+  if (event != nullptr) return stream_wait_event(stream_, event);
+  if (stream == nullptr) return Status::invalid("order_after: neither a stream nor an event");
+  TIER_RETURN_IF_ERROR(record_on(impl_->order, stream));
+  return stream_wait_event(stream_, impl_->order.handle());
+}
+
 Status DeviceCopyExecutor::gather(const CopyPlan& plan, std::span<std::byte> image) noexcept {
   TIER_RETURN_IF_ERROR(run(plan, Region{image.data(), image.size(), MemoryKind::kHost, -1},
                            stream_, true));
-  return stream_.synchronize();
+  TIER_RETURN_IF_ERROR(impl_->done.record(stream_));
+  return impl_->done.synchronize();
 }
 
 Status DeviceCopyExecutor::scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept {
   auto* p = const_cast<std::byte*>(image.data());  // only read: the image is the copy source
   TIER_RETURN_IF_ERROR(run(plan, Region{p, image.size(), MemoryKind::kHost, -1}, stream_, false));
-  return stream_.synchronize();
+  TIER_RETURN_IF_ERROR(impl_->done.record(stream_));
+  return impl_->done.synchronize();
+}
+
+Status spin_async(void* stream, int device, std::uint64_t nanoseconds, int blocks) noexcept {
+  if (stream == nullptr || blocks < 1) return Status::invalid("spin_async: null stream or no block");
+  int khz = 0;
+  TIER_GPU_TRY(rt::clock_rate_khz(&khz, device));
+  const auto cycles = static_cast<long long>(nanoseconds * static_cast<std::uint64_t>(khz) / 1000000u);
+  spin_cycles<<<blocks, 32, 0, static_cast<rt::StreamHandle>(stream)>>>(cycles);
+  TIER_GPU_TRY(rt::clear_last_error());
+  return Status::ok();
 }
 
 }  // namespace tier::gpu

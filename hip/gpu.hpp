@@ -87,6 +87,8 @@ class Event {
   Status record(const Stream& s) noexcept;
   Result<bool> done() const noexcept;
   Status synchronize() const noexcept;
+  void* handle() const noexcept { return handle_; }  // cudaEvent_t / hipEvent_t
+  int device() const noexcept { return device_; }
 
  private:
   Event(void* h, int device) : handle_(h), device_(device) {}
@@ -150,6 +152,26 @@ class PinnedRegistration {
   std::size_t size_ = 0;
 };
 
+// Work ordering with a caller's own runtime objects, given as opaque handles (cudaStream_t /
+// hipStream_t, cudaEvent_t / hipEvent_t cast to void*), so that callers above this floor never
+// see a runtime type. Both enqueue a device-side dependency and return at once; neither waits on
+// the host, and neither synchronizes the device.
+//   stream_wait_event(s, event)  work enqueued on `s` from now on starts after everything
+//                                enqueued on the event's stream before its last record.
+//   record_on(event, stream)     records `event` on a foreign stream.
+// Errors: InvalidArgument (null handle), DeviceError.
+Status stream_wait_event(const Stream& s, void* event) noexcept;
+Status stream_wait_event(void* stream, const Event& event) noexcept;
+Status record_on(const Event& event, void* stream) noexcept;
+
+// Test and benchmark kernels (the synthetic forward pass of `tierbench forward`):
+//   spin_async      one kernel of `blocks` blocks that busy-waits `nanoseconds` (the device's
+//                   shader clock) on `stream`, a forward layer of known duration.
+//   fill_async      sets every byte of `dst` (device memory) to `value`, on `stream`.
+// `stream` is a Stream's handle() or a caller's stream. Errors: InvalidArgument, DeviceError.
+Status spin_async(void* stream, int device, std::uint64_t nanoseconds, int blocks = 1) noexcept;
+Status fill_async(Region dst, std::uint8_t value, void* stream) noexcept;
+
 // One runtime copy of min(dst.size, src.size) bytes between any two kinds, enqueued on `s`.
 // Pageable host memory is allowed (the runtime stages it). Errors: InvalidArgument, DeviceError.
 Status copy_async(Region dst, Region src, const Stream& s) noexcept;
@@ -182,7 +204,8 @@ struct ExecutorOptions {
 // The *_async forms enqueue on the caller's stream and return once enqueued; the plan's memory
 // and the image must stay valid until the stream has passed the transfer (record an Event). The
 // span list itself is consumed before return. The CopyExecutor forms run on the executor's own
-// stream and return when the bytes have moved.
+// stream (after what order_after() named) and return when an event recorded behind the transfer
+// has completed: never a device-wide synchronize, and the caller's streams keep running.
 // Errors: InvalidArgument (host-kind plan, image too small, span out of the image),
 // DeviceError. A failed launch leaves the destination partially written.
 class DeviceCopyExecutor final : public CopyExecutor {
@@ -196,6 +219,11 @@ class DeviceCopyExecutor final : public CopyExecutor {
 
   Status gather_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
   Status scatter_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
+
+  // Makes the transfers of gather() and scatter() from now on start after a caller's work: the
+  // event `event` when set, else everything enqueued on `stream` so far (opaque runtime handles,
+  // as stream_wait_event). Device-side: returns at once. Errors: InvalidArgument, DeviceError.
+  Status order_after(void* stream, void* event) noexcept;
 
   // The path a transfer of `bytes` to or from an image of `kind` takes.
   ImagePath path_for(MemoryKind kind, std::size_t bytes, bool gather) const noexcept;

@@ -79,6 +79,14 @@ inline Error event_destroy(EventHandle e) { return hipEventDestroy(e); }
 inline Error event_record(EventHandle e, StreamHandle s) { return hipEventRecord(e, s); }
 inline Error event_query(EventHandle e) { return hipEventQuery(e); }
 inline Error event_synchronize(EventHandle e) { return hipEventSynchronize(e); }
+inline Error stream_wait_event(StreamHandle s, EventHandle e) { return hipStreamWaitEvent(s, e, 0); }
+inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
+  return hipMemsetAsync(p, v, n, s);
+}
+// Shader clock rate in kHz (the rate clock64() counts at).
+inline Error clock_rate_khz(int* khz, int d) {
+  return hipDeviceGetAttribute(khz, hipDeviceAttributeClockRate, d);
+}
 #else
 using Error = cudaError_t;
 using StreamHandle = cudaStream_t;
@@ -149,6 +157,13 @@ inline Error event_destroy(EventHandle e) { return cudaEventDestroy(e); }
 inline Error event_record(EventHandle e, StreamHandle s) { return cudaEventRecord(e, s); }
 inline Error event_query(EventHandle e) { return cudaEventQuery(e); }
 inline Error event_synchronize(EventHandle e) { return cudaEventSynchronize(e); }
+inline Error stream_wait_event(StreamHandle s, EventHandle e) { return cudaStreamWaitEvent(s, e, 0); }
+inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
+  return cudaMemsetAsync(p, v, n, s);
+}
+inline Error clock_rate_khz(int* khz, int d) {
+  return cudaDeviceGetAttribute(khz, cudaDevAttrClockRate, d);
+}
 #endif
 
 // kDeviceError "<call>: <runtime message> at <file>:<line>", or OK.

@@ -211,6 +211,34 @@ Status copy_async(Region dst, Region src, const Stream& s) noexcept {
   return Status::ok();
 }
 
+Status stream_wait_event(const Stream& s, void* event) noexcept {
+  if (s.handle() == nullptr || event == nullptr)
+    return Status::invalid("stream_wait_event: null handle");
+  TIER_GPU_TRY(rt::stream_wait_event(stream_of(s), static_cast<rt::EventHandle>(event)));
+  return Status::ok();
+}
+
+Status stream_wait_event(void* stream, const Event& event) noexcept {
+  if (stream == nullptr || event.handle() == nullptr)
+    return Status::invalid("stream_wait_event: null handle");
+  TIER_GPU_TRY(rt::stream_wait_event(static_cast<rt::StreamHandle>(stream),
+                                     static_cast<rt::EventHandle>(event.handle())));
+  return Status::ok();
+}
+
+Status record_on(const Event& event, void* stream) noexcept {
+  if (stream == nullptr || event.handle() == nullptr) return Status::invalid("record_on: null handle");
+  TIER_GPU_TRY(rt::event_record(static_cast<rt::EventHandle>(event.handle()),
+                                static_cast<rt::StreamHandle>(stream)));
+  return Status::ok();
+}
+
+Status fill_async(Region dst, std::uint8_t value, void* stream) noexcept {
+  if (dst.data == nullptr || stream == nullptr) return Status::invalid("fill_async: null pointer");
+  TIER_GPU_TRY(rt::memset_async(dst.data, value, dst.size, static_cast<rt::StreamHandle>(stream)));
+  return Status::ok();
+}
+
 bool is_mapped_pinned(const void* p) noexcept { return rt::mapped_device_pointer(p) != nullptr; }
 
 std::string_view image_path_name(ImagePath p) noexcept {

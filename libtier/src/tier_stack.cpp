@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -39,6 +40,23 @@ Json StackCounters::to_json() const {
 TierStack::TierStack(const Profile& profile)
     : max_inflight_bytes_(profile.max_inflight_bytes),
       op_timeout_(std::chrono::microseconds(profile.op_timeout_us)) {}
+
+TierStack::Entry::Entry(TierStack& s) : stack_(s) { s.lock_counted(); }
+
+void TierStack::lock_counted() {
+  entering_.fetch_add(1);
+  mu_.lock();
+  entering_.fetch_sub(1);
+  entries_.fetch_add(1);
+}
+
+void TierStack::let_others_in() {
+  if (entering_.load() == 0) return;
+  const std::uint64_t seen = entries_.load();
+  mu_.unlock();
+  while (entering_.load() > 0 && entries_.load() == seen) std::this_thread::yield();
+  lock_counted();  // counted: the thread that got in hands mu_ back the same way
+}
 
 TierStack::~TierStack() {
   flush(std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout_)).ignore();
@@ -203,6 +221,7 @@ Result<std::uint64_t> TierStack::submit_one(int t, Op op, const ObjectKey& key, 
       return r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
     }
     reap(t, 1, std::chrono::microseconds(1000));  // queue full: make room
+    let_others_in();
   }
   drain_evictions();
   return id;
@@ -318,6 +337,7 @@ void TierStack::wait_for(const std::vector<std::uint64_t>& ids) {
     if (now >= deadline) break;
     auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
     reap(waiting_tier, 1, std::min(left, std::chrono::microseconds(10'000)));
+    let_others_in();
   }
   // Timed out: the tier still owns the buffers, so the requests become background work whose
   // late completions are discarded; the caller sees TimedOut.
@@ -344,6 +364,7 @@ Completion TierStack::take(std::uint64_t id) {
 }
 
 Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
+  Entry entry(*this);
   std::vector<char> found(keys.size(), 0);
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (!tiers_[t].spec.read) continue;
@@ -366,6 +387,7 @@ Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
 }
 
 Result<int> TierStack::locate(const ObjectKey& key) {
+  Entry entry(*this);
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (!tiers_[t].spec.read) continue;
     auto id = submit_one(static_cast<int>(t), Op::kContains, key, Region{}, Pending{});
@@ -379,6 +401,7 @@ Result<int> TierStack::locate(const ObjectKey& key) {
 Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
                        std::span<Status> out) {
   if (out.size() != items.size()) return Status::invalid("save: out.size() != items.size()");
+  Entry entry(*this);
   int first = -1;
   for (std::size_t t = 0; t < tiers_.size(); ++t)
     if (tiers_[t].spec.write) {
@@ -447,6 +470,7 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
 Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
                        std::span<LoadResult> out) {
   if (out.size() != items.size()) return Status::invalid("load: out.size() != items.size()");
+  Entry entry(*this);
   std::vector<std::size_t> raw_size(items.size(), 0);
   std::vector<char> unserved(items.size(), 1);
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -546,6 +570,7 @@ void TierStack::remove_background(int t, const ObjectKey& key) {
 }
 
 Status TierStack::remove(const ObjectKey& key) {
+  Entry entry(*this);
   std::vector<std::uint64_t> ids;
   Status result;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
@@ -565,12 +590,14 @@ Status TierStack::remove(const ObjectKey& key) {
 }
 
 void TierStack::progress() {
+  Entry entry(*this);
   for (std::size_t t = 0; t < tiers_.size(); ++t)
     if (tiers_[t].backend->in_flight() > 0) reap(static_cast<int>(t), 0, {});
   drain_evictions();
 }
 
 Status TierStack::flush(std::chrono::milliseconds timeout) {
+  Entry entry(*this);
   const auto deadline = Clock::now() + timeout;
   while (bg_count_ > 0) {
     if (Clock::now() >= deadline)
@@ -579,6 +606,7 @@ Status TierStack::flush(std::chrono::milliseconds timeout) {
     for (std::size_t t = 0; t < tiers_.size(); ++t)
       if (tiers_[t].backend->in_flight() > 0) reap(static_cast<int>(t), 1, std::chrono::microseconds(1000));
     drain_evictions();
+    let_others_in();
   }
   return Status::ok();
 }

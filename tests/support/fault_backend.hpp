@@ -27,6 +27,10 @@ struct FaultControl {
   // Contains and gets of keys it returns true for complete NotFound although the object may be
   // stored (not visible yet). Called once per such request, so it can count probes.
   std::function<bool(const ObjectKey&)> hide;
+  // Puts of keys it returns true for are taken but not passed on (no completion) while it keeps
+  // returning true: asked again at every poll, the put goes to the inner tier once it returns
+  // false. A put held this way is a tier that has not answered yet.
+  std::function<bool(const ObjectKey&)> hold_put;
   // Called with each put's image (a private copy) before the inner tier stores it.
   std::function<void(const ObjectKey&, std::vector<std::byte>&)> mutate_put;
   // Called with every request the tier takes, in submission order.
@@ -88,6 +92,12 @@ class FaultInjectingBackend final : public Backend {
         fwd.buf = host_region(*copy);
         copies_[r.user_data] = std::move(copy);
       }
+      if (r.op == Op::kPut && fc.hold_put && fc.hold_put(r.key)) {
+        taken(r);
+        held_.push_back(fwd);
+        ++n;
+        continue;
+      }
       auto accepted = inner_->submit(std::span(&fwd, 1));
       if (!accepted) return accepted.status();
       if (*accepted == 0) {
@@ -101,6 +111,17 @@ class FaultInjectingBackend final : public Backend {
   }
   Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
                               std::chrono::microseconds wait) noexcept override {
+    FaultControl& fc = fault_control();
+    for (std::size_t i = 0; i < held_.size();) {
+      if (fc.hold_put && fc.hold_put(held_[i].key)) {
+        ++i;
+        continue;
+      }
+      auto accepted = inner_->submit(std::span(&held_[i], 1));
+      if (!accepted || *accepted == 0) break;
+      held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (!held_.empty()) wait = std::chrono::microseconds(0);  // a held put never completes here
     std::size_t n = std::min(out.size(), ready_.size());
     for (std::size_t i = 0; i < n; ++i) out[i] = ready_[i];
     ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
@@ -116,6 +137,7 @@ class FaultInjectingBackend final : public Backend {
  private:
   PluginPtr<Backend> inner_;
   std::vector<Completion> ready_;
+  std::vector<IoRequest> held_;  // puts held by FaultControl::hold_put
   std::map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> copies_;
 };
 

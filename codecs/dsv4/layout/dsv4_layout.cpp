@@ -121,6 +121,11 @@ std::array<std::byte, 16> Dsv4Layout::slot_fingerprint(std::uint32_t tp_rank) co
   return dsv4::slot_fingerprint(geometry_, page_namespace_, tp_size_, tp_rank);
 }
 
+Status Dsv4Layout::order_after(const DeviceOrder& after) {
+  if (after.empty()) return Status::ok();
+  return memory_->order_after(after.stream, after.event);
+}
+
 Status Dsv4Layout::visit_host(RegionList regions, HostAccess access,
                               const std::function<void(RegionList views)>& fn) {
   using Access = detail::KvMemory::Access;

@@ -84,6 +84,10 @@ class Dsv4Layout final : public KvLayout {
   std::uint32_t block_tokens() const noexcept override;
   // dsv4::slot_fingerprint(geometry, page namespace, tp_size, tp_rank).
   std::array<std::byte, 16> slot_fingerprint(std::uint32_t tp_rank) const override;
+  // Device memory: the copy executor's stream waits for `after` (libtier_gpu
+  // DeviceCopyExecutor::order_after), so every snapshot, save and load follows the caller's
+  // forward without a host wait. Host memory: NotSupported for a non-empty order.
+  Status order_after(const DeviceOrder& after) override;
 
   const dsv4::Geometry& geometry() const noexcept { return geometry_; }
   const Dsv4LayoutOptions& options() const noexcept { return options_; }

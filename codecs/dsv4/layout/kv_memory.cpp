@@ -13,6 +13,9 @@ class HostMemory final : public KvMemory {
   }
   const std::vector<Region>& backings() const noexcept override { return regions_; }
   CopyExecutor* executor() noexcept override { return nullptr; }
+  Status order_after(void*, void*) override {
+    return Status(Code::kNotSupported, "dsv4 layout: host KV memory has no device work to order");
+  }
   Status visit(RegionList regions, Access, const std::function<void(RegionList)>& fn) override {
     for (const Region& r : regions)
       if (!r.host_accessible()) return Status::invalid("host KV memory: a device region");

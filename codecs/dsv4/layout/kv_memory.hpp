@@ -32,6 +32,9 @@ class KvMemory {
   // memory's kind or device), DeviceError.
   virtual Status visit(RegionList regions, Access access,
                        const std::function<void(RegionList views)>& fn) = 0;
+  // Orders the executor's transfers after a caller's stream or event (KvLayout::order_after).
+  // Host memory: NotSupported.
+  virtual Status order_after(void* stream, void* event) = 0;
 };
 
 // Errors: NoSpace.

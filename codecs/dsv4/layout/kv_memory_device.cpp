@@ -34,6 +34,9 @@ class DeviceMemory final : public KvMemory {
 
   const std::vector<Region>& backings() const noexcept override { return regions_; }
   CopyExecutor* executor() noexcept override { return executor_.get(); }
+  Status order_after(void* stream, void* event) override {
+    return executor_->order_after(stream, event);
+  }
 
   Status visit(RegionList regions, Access access,
                const std::function<void(RegionList)>& fn) override {

@@ -61,6 +61,31 @@ class PreEncoded final : public Codec {
   std::uint32_t layout_id_;
 };
 
+// A layout codec whose calls hold the worker's layout lock, so that the TierStack's encodes and
+// decodes (on the progress() thread) never overlap a snapshot taken by submit().
+class Serialized final : public Codec {
+ public:
+  Serialized(const Codec& inner, std::mutex& mu) : inner_(inner), mu_(mu) {}
+  std::string_view name() const noexcept override { return inner_.name(); }
+  std::uint32_t layout_id() const noexcept override { return inner_.layout_id(); }
+  Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inner_.encoded_size(src);
+  }
+  Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inner_.encode(src, dst);
+  }
+  Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inner_.decode(payload, dst);
+  }
+
+ private:
+  const Codec& inner_;
+  std::mutex& mu_;
+};
+
 std::string fingerprint_hex(const std::array<std::byte, 16>& f) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -89,6 +114,8 @@ std::string_view outcome_name(WorkerOutcome o) noexcept {
       return "sidecar_corrupt";
     case WorkerOutcome::kMaxPendingSaves:
       return "max_pending_saves";
+    case WorkerOutcome::kDeviceOrder:
+      return "device_order";
     case WorkerOutcome::kSnapshot:
       return "snapshot";
     case WorkerOutcome::kPageStore:
@@ -161,65 +188,113 @@ ObjectKey Worker::commit_key(const Boundary& b) const noexcept {
   return ObjectKey{commit_ns_, chunk_key(commit_ns_, b.key, {}), 0};
 }
 
-bool Worker::fenced(const ObjectKey& key) const {
+bool Worker::fenced(const ObjectKey& key) const { return is_fenced(key); }
+
+void Worker::report(Channel c, const OperationId& id, WorkerOutcome outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reports_.push_back(OpReport{c, id, rank_, outcome == WorkerOutcome::kOk, outcome_name(outcome)});
+}
+
+bool Worker::is_fenced(const ObjectKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   return fenced_.count(key) != 0;
 }
 
-void Worker::report(Channel c, const OperationId& id, WorkerOutcome outcome) {
-  reports_.push_back(OpReport{c, id, rank_, outcome == WorkerOutcome::kOk, outcome_name(outcome)});
-}
-
-void Worker::submit(const StepPlan& plan) {
+void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
+  Status ordered = Status::ok();
+  if (!after.empty()) {
+    std::lock_guard<std::mutex> lock(layout_mu_);
+    ordered = layout_.order_after(after);
+  }
+  if (!ordered.is_ok()) {
+    // Nothing of this step may read or write its KV: the transfers would race the forward.
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string_view why = outcome_name(WorkerOutcome::kDeviceOrder);
+    for (const LoadOp& op : plan.loads) {
+      counters_.loads_failed.add();
+      reports_.push_back(OpReport{Channel::kLoad, op.id, rank_, false, why});
+    }
+    for (const SaveOp& op : plan.saves) {
+      counters_.saves_failed.add();
+      reports_.push_back(OpReport{Channel::kPageSave, op.id, rank_, false, why});
+      if (op.slot) reports_.push_back(OpReport{Channel::kSlotSave, op.id, rank_, false, why});
+    }
+    return;
+  }
+  // Admission first, under the short lock: max_pending_saves bounds queued and running saves
+  // before any snapshot is taken.
+  std::vector<QueuedSave> accepted;
+  accepted.reserve(plan.saves.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const SaveOp& op : plan.saves) {
+      if (saves_pending_ >= config_.max_pending_saves) {
+        counters_.saves_rejected.add();
+        counters_.saves_failed.add();
+        reports_.push_back(OpReport{Channel::kPageSave, op.id, rank_, false,
+                                    outcome_name(WorkerOutcome::kMaxPendingSaves)});
+        if (op.slot)
+          reports_.push_back(OpReport{Channel::kSlotSave, op.id, rank_, false,
+                                      outcome_name(WorkerOutcome::kMaxPendingSaves)});
+        continue;
+      }
+      ++saves_pending_;
+      accepted.emplace_back().op = op;
+    }
+  }
+  for (QueuedSave& q : accepted)
+    if (q.op.slot) snapshot(q);
   std::lock_guard<std::mutex> lock(mu_);
   for (const LoadOp& op : plan.loads) loads_.push_back(op);
-  for (const SaveOp& op : plan.saves) {
-    if (saves_.size() >= config_.max_pending_saves) {
-      counters_.saves_rejected.add();
-      counters_.saves_failed.add();
-      report(Channel::kPageSave, op.id, WorkerOutcome::kMaxPendingSaves);
-      if (op.slot) report(Channel::kSlotSave, op.id, WorkerOutcome::kMaxPendingSaves);
-      continue;
-    }
-    QueuedSave q;
-    q.op = op;
-    if (op.slot) {
-      // Snapshot now, framed: the next forward may change the live state group.
-      auto codec = layout_.slot_codec(
-          SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
-      auto regions = layout_.slot_regions(op.slot_group);
-      q.early_failure = WorkerOutcome::kSnapshot;
-      if (codec && regions) {
-        q.layout_id = (*codec)->layout_id();
-        auto size = (*codec)->encoded_size(*regions);
-        if (size) {
-          q.staging.resize(*size);
-          auto n = (*codec)->encode(*regions, q.staging);
-          if (n) {
-            q.staging.resize(*n);
-            q.early_failure = WorkerOutcome::kOk;
-          }
-        }
-      }
-    }
-    saves_.push_back(std::move(q));
-  }
+  for (QueuedSave& q : accepted) saves_.push_back(std::move(q));
+}
+
+void Worker::snapshot(QueuedSave& q) {
+  // Now, framed: the next forward may change the live state group.
+  const SaveOp& op = q.op;
+  std::lock_guard<std::mutex> lock(layout_mu_);
+  auto codec =
+      layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+  auto regions = layout_.slot_regions(op.slot_group);
+  q.early_failure = WorkerOutcome::kSnapshot;
+  if (!codec || !regions) return;
+  q.layout_id = (*codec)->layout_id();
+  auto size = (*codec)->encoded_size(*regions);
+  if (!size) return;
+  q.staging.resize(*size);
+  auto n = (*codec)->encode(*regions, q.staging);
+  if (!n) return;
+  q.staging.resize(*n);
+  q.early_failure = WorkerOutcome::kOk;
 }
 
 std::size_t Worker::progress(std::size_t max_saves) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> run(run_mu_);
+  std::deque<LoadOp> loads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loads.swap(loads_);
+  }
   std::size_t done = 0;
-  while (!loads_.empty()) {
-    LoadOp op = std::move(loads_.front());
-    loads_.pop_front();
+  for (const LoadOp& op : loads) {
     const WorkerOutcome outcome = run_load(op);
     (outcome == WorkerOutcome::kOk ? counters_.loads_ok : counters_.loads_failed).add();
     report(Channel::kLoad, op.id, outcome);
     ++done;
   }
-  while (!saves_.empty() && max_saves-- > 0) {
-    run_save(saves_.front());
-    saves_.pop_front();
+  while (max_saves-- > 0) {
+    QueuedSave q;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (saves_.empty()) break;
+      q = std::move(saves_.front());
+      saves_.pop_front();
+    }
+    run_save(q);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --saves_pending_;
+    }
     ++done;
   }
   stack_.progress();
@@ -235,7 +310,7 @@ std::vector<OpReport> Worker::take_reports() {
 
 std::size_t Worker::queued_saves() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return saves_.size();
+  return saves_pending_;
 }
 std::size_t Worker::queued_loads() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -264,15 +339,18 @@ WorkerOutcome Worker::run_load(const LoadOp& op) {
   std::vector<std::vector<Region>> regions(op.chunk_keys.size());
   std::vector<LoadItem> items;
   items.reserve(op.chunk_keys.size());
-  for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
-    auto r = layout_.page_regions(
-        std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
-    if (!r) return WorkerOutcome::kPageUnavailable;
-    regions[i] = std::move(r).value();
-    items.push_back(LoadItem{page_key(op.chunk_keys[i]), regions[i]});
+  {
+    std::lock_guard<std::mutex> lock(layout_mu_);
+    for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
+      auto r = layout_.page_regions(
+          std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
+      if (!r) return WorkerOutcome::kPageUnavailable;
+      regions[i] = std::move(r).value();
+      items.push_back(LoadItem{page_key(op.chunk_keys[i]), regions[i]});
+    }
   }
   std::vector<LoadResult> results(items.size());
-  if (!stack_.load(items, layout_.page_codec(), results).is_ok())
+  if (!stack_.load(items, Serialized(layout_.page_codec(), layout_mu_), results).is_ok())
     return WorkerOutcome::kPageUnavailable;
   bool all = true;
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -286,23 +364,32 @@ WorkerOutcome Worker::run_load(const LoadOp& op) {
       continue;
     }
     counters_.page_chunks_loaded.add();
+    std::lock_guard<std::mutex> lock(mu_);
     loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] += total_bytes(regions[i]);
   }
   if (!all) return WorkerOutcome::kPageUnavailable;
   if (!op.slot) return WorkerOutcome::kOk;
-  auto dst = layout_.slot_regions(op.slot_group);
-  if (!dst) return WorkerOutcome::kMissingDestinationGroup;
-  auto codec =
-      layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
-  if (!codec) return WorkerOutcome::kSidecarCodec;
+  std::vector<Region> dst;
+  std::unique_ptr<Codec> codec;
+  {
+    std::lock_guard<std::mutex> lock(layout_mu_);
+    auto regions = layout_.slot_regions(op.slot_group);
+    if (!regions) return WorkerOutcome::kMissingDestinationGroup;
+    auto bound =
+        layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+    if (!bound) return WorkerOutcome::kSidecarCodec;
+    dst = std::move(regions).value();
+    codec = std::move(bound).value();
+  }
   const ObjectKey key = slot_key(*op.slot);
-  LoadItem item{key, *dst};
+  LoadItem item{key, dst};
   LoadResult res;
-  if (!stack_.load(std::span(&item, 1), **codec, std::span(&res, 1)).is_ok())
+  if (!stack_.load(std::span(&item, 1), Serialized(*codec, layout_mu_), std::span(&res, 1)).is_ok())
     return WorkerOutcome::kSidecarUnavailable;
   if (res.status.is_ok()) {
     counters_.slot_restores.add();
-    loaded_by_tier_[static_cast<std::size_t>(res.tier)] += total_bytes(*dst);
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_by_tier_[static_cast<std::size_t>(res.tier)] += total_bytes(dst);
     return WorkerOutcome::kOk;
   }
   if (res.status == Code::kNotFound) return WorkerOutcome::kSidecarUnavailable;
@@ -314,9 +401,15 @@ WorkerOutcome Worker::run_load(const LoadOp& op) {
 }
 
 bool Worker::invalidate(const ObjectKey& key, Counter& removed) {
-  fenced_.insert(key);  // fence first: no put of this key until the corrupt copy is gone
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fenced_.insert(key);  // fence first: no put of this key until the corrupt copy is gone
+  }
   if (!stack_.remove(key).is_ok()) return false;
-  fenced_.erase(key);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fenced_.erase(key);
+  }
   removed.add();
   return true;
 }
@@ -331,19 +424,22 @@ void Worker::run_save(QueuedSave& q) {
   } else if (!op.chunk_keys.empty()) {
     std::vector<std::vector<Region>> regions(op.chunk_keys.size());
     std::vector<SaveItem> items;
-    for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
-      auto r = layout_.page_regions(
-          std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
-      if (!r) {
-        page_failure = WorkerOutcome::kPageStore;
-        break;
+    {
+      std::lock_guard<std::mutex> lock(layout_mu_);
+      for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
+        auto r = layout_.page_regions(
+            std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
+        if (!r) {
+          page_failure = WorkerOutcome::kPageStore;
+          break;
+        }
+        regions[i] = std::move(r).value();
+        items.push_back(SaveItem{page_key(op.chunk_keys[i]), regions[i]});
       }
-      regions[i] = std::move(r).value();
-      items.push_back(SaveItem{page_key(op.chunk_keys[i]), regions[i]});
     }
     // A fenced chunk is stored only once its corrupt copy is gone (as a sidecar, below).
     for (const SaveItem& item : items) {
-      if (page_failure == WorkerOutcome::kOk && fenced_.count(item.key) != 0 &&
+      if (page_failure == WorkerOutcome::kOk && is_fenced(item.key) &&
           !invalidate(item.key, counters_.page_invalidations)) {
         counters_.fenced_refusals.add();
         page_failure = WorkerOutcome::kPageStore;
@@ -351,7 +447,7 @@ void Worker::run_save(QueuedSave& q) {
     }
     if (page_failure == WorkerOutcome::kOk) {
       std::vector<Status> out(items.size());
-      if (!stack_.save(items, layout_.page_codec(), out).is_ok())
+      if (!stack_.save(items, Serialized(layout_.page_codec(), layout_mu_), out).is_ok())
         page_failure = WorkerOutcome::kPageStore;
       for (const Status& st : out) {
         if (st.is_ok()) {
@@ -389,7 +485,7 @@ WorkerOutcome Worker::save_slot(QueuedSave& q) {
       WorkerOutcome::kPageVisibility, WorkerOutcome::kPageVisibilityTimeout);
   if (page != WorkerOutcome::kOk) return page;
   const ObjectKey key = slot_key(*op.slot);
-  if (fenced_.count(key) != 0 && !invalidate(key, counters_.slot_invalidations)) {
+  if (is_fenced(key) && !invalidate(key, counters_.slot_invalidations)) {
     counters_.fenced_refusals.add();
     return WorkerOutcome::kSidecarInvalidation;
   }
@@ -429,7 +525,6 @@ Result<std::size_t> Worker::lookup_prefix(std::span<const Key128> chunk_keys) {
   std::vector<ObjectKey> keys;
   keys.reserve(chunk_keys.size());
   for (const Key128& k : chunk_keys) keys.push_back(page_key(k));
-  std::lock_guard<std::mutex> lock(mu_);
   return stack_.lookup_prefix(keys);
 }
 
@@ -438,7 +533,6 @@ Result<bool> Worker::has_commit(const Boundary& b) {
   Region dst = host_region(buf);
   LoadItem item{commit_key(b), std::span(&dst, 1)};
   LoadResult res;
-  std::lock_guard<std::mutex> lock(mu_);
   TIER_RETURN_IF_ERROR(stack_.load(std::span(&item, 1), *identity_, std::span(&res, 1)));
   if (!res.status.is_ok()) return false;
   return buf == commit_record(b, config_.tp_size);
@@ -449,14 +543,10 @@ Status Worker::put_commit(const Boundary& b) {
   Region src = host_region(rec);
   SaveItem item{commit_key(b), std::span(&src, 1)};
   Status st;
-  std::lock_guard<std::mutex> lock(mu_);
   TIER_RETURN_IF_ERROR(stack_.save(std::span(&item, 1), *identity_, std::span(&st, 1)));
   return st;
 }
 
-Status Worker::remove_commit(const Boundary& b) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stack_.remove(commit_key(b));
-}
+Status Worker::remove_commit(const Boundary& b) { return stack_.remove(commit_key(b)); }
 
 }  // namespace tier::engine

@@ -10,13 +10,23 @@
 //  - eviction: a tier that evicts for capacity hands the object to the stack, which demotes it
 //    to the next writable tier (on_evict "demote") or drops it.
 //
-// Threads: one owner thread. Background work advances inside every call and in progress(), which
-// an engine calls when it has no batch (idle progress).
+// Background work advances inside every call and in progress(), which an engine calls when it
+// has no batch (idle progress).
+//
+// Threads: every method may be called from several threads at once. An internal mutex
+// serialises the calls and every call into a Backend (so each backend still sees one thread at a
+// time, its contract), and a call that waits for a tier's completions hands the mutex to any
+// thread waiting to enter between two polls: a lookup on one thread runs while a save on another
+// waits for its put (the offload engine's scheduler looks up through a worker's stack while the
+// worker saves). A call still waits while another thread encodes, decodes or polls a tier once
+// (bounded by the poll slice, 10 ms at most). tier() and the metrics read counters only.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -85,7 +95,7 @@ class TierStack {
   void progress();
   // Waits until background work is done or `timeout` passes. Errors: TimedOut.
   Status flush(std::chrono::milliseconds timeout);
-  std::uint64_t background_bytes() const noexcept { return bg_bytes_; }
+  std::uint64_t background_bytes() const noexcept { return bg_bytes_.load(); }
 
   StackCounters& counters() noexcept { return counters_; }
   std::vector<NamedMetrics> metrics() const;
@@ -134,6 +144,21 @@ class TierStack {
   };
 
   explicit TierStack(const Profile& profile);
+  // Takes mu_ for a public call, counted in entering_ so that a waiting call hands it over.
+  class Entry {
+   public:
+    explicit Entry(TierStack& s);
+    ~Entry() { stack_.mu_.unlock(); }
+    Entry(const Entry&) = delete;
+    Entry& operator=(const Entry&) = delete;
+
+   private:
+    TierStack& stack_;
+  };
+  void lock_counted();
+  // Called with mu_ held, between two polls of a wait: when another thread waits to enter,
+  // releases mu_ until one such thread got in, then takes it back.
+  void let_others_in();
   void on_evict(int tier, const ObjectKey& key, std::span<const std::byte> image) noexcept;
 
   Image acquire(std::size_t bytes);
@@ -182,12 +207,15 @@ class TierStack {
   std::unordered_map<std::uint64_t, Pending> pending_;
   std::unordered_set<std::uint64_t> timed_out_;  // foreground ids given up on
   std::uint64_t next_id_ = 1;
-  std::uint64_t bg_bytes_ = 0;
+  std::atomic<std::uint64_t> bg_bytes_{0};
   std::size_t bg_count_ = 0;
   std::vector<std::pair<int, std::pair<ObjectKey, Image>>> evicted_;
   std::vector<Buffer> pool_;  // recycled image buffers
   std::uint64_t pool_bytes_ = 0;
   StackCounters counters_;
+  std::mutex mu_;  // everything above, and every call into a backend
+  std::atomic<int> entering_{0};           // threads blocked taking mu_
+  std::atomic<std::uint64_t> entries_{0};  // times mu_ was taken through lock_counted()
 };
 
 }  // namespace tier

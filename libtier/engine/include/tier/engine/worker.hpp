@@ -2,7 +2,8 @@
 // Worker: the worker-side half of the offload engine, one per TP rank. It moves PAGE chunks and
 // SLOT sidecars between the rank's KV memory and its TierStack, and reports every operation.
 //
-//   worker.submit(plan)          the step's plan (same on every rank); never blocks
+//   worker.submit(plan, after)   the step's plan (same on every rank); never blocks; `after`:
+//                                the caller's GPU work the plan's transfers follow (DeviceOrder)
 //   worker.progress()            runs queued loads, then queued saves, on the caller's thread;
 //                                the engine calls it every step and when idle
 //   reports = take_reports()     to the scheduler (Scheduler::process)
@@ -22,7 +23,8 @@
 // every `publication_poll_interval_ms` until `publication_timeout_ms` has passed (0: one probe):
 // `page_visibility_timeout` / `sidecar_visibility_timeout` when it never shows, and
 // `page_visibility` / `sidecar_visibility` at once when the probe itself fails. A save that
-// polls holds the worker for up to that timeout. A SLOT save that fails is never committed.
+// polls holds the thread running progress() for up to that timeout, never a lock that submit()
+// or a lookup takes. A SLOT save that fails is never committed.
 //
 // A PAGE chunk that fails its checks (or was stored by another layout) fails the load as
 // `page_unavailable` and is invalidated the same way, so the recomputed chunk can replace it.
@@ -32,9 +34,24 @@
 // while that fails (`sidecar_invalidation`, or `page_store` for a chunk), because tiers are
 // put-if-absent and the corrupt copy would otherwise stay.
 //
-// Threads: the methods lock an internal mutex, so a rank thread may run progress() while the
-// scheduler thread uses this worker as its TierView (rank 0). The TierStack is used only under
-// that lock.
+// Device transfers (KV in GPU memory, docs/engine.md): the layout moves bytes on its own stream,
+// ordered after the DeviceOrder given to submit() on the device (no host wait, no device-wide
+// synchronize); an operation is reported once an event behind its transfers has completed, so
+// the caller's next forward overlaps the previous step's saves when progress() runs on another
+// thread. A load is one unit: per-layer waits are not offered yet.
+//
+// Threads: every method may be called from any thread.
+//  - submit() never waits for an operation: it appends to the queues under a short lock. A SLOT
+//    snapshot is taken before it returns (the layout call may wait for another layout call of
+//    this worker to finish, an encode or a decode, never for a tier).
+//  - progress() runs the operations without that lock; two progress() calls run one after the
+//    other.
+//  - The TierView calls (lookup_prefix, has_commit, put_commit, remove_commit) go to the
+//    TierStack directly, which serialises its calls and lets them in while a save waits for a
+//    tier (tier/tier_stack.hpp, Threads): a lookup never waits for a running save's put or
+//    visibility wait.
+//  - The KvLayout is called by submit() and progress() one call at a time (the worker serialises
+//    them), so a layout that is "one caller at a time" needs nothing more.
 
 #include <array>
 #include <cstdint>
@@ -64,6 +81,17 @@ struct SlotIdentity {
   std::uint32_t tp_rank = 0;
 };
 
+// The caller's GPU work that a step's device transfers must follow: handles of the caller's own
+// GPU runtime (cudaStream_t / hipStream_t, cudaEvent_t / hipEvent_t, cast to void*). The engine
+// never dereferences them and includes no GPU header; a layout with KV in device memory hands
+// them to libtier_gpu. An empty order (both null) orders nothing: the caller has already
+// synchronized its work, or the KV lives in host memory.
+struct DeviceOrder {
+  void* stream = nullptr;  // the compute stream that wrote this step's KV
+  void* event = nullptr;   // an event recorded on it after the step's forward (used when set)
+  bool empty() const noexcept { return stream == nullptr && event == nullptr; }
+};
+
 // The model's KV memory on one rank and the codecs that move it. The DSV4 implementation binds
 // the DSV4 geometry and codecs; tests and tierbench use the same interface.
 class KvLayout {
@@ -91,6 +119,14 @@ class KvLayout {
     (void)tp_rank;
     return {};
   }
+  // Makes every transfer the layout's codecs enqueue from now on (on the layout's own transfer
+  // stream: snapshots, saves and loads) start after the caller's work in `after`. A device-side
+  // dependency: returns at once, never waits on the host, never synchronizes the device.
+  // Errors: NotSupported (a non-empty order and no device memory), InvalidArgument, DeviceError.
+  virtual Status order_after(const DeviceOrder& after) {
+    if (after.empty()) return Status::ok();
+    return Status(Code::kNotSupported, "this KV layout has no device memory to order");
+  }
 };
 
 // How a worker's operation on one channel ended. outcome_name() is the stable string an OpReport
@@ -113,6 +149,8 @@ enum class WorkerOutcome : std::uint8_t {
   kSidecarSubmission,         // the sidecar put failed
   kSidecarVisibility,         // the sidecar visibility probe failed
   kSidecarVisibilityTimeout,  // the stored sidecar never showed
+  // Both.
+  kDeviceOrder,  // submit(): the layout could not order the step after the caller's GPU work
 };
 std::string_view outcome_name(WorkerOutcome o) noexcept;
 
@@ -132,11 +170,18 @@ class Worker final : public TierView {
   static Result<std::unique_ptr<Worker>> create(const EngineConfig& config, std::uint32_t rank,
                                                 TierStack& stack, KvLayout& layout);
 
-  void submit(const StepPlan& plan);
+  // Queues the plan's operations and snapshots its SLOT saves. `after`: the caller's GPU work
+  // that wrote this step's KV; the layout's transfers of this plan (the snapshots taken here, the
+  // saves and loads progress() runs later) start after it on the layout's own stream, so the
+  // caller never synchronizes its compute stream and may enqueue the next forward at once. When
+  // the layout cannot order them, every operation of the plan fails (`device_order`).
+  void submit(const StepPlan& plan, const DeviceOrder& after = {});
   // Runs every queued load, then up to `max_saves` queued saves. Returns operations finished.
   std::size_t progress(std::size_t max_saves = SIZE_MAX);
   std::vector<OpReport> take_reports();
+  // Saves accepted and not finished (queued or running): what max_pending_saves bounds.
   std::size_t queued_saves() const;
+  // Loads queued and not started.
   std::size_t queued_loads() const;
 
   // TierView (the scheduler uses rank 0's worker).
@@ -155,10 +200,11 @@ class Worker final : public TierView {
   const WorkerCounters& counters() const noexcept { return counters_; }
   // Bytes of PAGE and SLOT payload loaded, by the tier that served them (index = tier).
   std::vector<std::uint64_t> loaded_bytes_by_tier() const;
-  // Runs `fn(stack)` under the worker's lock (metrics, flush, tests).
+  // Runs `fn(stack)` between two progress() runs (metrics, flush, tests): waits for a running
+  // progress() to return.
   template <class F>
   auto with_stack(F&& fn) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(run_mu_);
     return fn(stack_);
   }
 
@@ -183,15 +229,24 @@ class Worker final : public TierView {
   // when removed.
   bool invalidate(const ObjectKey& key, Counter& removed);
 
+  // Snapshots the SLOT of `q.op` (submit(), no lock of the queues held).
+  void snapshot(QueuedSave& q);
+  bool is_fenced(const ObjectKey& key) const;
+
   EngineConfig config_;
   std::uint32_t rank_;
   TierStack& stack_;
   KvLayout& layout_;
   PluginPtr<Codec> identity_;
   Key128 slot_ns_, commit_ns_;
-  mutable std::mutex mu_;
+  // Lock order: run_mu_, the TierStack's own, layout_mu_ (taken inside its encodes and decodes),
+  // mu_; never the reverse.
+  std::mutex run_mu_;            // held by progress() (and with_stack) while it runs
+  mutable std::mutex layout_mu_;  // one layout or layout-codec call at a time
+  mutable std::mutex mu_;         // the fields below; held only for a few instructions
   std::deque<LoadOp> loads_;
   std::deque<QueuedSave> saves_;
+  std::size_t saves_pending_ = 0;  // accepted and not finished: queued, being snapshotted, running
   std::vector<OpReport> reports_;
   std::unordered_set<ObjectKey> fenced_;
   std::vector<std::uint64_t> loaded_by_tier_;

@@ -1,0 +1,323 @@
+// tierbench forward [--preset v4-pro-fp8] [--profile profiles/cpu.json] [--layers N]
+//                   [--layer-us 200] [--steps 64] [--save-chunks 1] [--slot-every 16]
+//                   [--prefix-tokens 16384] [--chunk-blocks 4] [--iters 5] [--device 0]
+//
+// The offload engine (one rank, DSV4 KV in GPU memory) against a synthetic forward pass: each
+// step enqueues one kernel per layer that spins --layer-us microseconds (one block per
+// multiprocessor, so copy kernels may share the SMs) on the engine's compute stream, then waits
+// for it, as an engine waits for its logits. Two figures, each against its baseline measured in
+// the same run:
+//
+//  (a) decode step time with offload saves active vs off. "On": every step also hands the
+//      worker --save-chunks PAGE chunks (fresh keys, the KV another request's prefill just
+//      wrote) and every --slot-every steps a SLOT save, with a DeviceOrder naming an event
+//      recorded after the step's forward; a worker thread runs progress(), so the saves drain
+//      while the next forward runs. "Off": the same steps without the engine. Target: <= 1.05x.
+//  (b) restoring a --prefix-tokens prefix (PAGE chunks + the SLOT at its end) from the tiers into
+//      GPU memory (submit + progress until the load's report), vs one bulk host-to-device copy
+//      of the same bytes from pinned host memory. Target: <= 1.1x.
+// Exits 77 without a GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cli.hpp"
+#include "dsv4/geometry.hpp"
+#include "dsv4/layout/dsv4_layout.hpp"
+#include "gpu.hpp"
+#include "tier/engine/worker.hpp"
+#include "tier/profile.hpp"
+#include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
+
+namespace {
+
+using namespace tier;
+using namespace tier::engine;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Runs the worker's progress() on its own thread whenever work was submitted, as an engine's
+// rank thread would; collects the reports.
+class ProgressThread {
+ public:
+  explicit ProgressThread(Worker& w) : w_(w), thread_([this] { run(); }) {}
+  ~ProgressThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void kick() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++kicks_;
+    }
+    cv_.notify_one();
+  }
+  // Waits until every submitted save finished; returns the failed reports seen so far.
+  std::size_t drain() {
+    while (w_.queued_saves() > 0 || w_.queued_loads() > 0) {
+      kick();
+      std::this_thread::yield();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+
+ private:
+  void run() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || kicks_ != seen; });
+        if (stop_) return;
+        seen = kicks_;
+      }
+      w_.progress();
+      std::size_t bad = 0;
+      for (const OpReport& r : w_.take_reports()) bad += r.ok ? 0 : 1;
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_ += bad;
+    }
+  }
+  Worker& w_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::uint64_t kicks_ = 0;
+  std::size_t failed_ = 0;
+  std::thread thread_;
+};
+
+Key128 key_for(std::uint64_t i) { return Key128{0x666f727761726400ULL ^ i, i + 1}; }
+
+SaveOp save_op(std::uint64_t gen, std::span<const std::uint32_t> blocks, std::uint64_t first_key,
+               std::size_t chunks, std::size_t blocks_per_chunk, std::uint64_t chunk_tokens) {
+  SaveOp op;
+  op.id = OperationId{gen, gen};
+  op.page_end = chunks * chunk_tokens;
+  for (std::size_t c = 0; c < chunks; ++c) op.chunk_keys.push_back(key_for(first_key + c));
+  op.block_ids.assign(blocks.begin(), blocks.begin() + chunks * blocks_per_chunk);
+  return op;
+}
+
+int run_forward(cli::Args& args) {
+  const std::string preset = args.get_or("preset", "v4-pro-fp8");
+  const std::string profile_path = args.get_or("profile", "profiles/cpu.json");
+  const auto layers_opt = args.uint("layers");
+  const std::uint64_t layer_us = args.uint("layer-us").value_or(200);
+  const std::uint64_t steps = args.uint("steps").value_or(64);
+  const std::uint64_t save_chunks = args.uint("save-chunks").value_or(1);
+  const std::uint64_t slot_every = args.uint("slot-every").value_or(16);
+  const std::uint64_t prefix_tokens = args.uint("prefix-tokens").value_or(16384);
+  const std::uint64_t chunk_blocks = args.uint("chunk-blocks").value_or(4);
+  const int iters = static_cast<int>(args.uint("iters").value_or(5));
+  const int device = static_cast<int>(args.uint("device").value_or(0));
+  args.finish();
+  if (steps == 0 || chunk_blocks == 0 || iters < 1 || layer_us == 0)
+    return cli::fail("--steps, --chunk-blocks, --iters and --layer-us must be > 0", 2);
+  if (gpu::device_count() == 0) {
+    fmt::print("tierbench forward: no {} GPU on this machine\n", gpu::api_name());
+    return 77;
+  }
+  auto info = gpu::device_info(device);
+  if (!info) return cli::fail(info.status().to_string());
+
+  auto model = dsv4::preset(preset);
+  if (!model) return cli::fail(model.status().to_string(), 2);
+  const std::uint64_t block_tokens = model->block_size * model->dcp_size;
+  const std::uint64_t chunk_tokens = block_tokens * chunk_blocks;
+  const std::uint64_t prefix_chunks = prefix_tokens / chunk_tokens;
+  if (prefix_chunks == 0 || prefix_tokens % chunk_tokens != 0)
+    return cli::fail(
+        fmt::format("--prefix-tokens must be a multiple of the chunk ({} tokens)", chunk_tokens),
+        2);
+  const std::uint64_t layers = layers_opt.value_or(model->compress_ratios.size());
+  // Blocks: the prefix, its restore target, and the decode saves' source blocks.
+  const std::uint64_t prefix_blocks = prefix_chunks * chunk_blocks;
+  const std::uint64_t save_blocks = std::max<std::uint64_t>(save_chunks, 1) * chunk_blocks;
+  model->num_blocks = 2 * prefix_blocks + save_blocks;
+  model->num_slots = 3;
+  auto geo = dsv4::Geometry::compute(*model);
+  if (!geo) return cli::fail(geo.status().to_string());
+
+  EngineConfig cfg;
+  cfg.block_tokens = static_cast<std::uint32_t>(block_tokens);
+  cfg.chunk_tokens = static_cast<std::uint32_t>(chunk_tokens);
+  cfg.checkpoint_interval_tokens = static_cast<std::int64_t>(chunk_tokens);
+  cfg.min_load_tokens = chunk_tokens;
+  cfg.tp_size = 1;
+  cfg.max_pending_saves = 64;
+  cfg.page_namespace =
+      namespace_id(Json{{"bench", "tierbench forward"}, {"preset", preset}}).value();
+  auto profile = load_profile(profile_path, Registry::global());
+  if (!profile) return cli::fail(profile.status().to_string(), 2);
+  auto stack = TierStack::open(*profile);
+  if (!stack) return cli::fail(stack.status().to_string());
+  Dsv4LayoutOptions lo;
+  lo.memory = KvMemoryKind::kDevice;
+  lo.device = device;
+  auto layout = Dsv4Layout::create(*geo, cfg.page_namespace, 1, 0, lo);
+  if (!layout) return cli::fail(layout.status().to_string());
+  auto worker = Worker::create(cfg, 0, **stack, **layout);
+  if (!worker) return cli::fail(worker.status().to_string());
+  Worker& w = **worker;
+  auto compute = gpu::Stream::create(device);
+  auto step_done = gpu::Event::create(device);
+  if (!compute || !step_done) return cli::fail("cannot create the compute stream and event");
+
+  const std::uint64_t page_block = (*layout)->page_bytes_per_block();
+  const std::uint64_t slot_bytes = (*layout)->slot_bytes();
+  fmt::print("GPU {}: {} ({}), {} multiprocessors; tiers: {}\n", device, info->name,
+             gpu::api_name(), info->multiprocessors, profile_path);
+  fmt::print(
+      "{}: {} layers x {} us spin per step; block {} tokens = {} bytes of PAGE; chunk {} "
+      "tokens; SLOT {} bytes\n",
+      preset, layers, layer_us, block_tokens, page_block, chunk_tokens, slot_bytes);
+
+  auto forward = [&]() -> Status {
+    for (std::uint64_t l = 0; l < layers; ++l)
+      TIER_RETURN_IF_ERROR(
+          gpu::spin_async(compute->handle(), device, layer_us * 1000, info->multiprocessors));
+    return Status::ok();
+  };
+
+  // (a) Decode steps, offload off then on, alternating rounds so drift hits both alike.
+  std::vector<std::uint32_t> save_src;
+  for (std::uint64_t b = 2 * prefix_blocks; b < 2 * prefix_blocks + save_blocks; ++b)
+    save_src.push_back(static_cast<std::uint32_t>(b));
+  std::uint64_t gen = 1, next_key = 1'000'000;
+  std::size_t failed = 0;
+  std::vector<double> off_steps, on_steps;
+  {
+    ProgressThread progress(w);
+    for (int round = 0; round < iters + 1; ++round) {  // round 0 warms up
+      for (int on = 0; on < 2; ++on) {
+        auto t0 = Clock::now();
+        for (std::uint64_t s = 0; s < steps; ++s) {
+          Status st = forward();
+          if (st) st = step_done->record(*compute);
+          if (st) st = compute->synchronize();  // the engine waits for its logits
+          if (!st) return cli::fail(st.to_string());
+          if (!on || save_chunks == 0) continue;
+          StepPlan plan;
+          SaveOp op = save_op(gen++, save_src, next_key, save_chunks, chunk_blocks, chunk_tokens);
+          next_key += save_chunks;
+          if (slot_every > 0 && s % slot_every == 0) {
+            op.slot = Boundary{save_chunks * chunk_tokens, op.chunk_keys.back()};
+            op.prefix_keys = op.chunk_keys;
+            op.slot_group = 2;
+          }
+          plan.saves.push_back(std::move(op));
+          w.submit(plan, DeviceOrder{compute->handle(), step_done->handle()});
+          progress.kick();
+        }
+        const double per_step = since(t0) / static_cast<double>(steps);
+        if (round > 0) (on ? on_steps : off_steps).push_back(per_step);
+        if (on) failed = progress.drain();  // the next round starts without a backlog
+      }
+    }
+  }
+  const double off = median(off_steps), on = median(on_steps);
+  fmt::print("\n(a) decode step, {} steps x {} rounds, median per step\n", steps, iters);
+  fmt::print("    offload off                     {:10.3f} ms\n", off * 1e3);
+  fmt::print(
+      "    offload saves active            {:10.3f} ms   ({} PAGE chunk(s) per step, "
+      "SLOT every {} steps; {} failed reports)\n",
+      on * 1e3, save_chunks, slot_every, failed);
+  fmt::print("    ratio on / off                  {:10.3f}x   (target <= 1.05x)\n",
+             off > 0 ? on / off : 0);
+
+  // (b) Restore a prefix: store it once, then load it into other blocks and another group.
+  std::vector<std::uint32_t> src, dst;
+  for (std::uint64_t b = 0; b < prefix_blocks; ++b) {
+    src.push_back(static_cast<std::uint32_t>(b));
+    dst.push_back(static_cast<std::uint32_t>(prefix_blocks + b));
+  }
+  const std::uint64_t first_key = 1;
+  SaveOp save = save_op(gen++, src, first_key, prefix_chunks, chunk_blocks, chunk_tokens);
+  save.slot = Boundary{prefix_tokens, save.chunk_keys.back()};
+  save.prefix_keys = save.chunk_keys;
+  save.slot_group = 0;
+  StepPlan sp;
+  sp.saves.push_back(save);
+  w.submit(sp);
+  w.progress();
+  for (const OpReport& r : w.take_reports())
+    if (!r.ok) return cli::fail(fmt::format("storing the prefix failed: {}", r.reason));
+  std::vector<double> restores;
+  for (int i = 0; i < iters + 1; ++i) {
+    LoadOp op;
+    op.id = OperationId{gen, gen};
+    ++gen;
+    op.lmc_tokens = prefix_tokens;
+    op.chunk_keys = save.chunk_keys;
+    op.block_ids = dst;
+    op.slot = save.slot;
+    op.slot_group = 1;
+    StepPlan lp;
+    lp.loads.push_back(std::move(op));
+    auto t0 = Clock::now();
+    w.submit(lp);
+    w.progress();
+    auto reports = w.take_reports();
+    const double t = since(t0);
+    if (reports.size() != 1 || !reports[0].ok)
+      return cli::fail(
+          fmt::format("restore failed: {}", reports.empty() ? "no report" : reports[0].reason));
+    if (i > 0) restores.push_back(t);
+  }
+  const std::uint64_t bytes = prefix_blocks * page_block + slot_bytes;
+  auto host = gpu::PinnedBuffer::allocate(bytes);
+  auto devbuf = gpu::DeviceBuffer::allocate(device, bytes);
+  if (!host || !devbuf) return cli::fail("cannot allocate the bulk-copy buffers");
+  std::fill_n(host->data(), bytes, std::byte{0x5a});
+  std::vector<double> bulks;
+  for (int i = 0; i < iters + 1; ++i) {
+    auto t0 = Clock::now();
+    Status st = gpu::copy_async(devbuf->region(), host->region(), *compute);
+    if (st) st = compute->synchronize();
+    if (!st) return cli::fail(st.to_string());
+    if (i > 0) bulks.push_back(since(t0));
+  }
+  const double restore = median(restores), bulk = median(bulks);
+  fmt::print(
+      "\n(b) restore of a {}-token prefix ({} PAGE chunks + SLOT, {:.1f} MiB), median of "
+      "{}\n",
+      prefix_tokens, prefix_chunks, bytes / 1048576.0, iters);
+  fmt::print("    bulk H2D, pinned, 1 copy        {:10.3f} ms   {:8.2f} GB/s\n", bulk * 1e3,
+             bytes / bulk / 1e9);
+  fmt::print("    engine restore (PAGE + SLOT)    {:10.3f} ms   {:8.2f} GB/s\n", restore * 1e3,
+             bytes / restore / 1e9);
+  fmt::print("    ratio restore / bulk            {:10.3f}x   (target <= 1.1x)\n",
+             bulk > 0 ? restore / bulk : 0);
+  return 0;
+}
+
+}  // namespace
+
+TIER_CLI_COMMAND(forward,
+                 "forward [--preset NAME] [--profile PATH] [--layers N] [--layer-us 200] "
+                 "[--steps 64] [--save-chunks 1] [--slot-every 16] [--prefix-tokens 16384] "
+                 "[--chunk-blocks 4] [--iters 5] [--device N]",
+                 "the offload engine against a synthetic forward pass on the GPU: decode step "
+                 "time with saves on vs off, prefix restore vs bulk host-to-device copy",
+                 run_forward);

@@ -1,0 +1,168 @@
+// The offload engine's device transfers ordered after the caller's compute stream (issue 13,
+// item 2): the caller writes KV on its own stream behind a long kernel, hands its stream (or an
+// event recorded on it) with the plan, and never synchronizes; the save still captures exactly
+// the bytes the caller's stream wrote, and a load restores them. Without the order the save
+// would read the memory while the caller's kernel still runs (it would capture the old bytes).
+// Exits 77 (Meson: SKIP) without a GPU.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gpu.hpp"
+#include "support/engine_scenarios.hpp"
+#include "support/test_util.hpp"
+
+using namespace tier;
+using namespace tier::engine;
+using namespace tier::engine::test;
+
+namespace {
+
+constexpr std::uint64_t kSpinNs = 200'000'000;  // the caller's "forward" before it writes the KV
+
+struct DeviceRank {
+  EngineConfig config = default_config(1);
+  std::unique_ptr<TierStack> stack;
+  std::unique_ptr<Dsv4Layout> layout;
+  std::unique_ptr<Worker> worker;
+  gpu::Stream caller = require_value(gpu::Stream::create(0));
+
+  DeviceRank() {
+    auto profile = parse_profile(cpu_profile(), Registry::global(), "<async>");
+    REQUIRE_MESSAGE(profile.is_ok(), profile.status().to_string());
+    stack = require_value(TierStack::open(*profile));
+    Dsv4LayoutOptions o;
+    o.memory = KvMemoryKind::kDevice;
+    layout = require_value(Dsv4Layout::create(small_geometry(config.block_tokens, 64, 4),
+                                              config.page_namespace, 1, 0, o));
+    worker = require_value(Worker::create(config, 0, *stack, *layout));
+  }
+
+  // The caller's step: a long kernel, then every byte of blocks [first, first + 8) and of state
+  // group `group` written, all on the caller's stream. Returns at once.
+  void forward(std::uint32_t first, std::int32_t group, std::uint8_t value) {
+    require_ok(gpu::spin_async(caller.handle(), 0, kSpinNs));
+    std::vector<std::uint32_t> ids;
+    for (std::uint32_t b = first; b < first + 8; ++b) ids.push_back(b);
+    for (const Region& r : require_value(layout->page_regions(ids)))
+      require_ok(gpu::fill_async(r, value, caller.handle()));
+    for (const Region& r : require_value(layout->slot_regions(group)))
+      require_ok(gpu::fill_async(r, static_cast<std::uint8_t>(value ^ 0xff), caller.handle()));
+  }
+
+  std::vector<OpReport> run(const StepPlan& plan, const DeviceOrder& order) {
+    worker->submit(plan, order);
+    worker->progress();
+    return worker->take_reports();
+  }
+
+  // Every byte of the regions equals `value` (read through the synchronous host view).
+  bool holds(const std::vector<Region>& regions, std::uint8_t value) {
+    bool all = true;
+    require_ok(layout->visit_host(regions, Dsv4Layout::HostAccess::kRead, [&](RegionList views) {
+      for (const Region& v : views)
+        for (std::size_t i = 0; i < v.size; ++i)
+          all = all && v.data[i] == static_cast<std::byte>(value);
+    }));
+    return all;
+  }
+};
+
+Key128 chunk_key(std::uint64_t i) { return Key128{0xa5a5000000000000ULL + i, i}; }
+
+StepPlan save_plan(std::uint64_t gen, std::uint32_t first, std::int32_t group) {
+  SaveOp op;
+  op.id = OperationId{gen, gen};
+  op.page_end = 1024;
+  op.chunk_keys = {chunk_key(gen)};
+  for (std::uint32_t b = first; b < first + 8; ++b) op.block_ids.push_back(b);
+  op.slot = Boundary{1024, chunk_key(gen)};
+  op.prefix_keys = {chunk_key(gen)};
+  op.slot_group = group;
+  StepPlan p;
+  p.saves.push_back(op);
+  return p;
+}
+
+StepPlan load_plan(std::uint64_t save_gen, std::uint64_t gen, std::uint32_t first,
+                   std::int32_t group) {
+  LoadOp op;
+  op.id = OperationId{gen, gen};
+  op.hbm_tokens = 0;
+  op.lmc_tokens = 1024;
+  op.chunk_keys = {chunk_key(save_gen)};
+  for (std::uint32_t b = first; b < first + 8; ++b) op.block_ids.push_back(b);
+  op.slot = Boundary{1024, chunk_key(save_gen)};
+  op.slot_group = group;
+  StepPlan p;
+  p.loads.push_back(op);
+  return p;
+}
+
+std::vector<std::uint32_t> ids_from(std::uint32_t first) {
+  std::vector<std::uint32_t> ids;
+  for (std::uint32_t b = first; b < first + 8; ++b) ids.push_back(b);
+  return ids;
+}
+
+void check_all_ok(const std::vector<OpReport>& rs, std::size_t n) {
+  CHECK(rs.size() == n);
+  for (const OpReport& r : rs) CHECK_MESSAGE(r.ok, r.reason);
+}
+
+void save_then_restore(DeviceRank& d, bool with_event) {
+  gpu::Event ev = require_value(gpu::Event::create(0));
+  d.forward(0, 0, 0x5a);
+  DeviceOrder order{d.caller.handle(), nullptr};
+  if (with_event) {
+    require_ok(ev.record(d.caller));
+    order.event = ev.handle();
+  }
+  check_all_ok(d.run(save_plan(1, 0, 0), order), 2);  // the caller never synchronized
+  // The caller's next step overwrites blocks 0..7 and group 0 again; the stored copy keeps 0x5a.
+  d.forward(0, 0, 0x11);
+  check_all_ok(d.run(load_plan(1, 2, 16, 1), DeviceOrder{d.caller.handle(), nullptr}), 1);
+  require_ok(d.caller.synchronize());
+  CHECK(d.holds(require_value(d.layout->page_regions(ids_from(16))), 0x5a));
+  CHECK(d.holds(require_value(d.layout->slot_regions(1)), 0x5a ^ 0xff));
+  CHECK(d.holds(require_value(d.layout->page_regions(ids_from(0))), 0x11));
+}
+
+}  // namespace
+
+TEST_CASE("async device: a save ordered by the caller's event captures what its stream wrote") {
+  DeviceRank d;
+  save_then_restore(d, true);
+}
+
+TEST_CASE("async device: a save ordered by the caller's stream alone does the same") {
+  DeviceRank d;
+  save_then_restore(d, false);
+}
+
+TEST_CASE("async device: a load ordered after the caller's stream restores the saved bytes") {
+  // The caller hands its stream with the load's plan and enqueues its next kernel (a fill of
+  // other blocks and another group) at once; both land, neither overwrites the other.
+  DeviceRank d;
+  d.forward(0, 0, 0x3c);
+  require_ok(d.caller.synchronize());
+  check_all_ok(d.run(save_plan(1, 0, 0), {}), 2);
+  check_all_ok(d.run(load_plan(1, 2, 24, 2), DeviceOrder{d.caller.handle(), nullptr}), 1);
+  d.forward(8, 3, 0x77);
+  require_ok(d.caller.synchronize());
+  CHECK(d.holds(require_value(d.layout->page_regions(ids_from(24))), 0x3c));
+  CHECK(d.holds(require_value(d.layout->slot_regions(2)), 0x3c ^ 0xff));
+  CHECK(d.holds(require_value(d.layout->page_regions(ids_from(8))), 0x77));
+}
+
+int main(int argc, char** argv) {
+  if (gpu::device_count() == 0) {
+    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(gpu::api_name()).c_str());
+    return tier::test::kSkip;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

@@ -296,8 +296,8 @@ void load_plugins(std::span<const PluginEntry> plugins, Registry& registry, Prof
 // Without loading (ProfileLoad::load_plugins false): each plugin is found as load() would find
 // it, and never opened.
 void locate_plugins(std::span<const PluginEntry> plugins, const Registry& registry,
-                    Profile& profile, const std::filesystem::path& base_dir,
-                    ConfigErrors& errors, std::vector<std::string>* unchecked) {
+                    Profile& profile, const std::filesystem::path& base_dir, ConfigErrors& errors,
+                    std::vector<std::string>* unchecked) {
   for (const auto& plugin : plugins) {
     auto file = registry.locate(plugin_target(plugin, base_dir));
     if (!file)
@@ -355,9 +355,10 @@ std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
         why = fmt::format("{} \"{}\" is a plugin that is not loaded: its options are not checked",
                           plugin_kind_name(kind), ref.type);
       else if (lookup.listed_not_loaded)
-        why = fmt::format("{} \"{}\" is not registered; it may come from the profile's plugins, "
-                          "which are not loaded: not checked",
-                          plugin_kind_name(kind), ref.type);
+        why = fmt::format(
+            "{} \"{}\" is not registered; it may come from the profile's plugins, "
+            "which are not loaded: not checked",
+            plugin_kind_name(kind), ref.type);
       if (!why.empty()) {
         if (lookup.unchecked != nullptr) lookup.unchecked->push_back(ref.path + ": " + why);
         return ref.options;

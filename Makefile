@@ -1,11 +1,12 @@
 # The two commands: `make run` (main job) and `make test` (whole suite). `make bench` runs the
-# long benchmarks against their baselines; `make deps` installs missing Debian packages.
+# long benchmarks against their baselines; `make sanitize` runs the suite under ASan+UBSan and the
+# threaded tests under TSan (build-asan/, build-tsan/); `make deps` installs missing Debian packages.
 BUILD ?= build
 MESON_OPTS ?= --wrap-mode=nofallback
 TRACE ?= ../shared/data/mooncake_conversation_trace.jsonl
 PROFILE ?= profiles/default.json
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test sanitize bench clean
 
 all: build
 
@@ -29,6 +30,9 @@ run: build
 
 test: build
 	@.ci/test $(BUILD)
+
+sanitize: deps
+	@.ci/sanitize
 
 bench: build
 	@.ci/bench $(BUILD)

@@ -277,15 +277,33 @@ ProfileDraft read_profile(const Json& doc, std::string source, ConfigErrors& err
 
 // A plugin named by a relative path ("plugins/x.so") is found beside the profile (`base_dir`),
 // never in the working directory; a bare name is searched in the plugin directories only.
+std::string plugin_target(const PluginEntry& plugin, const std::filesystem::path& base_dir) {
+  if (plugin.name.find('/') != std::string::npos &&
+      std::filesystem::path(plugin.name).is_relative() && !base_dir.empty())
+    return (base_dir / plugin.name).lexically_normal().string();
+  return plugin.name;
+}
+
 void load_plugins(std::span<const PluginEntry> plugins, Registry& registry, Profile& profile,
                   const std::filesystem::path& base_dir, ConfigErrors& errors) {
   for (const auto& plugin : plugins) {
-    std::string target = plugin.name;
-    if (target.find('/') != std::string::npos && std::filesystem::path(target).is_relative() &&
-        !base_dir.empty())
-      target = (base_dir / target).lexically_normal().string();
-    Status st = registry.load(target);
+    Status st = registry.load(plugin_target(plugin, base_dir));
     if (!st) errors.add(plugin.path, std::string(st.message()));
+    profile.plugins.push_back(plugin.name);
+  }
+}
+
+// Without loading (ProfileLoad::load_plugins false): each plugin is found as load() would find
+// it, and never opened.
+void locate_plugins(std::span<const PluginEntry> plugins, const Registry& registry,
+                    Profile& profile, const std::filesystem::path& base_dir, ConfigErrors& errors,
+                    std::vector<std::string>* unchecked) {
+  for (const auto& plugin : plugins) {
+    auto file = registry.locate(plugin_target(plugin, base_dir));
+    if (!file)
+      errors.add(plugin.path, std::string(file.status().message()));
+    else if (unchecked != nullptr)
+      unchecked->push_back(fmt::format("{}: plugin {} not loaded", plugin.path, file->string()));
     profile.plugins.push_back(plugin.name);
   }
 }
@@ -306,20 +324,51 @@ void anchor_paths(Json& options, std::span<const OptionSpec> specs,
   }
 }
 
-// The options of `ref` with defaults filled in, or nullopt when its type is not registered.
+// How step 3 finds the plugin of a backend or stage: through the registry, which loads it from
+// the plugin directories when needed, or (`load` false) only among the plugins registered
+// already; `listed_not_loaded`: the profile lists plugins that step 2 did not load.
+struct PluginLookup {
+  const Registry& registry;
+  bool load = true;
+  bool listed_not_loaded = false;
+  std::vector<std::string>* unchecked = nullptr;
+
+  const PluginInfo* find(PluginKind kind, const std::string& type) const {
+    return load ? registry.find(kind, type) : registry.find_registered(kind, type);
+  }
+};
+
+// The options of `ref` with defaults filled in; its options as written when its plugin is not
+// loaded (reported in lookup.unchecked); nullopt when its type is unknown.
 std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
-                                       const Registry& registry,
+                                       const PluginLookup& lookup,
                                        const std::filesystem::path& base_dir,
                                        ConfigErrors& errors) {
-  const PluginInfo* info = registry.find(kind, ref.type);
+  const Registry& registry = lookup.registry;
+  const PluginInfo* info = lookup.find(kind, ref.type);
   if (info == nullptr) {
     const std::string where = ref.is_object ? ref.path + "/type" : ref.path;
+    auto names = registry.names(kind);  // registered names and plugin files, nothing loaded
+    if (!lookup.load) {
+      std::string why;
+      if (std::find(names.begin(), names.end(), ref.type) != names.end())
+        why = fmt::format("{} \"{}\" is a plugin that is not loaded: its options are not checked",
+                          plugin_kind_name(kind), ref.type);
+      else if (lookup.listed_not_loaded)
+        why = fmt::format(
+            "{} \"{}\" is not registered; it may come from the profile's plugins, "
+            "which are not loaded: not checked",
+            plugin_kind_name(kind), ref.type);
+      if (!why.empty()) {
+        if (lookup.unchecked != nullptr) lookup.unchecked->push_back(ref.path + ": " + why);
+        return ref.options;
+      }
+    }
     if (std::string why = registry.load_error(kind, ref.type); !why.empty()) {
       errors.add(where, fmt::format("{} \"{}\": its plugin failed to load: {}",
                                     plugin_kind_name(kind), ref.type, why));
       return std::nullopt;
     }
-    auto names = registry.names(kind);
     std::string hint = did_you_mean(ref.type, names);
     errors.add(where,
                fmt::format("unknown {} \"{}\"{}; registered: {}", plugin_kind_name(kind), ref.type,
@@ -332,22 +381,22 @@ std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
   return options;
 }
 
-TierSpec resolve_tier(const TierDraft& tier, const Registry& registry,
+TierSpec resolve_tier(const TierDraft& tier, const PluginLookup& lookup,
                       const std::filesystem::path& base_dir, ConfigErrors& errors) {
   TierSpec spec = tier.spec;
   if (tier.backend) {
     spec.backend_type = tier.backend->type;
     if (auto options =
-            resolve_plugin_ref(*tier.backend, PluginKind::kBackend, registry, base_dir, errors))
+            resolve_plugin_ref(*tier.backend, PluginKind::kBackend, lookup, base_dir, errors))
       spec.backend_options = std::move(*options);
-    if (const PluginInfo* info = registry.find(PluginKind::kBackend, spec.backend_type))
+    if (const PluginInfo* info = lookup.find(PluginKind::kBackend, spec.backend_type))
       for (const OptionSpec& o : info->options)
         if (o.secret) spec.secret_options.push_back(o.name);
   }
   if (tier.stage) {
     spec.stage_type = tier.stage->type;
     if (auto options =
-            resolve_plugin_ref(*tier.stage, PluginKind::kStage, registry, base_dir, errors))
+            resolve_plugin_ref(*tier.stage, PluginKind::kStage, lookup, base_dir, errors))
       spec.stage_options = std::move(*options);
   }
   return spec;
@@ -436,13 +485,21 @@ Json profile_schema_json() {
 namespace {
 
 Result<Profile> parse_profile_at(const Json& doc, Registry& registry, std::string source,
-                                 const std::filesystem::path& base_dir, ConfigErrors* errors_out) {
+                                 const std::filesystem::path& base_dir, ConfigErrors* errors_out,
+                                 const ProfileLoad& how) {
   ConfigErrors errors;
   ProfileDraft draft = read_profile(doc, std::move(source), errors);
   Profile profile = std::move(draft.profile);
-  load_plugins(draft.plugins, registry, profile, base_dir, errors);
+  if (how.load_plugins)
+    load_plugins(draft.plugins, registry, profile, base_dir, errors);
+  else
+    locate_plugins(draft.plugins, registry, profile, base_dir, errors, how.unchecked);
+  const PluginLookup lookup{.registry = registry,
+                            .load = how.load_plugins,
+                            .listed_not_loaded = !how.load_plugins && !draft.plugins.empty(),
+                            .unchecked = how.unchecked};
   for (const auto& tier : draft.tiers)
-    profile.tiers.push_back(resolve_tier(tier, registry, base_dir, errors));
+    profile.tiers.push_back(resolve_tier(tier, lookup, base_dir, errors));
   check_tiers(draft.tiers, errors);
   if (errors_out) *errors_out = errors;
   if (!errors.empty()) return errors.to_status();
@@ -453,7 +510,7 @@ Result<Profile> parse_profile_at(const Json& doc, Registry& registry, std::strin
 
 Result<Profile> parse_profile(const Json& doc, Registry& registry, std::string source,
                               ConfigErrors* errors_out) {
-  return parse_profile_at(doc, registry, std::move(source), {}, errors_out);
+  return parse_profile_at(doc, registry, std::move(source), {}, errors_out, ProfileLoad{});
 }
 
 namespace {
@@ -554,6 +611,11 @@ Result<Json> parse_profile_text(const std::string& path, const std::string& text
 }  // namespace
 
 Result<Profile> load_profile(const std::string& path, Registry& registry, ConfigErrors* errors) {
+  return load_profile(path, registry, errors, ProfileLoad{});
+}
+
+Result<Profile> load_profile(const std::string& path, Registry& registry, ConfigErrors* errors,
+                             const ProfileLoad& how) {
   auto text = read_profile_file(path);
   Result<Json> doc = text ? parse_profile_text(path, *text) : Result<Json>(text.status());
   if (!doc) {
@@ -562,7 +624,7 @@ Result<Profile> load_profile(const std::string& path, Registry& registry, Config
   }
   std::error_code ec;
   std::filesystem::path base_dir = std::filesystem::absolute(path, ec).parent_path();
-  return parse_profile_at(*doc, registry, path, base_dir, errors);
+  return parse_profile_at(*doc, registry, path, base_dir, errors, how);
 }
 
 }  // namespace tier

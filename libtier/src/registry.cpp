@@ -110,6 +110,11 @@ bool is_plugin_name(std::string_view name) {
 }  // namespace
 
 Status Registry::load(std::string_view name_or_path, PluginKind kind_hint) {
+  TIER_ASSIGN_OR_RETURN(fs::path file, locate(name_or_path, kind_hint));
+  return load_file(file);
+}
+
+Result<fs::path> Registry::locate(std::string_view name_or_path, PluginKind kind_hint) const {
   std::string target(name_or_path);
   fs::path file;
   std::vector<std::string> tried;
@@ -134,7 +139,7 @@ Status Registry::load(std::string_view name_or_path, PluginKind kind_hint) {
     return Status::not_found(fmt::format(
         "plugin \"{}\" not found (looked for: {}); set TIER_PLUGIN_DIR or give a path", target,
         fmt::join(tried, ", ")));
-  return load_file(file);
+  return file;
 }
 
 Status Registry::load_file(const std::filesystem::path& file) const {

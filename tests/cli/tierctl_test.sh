@@ -1,18 +1,60 @@
 #!/usr/bin/env bash
 # tierctl as a user runs it: exit codes and messages of check, explain, schema and key.
+#   tierctl_test.sh TIERCTL SOURCE_ROOT CTOR_MARKER_PLUGIN
 set -uo pipefail
-tierctl=$(realpath "$1") source=$2
+tierctl=$(realpath "$1") source=$2 ctor_plugin=$(realpath "$3")
 fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 
 out=$("$tierctl" check "$source/profiles/cpu.json" 2>&1) || fail "check of a valid profile exited $?: $out"
 grep -q "ok (1 tier)" <<<"$out" || fail "unexpected check output: $out"
 
+# Without --load-plugins the options of the cpu plugin are checked only where it is linked in
+# (-Dstatic_plugins=true); the structure always is.
 out=$("$tierctl" check "$source/tests/cli/bad_profile.json" 2>&1)
 rc=$?
 [ $rc -eq 1 ] || fail "check of a bad profile exited $rc, expected 1"
+grep -qF '/tiers/1/capacity: expected a size like "64GiB", got -3' <<<"$out" || fail "$out"
+out=$("$tierctl" check --load-plugins "$source/tests/cli/bad_profile.json" 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "check --load-plugins of a bad profile exited $rc, expected 1"
 grep -qF '/tiers/0/backend/mdoe: unknown option "mdoe"; did you mean "mode"?' <<<"$out" || fail "$out"
 grep -qF '/tiers/1/capacity: expected a size like "64GiB", got -3' <<<"$out" || fail "$out"
 grep -qF '2 errors' <<<"$out" || fail "$out"
+
+# check runs no plugin code unless asked: the plugin's ELF constructor creates $TIER_TEST_MARKER.
+export TIER_TEST_MARKER=$tmp/marker
+ctor_profile() {  # OPTIONS of the ctor_marker backend
+  cat > "$tmp/ctor.json" <<JSON
+{"plugins": ["$ctor_plugin"],
+ "tiers": [{"name": "t", "capacity": "1MiB", "backend": {"type": "ctor_marker"$1}}]}
+JSON
+}
+ctor_profile ', "levle": 3'
+out=$("$tierctl" check "$tmp/ctor.json" 2>&1) || fail "check exited $?: $out"
+[ ! -e "$TIER_TEST_MARKER" ] || fail "check loaded the profile's plugin (its constructor ran)"
+grep -qF "/plugins/0: plugin $ctor_plugin not loaded" <<<"$out" &&
+  grep -qF '/tiers/0/backend: backend "ctor_marker" is not registered; it may come from' <<<"$out" &&
+  grep -qF 'ok (1 tier); plugins not loaded' <<<"$out" || fail "check: $out"
+out=$("$tierctl" check --load-plugins "$tmp/ctor.json" 2>&1)
+[ $? -eq 1 ] || fail "check --load-plugins accepted an unknown option: $out"
+[ -e "$TIER_TEST_MARKER" ] || fail "check --load-plugins did not load the profile's plugin"
+grep -qF '/tiers/0/backend/levle: unknown option "levle"; did you mean "level"?' <<<"$out" ||
+  fail "check --load-plugins: $out"
+rm -f "$TIER_TEST_MARKER"
+ctor_profile ', "level": 3'
+out=$("$tierctl" check --load-plugins "$tmp/ctor.json" 2>&1) || fail "check --load-plugins exited $?: $out"
+grep -qF 'ok (1 tier)' <<<"$out" && [ -e "$TIER_TEST_MARKER" ] || fail "check --load-plugins: $out"
+# A plugin that is not there is an error without loading anything; so is an unknown type.
+sed -i "s|$ctor_plugin|$tmp/missing.so|" "$tmp/ctor.json"
+out=$("$tierctl" check "$tmp/ctor.json" 2>&1)
+[ $? -eq 1 ] && grep -qF "/plugins/0: plugin \"$tmp/missing.so\" not found" <<<"$out" ||
+  fail "check of a missing plugin: $out"
+echo '{"tiers": [{"name": "t", "capacity": "1MiB", "backend": "cpuu"}]}' > "$tmp/unknown.json"
+out=$("$tierctl" check "$tmp/unknown.json" 2>&1)
+[ $? -eq 1 ] && grep -qF '/tiers/0/backend: unknown backend "cpuu" (did you mean "cpu"?)' <<<"$out" ||
+  fail "check of an unknown backend: $out"
+unset TIER_TEST_MARKER
 
 out=$("$tierctl" explain --json "$source/profiles/cpu.json") || fail "explain exited $?"
 grep -q '"capacity": "4GiB"' <<<"$out" || fail "explain does not show the default capacity: $out"
@@ -40,7 +82,6 @@ if grep -q '^backend  disk ' <<<"$out"; then
   done
   grep -q 'directory of the store' <<<"$out" || fail "options disk lacks the docs: $out"
   # A relative path option is taken from the profile's directory, after ${VAR} expansion.
-  tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
   echo '{"tiers": [{"name": "d", "capacity": "1GiB",
     "backend": {"type": "disk", "path": "${TIER_REL:-store}/x"}}]}' > "$tmp/p.json"
   out=$(cd / && "$tierctl" explain --json "$tmp/p.json") || fail "explain exited $?"

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "tier/options.hpp"
 #include "tier/profile.hpp"
@@ -394,4 +396,58 @@ TEST_CASE("credentials never leave through explain or an error message") {
       "type":"redis","password":31415926}}]})");
   CHECK(e.find("/tiers/0/backend/password: expected") == 0);
   CHECK(e.find("31415926") == std::string::npos);
+}
+
+TEST_CASE("a profile checked without loading plugins loads none and lists what it did not check") {
+  // A registry of this test's own: the global one may have loaded plugins already.
+  Registry registry;
+  auto dir = std::filesystem::temp_directory_path() / "libtier-noload-profile";
+  std::filesystem::create_directories(dir);
+  auto path = dir / "p.json";
+  std::ofstream(path) << R"({"tiers":[{"name":"m","capacity":"1MiB",
+                                      "backend":{"type":"mock","bogus":1}}]})";
+  std::vector<std::string> unchecked;
+  ConfigErrors errors;
+  auto p = load_profile(path.string(), registry, &errors,
+                        ProfileLoad{.load_plugins = false, .unchecked = &unchecked});
+  REQUIRE_MESSAGE(p.is_ok(), errors.joined());
+  REQUIRE(unchecked.size() == 1);
+  CHECK(unchecked[0] ==
+        "/tiers/0/backend: backend \"mock\" is a plugin that is not loaded: its "
+        "options are not checked");
+  CHECK(p->tiers[0].backend_options == Json{{"bogus", 1}});  // as written
+  CHECK(registry.find_registered(PluginKind::kBackend, "mock") == nullptr);
+  // Loading checks the options.
+  p = load_profile(path.string(), registry, &errors);
+  CHECK(std::string(p.status().message()).find(R"(/tiers/0/backend/bogus: unknown option)") !=
+        std::string::npos);
+  CHECK(registry.find_registered(PluginKind::kBackend, "mock") != nullptr);
+
+  // An unknown type is an error without loading; a listed plugin is located, never opened, and a
+  // type it may provide is not checked; a listed plugin that is not there is an error.
+  std::ofstream(path) << R"({"tiers":[{"name":"m","capacity":"1MiB","backend":"nosuch"}]})";
+  unchecked.clear();
+  p = load_profile(path.string(), registry, &errors,
+                   ProfileLoad{.load_plugins = false, .unchecked = &unchecked});
+  CHECK(std::string(p.status().message()).find(R"(/tiers/0/backend: unknown backend "nosuch")") !=
+        std::string::npos);
+  std::ofstream(path) << R"({"plugins":["libtier_backend_badabi.so"],
+                             "tiers":[{"name":"m","capacity":"1MiB","backend":"badabi"}]})";
+  unchecked.clear();
+  p = load_profile(path.string(), registry, &errors,
+                   ProfileLoad{.load_plugins = false, .unchecked = &unchecked});
+  REQUIRE_MESSAGE(p.is_ok(), errors.joined());
+  REQUIRE(unchecked.size() == 2);
+  CHECK(unchecked[0].find("/plugins/0: plugin ") == 0);
+  CHECK(unchecked[0].find("libtier_backend_badabi.so not loaded") != std::string::npos);
+  CHECK(unchecked[1].find(R"(/tiers/0/backend: backend "badabi" is a plugin that is not loaded)") ==
+        0);
+  std::ofstream(path) << R"({"plugins":["lib/none.so"],
+                             "tiers":[{"name":"m","capacity":"1MiB","backend":"x"}]})";
+  p = load_profile(path.string(), registry, &errors, ProfileLoad{.load_plugins = false});
+  const std::string missing = (dir / "lib/none.so").string();
+  CHECK(
+      std::string(p.status().message()).find("/plugins/0: plugin \"" + missing + "\" not found") !=
+      std::string::npos);
+  std::filesystem::remove_all(dir);
 }

@@ -97,7 +97,9 @@ TEST_CASE("a missing plugin names the places searched") {
 TEST_CASE("descriptors are checked when added") {
   Registry r;
   CHECK(r.add(nullptr, "t").code() == Code::kInvalidArgument);
-  const tier_plugin_v1* cpu = Registry::global().find(PluginKind::kBackend, "cpu")->descriptor;
+  const PluginInfo* cpu_info = Registry::global().find(PluginKind::kBackend, "cpu");
+  REQUIRE(cpu_info != nullptr);
+  const tier_plugin_v1* cpu = cpu_info->descriptor;
   CHECK(r.add(cpu, "first").is_ok());
   Status dup = r.add(cpu, "second");
   CHECK(dup.code() == Code::kInvalidArgument);

@@ -73,6 +73,20 @@ Json profile_schema_json();
 inline constexpr std::size_t kMaxProfileBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kMaxProfileDepth = 64;
 
+// How load_profile treats plugins.
+struct ProfileLoad {
+  // false: nothing is loaded, so no plugin code runs (tierctl check without --load-plugins).
+  // Step 1 is unchanged; step 2 only locates each listed plugin (a missing one is an error); in
+  // step 3 a backend or stage whose plugin is not registered yet must have a plugin file in the
+  // plugin directories (or, when the profile lists plugins, may come from them), and its options
+  // are not checked: they stay as written in the returned profile, which is for checking only,
+  // not for opening a stack.
+  bool load_plugins = true;
+  // Receives "<JSON pointer>: <what was not checked and why>" for each plugin not loaded and each
+  // backend or stage whose options were not checked.
+  std::vector<std::string>* unchecked = nullptr;
+};
+
 // Reads a file (JSON syntax errors are reported with line and column) and parses it. The file
 // must be a regular file of at most kMaxProfileBytes; JSON nested deeper than kMaxProfileDepth
 // and a key that appears twice in one object are errors naming the JSON pointer. A relative
@@ -82,5 +96,7 @@ inline constexpr std::size_t kMaxProfileDepth = 64;
 // Errors: NotFound (no such file), InvalidArgument.
 Result<Profile> load_profile(const std::string& path, Registry& registry,
                              ConfigErrors* errors = nullptr);
+Result<Profile> load_profile(const std::string& path, Registry& registry, ConfigErrors* errors,
+                             const ProfileLoad& how);
 
 }  // namespace tier

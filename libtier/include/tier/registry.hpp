@@ -69,10 +69,16 @@ class Registry {
   // no-op. Errors: NotFound (no file), InvalidArgument (dlopen error, missing entry symbol,
   // ABI version mismatch), as add().
   Status load(std::string_view name_or_path, PluginKind kind_hint = PluginKind::kBackend);
+  // The file load() would open for `name_or_path`, found the same way, without opening it.
+  // Errors: NotFound, listing every place looked at.
+  Result<std::filesystem::path> locate(std::string_view name_or_path,
+                                       PluginKind kind_hint = PluginKind::kBackend) const;
 
   // The plugin of that kind and name, loading it from the plugin directories when it is not
   // registered yet; null when there is none (or it fails to load: load() says why).
   const PluginInfo* find(PluginKind kind, std::string_view name) const;
+  // The plugin of that kind and name if it is registered already; never loads anything.
+  const PluginInfo* find_registered(PluginKind kind, std::string_view name) const;
   // Why the plugin file of that kind and name failed to load when find() tried it (the
   // Status::to_string of the failure), or empty.
   std::string load_error(PluginKind kind, std::string_view name) const;
@@ -87,7 +93,6 @@ class Registry {
  private:
   Result<void*> create_raw(PluginKind kind, std::string_view type, const void* ctx,
                            PluginDeleter* deleter) const;
-  const PluginInfo* find_registered(PluginKind kind, std::string_view name) const;
   Status add_descriptor(const tier_plugin_v1* descriptor, std::string source,
                         std::shared_ptr<void> library) const;
   Status load_file(const std::filesystem::path& file) const;

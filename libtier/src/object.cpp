@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <immintrin.h>
 #include <xxhash.h>
+#ifdef TIER_HAVE_XXH_DISPATCH
+#include <xxh_x86dispatch.h>  // XXH3_64bits(_update) become their runtime-dispatched forms
+#endif
 
 #include <array>
 #include <cstring>

@@ -83,4 +83,11 @@ std::string ShmMode::describe(std::string_view tier_name) const {
                      s.clients);
 }
 
+Result<LeaseId> ShmMode::lease(std::span<const ObjectKey>, std::chrono::milliseconds,
+                               std::span<std::uint8_t>, Counter&) {
+  return Status(Code::kNotSupported, "shm leases are not built yet");
+}
+
+LeaseEnd ShmMode::release(LeaseId, Counter&) { return LeaseEnd::kUnknown; }
+
 }  // namespace tier::cpu

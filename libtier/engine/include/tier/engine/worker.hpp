@@ -32,6 +32,11 @@
 // while that fails (`sidecar_invalidation`, or `page_store` for a chunk), because tiers are
 // put-if-absent and the corrupt copy would otherwise stay.
 //
+// Lookup leases: as the scheduler's TierView, lease() holds PAGE chunks and a sidecar in this
+// rank's TierStack (TierStack::lease); the LoadOp that carries the lease's id releases it when
+// this worker's load of it ends, ok or failed (release_lease() for one that is never loaded).
+// Ids this worker did not hand out are ignored, so every rank may see the same plan.
+//
 // Threads: the methods lock an internal mutex, so a rank thread may run progress() while the
 // scheduler thread uses this worker as its TierView (rank 0). The TierStack is used only under
 // that lock.
@@ -144,6 +149,11 @@ class Worker final : public TierView {
   Result<bool> has_commit(const Boundary& b) override;
   Status put_commit(const Boundary& b) override;
   Status remove_commit(const Boundary& b) override;
+  Result<ViewLease> lease(std::span<const Key128> chunk_keys, const std::optional<Boundary>& slot,
+                          std::chrono::milliseconds ttl) override;
+  void release_lease(std::uint64_t id) override;
+  // Leases handed out and not yet released (for tests).
+  std::size_t active_leases() const;
 
   // Object keys on this rank.
   ObjectKey page_key(const Key128& chunk) const noexcept;
@@ -182,6 +192,8 @@ class Worker final : public TierView {
   // Removes `key` from every tier (counting it in `removed`); fences it while that fails. True
   // when removed.
   bool invalidate(const ObjectKey& key, Counter& removed);
+  // Releases a lease this worker handed out (lock held); other ids are ignored.
+  void release_locked(std::uint64_t id);
 
   EngineConfig config_;
   std::uint32_t rank_;
@@ -194,6 +206,7 @@ class Worker final : public TierView {
   std::deque<QueuedSave> saves_;
   std::vector<OpReport> reports_;
   std::unordered_set<ObjectKey> fenced_;
+  std::unordered_set<std::uint64_t> leases_;  // TierStack lease ids handed out by lease()
   std::vector<std::uint64_t> loaded_by_tier_;
   WorkerCounters counters_;
 };

@@ -145,6 +145,7 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
   m.page_hit = hit;
   counters_.page_hit_tokens.add(hit);
   // Prefixes already in the tiers are not saved again.
+  const std::uint64_t saved_before = s->saved;
   s->saved = std::max(s->saved, hit);
   const std::uint64_t prompt = s->prompt.size();
   if (hit >= prompt && prompt > 0) hit = prompt - 1;  // the last token is always recomputed
@@ -152,6 +153,7 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
   const bool leases = config_.lease_timeout_ms > 0;
   if (config_.stateful) {
     std::optional<Boundary> found;
+    bool sidecar_lost = false;
     for (std::uint64_t b = hit / chunk * chunk; b >= chunk; b -= chunk) {
       Boundary cand = boundary_at(*s, b);
       TIER_ASSIGN_OR_RETURN(bool ok, committed(cand));
@@ -169,6 +171,7 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
             // committed (and may be saved again).
             counters_.sidecars_missing.add();
             decommit(cand);
+            sidecar_lost = true;
           }
           continue;
         }
@@ -177,6 +180,9 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
       found = cand;
       break;
     }
+    // Above the boundary used, the PAGE chunks are saved again (put-if-absent refreshes their
+    // recency), as a failed load would have them, so their sidecars can be published again.
+    if (sidecar_lost) s->saved = std::max(saved_before, found ? found->tokens : 0);
     if (!found) {
       counters_.lookups_without_commit.add();
       return m;  // a PAGE-only stateful prefix is never a hit

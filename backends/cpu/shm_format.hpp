@@ -17,8 +17,9 @@
 namespace tier::cpu::shm {
 
 constexpr std::uint64_t kMagic = 0x314D48535245544Cull;  // "LTERSHM1"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: entries carry a lookup lease
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+constexpr std::uint32_t kSharedLease = 0xFFFFFFFEu;  // Entry::lease_client: several clients
 constexpr std::uint32_t kMaxClients = 256;
 constexpr std::uint64_t kArenaAlign = 4096;
 
@@ -53,6 +54,11 @@ struct Entry {
   std::uint32_t readers;  // derived: client slots pinning this entry
   std::uint64_t tick;
   std::uint32_t hash_next, lru_prev, lru_next;  // derived
+  // Lookup lease (docs/shm.md "Lookup leases"): not evicted before this CLOCK_MONOTONIC time in
+  // ns (shared by every process of the host; 0: none), held by client slot `lease_client`, or by
+  // several (kSharedLease: then it ends only at the deadline), or none (kNone).
+  std::uint64_t lease_deadline_ns;
+  std::uint32_t lease_client;
 };
 
 struct Client {

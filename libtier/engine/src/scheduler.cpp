@@ -167,10 +167,10 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
             counters_.lease_shortfalls.add();
             b = l->chunks * chunk + chunk;  // the loop steps down to l->chunks chunks
           } else {
-            // The sidecar is gone: the boundary can never be restored, so it is no longer
-            // committed (and may be saved again).
+            // The sidecar is gone: the boundary can never be restored, so the newest such one is
+            // no longer committed (and is saved again), as a failed load of it would have it.
             counters_.sidecars_missing.add();
-            decommit(cand);
+            if (!sidecar_lost) decommit(cand);
             sidecar_lost = true;
           }
           continue;

@@ -71,7 +71,8 @@ EngineArgs read_args(cli::Args& args) {
   a.prefill_chunk = args.uint("prefill-chunk").value_or(8192);
   a.kv_memory = args.get_or("kv-memory", "host");
   a.device = args.uint("device").value_or(0);
-  a.lease_timeout_ms = args.uint("lease-timeout-ms").value_or(engine::EngineConfig{}.lease_timeout_ms);
+  a.lease_timeout_ms =
+      args.uint("lease-timeout-ms").value_or(engine::EngineConfig{}.lease_timeout_ms);
   a.json = args.flag("json");
   args.finish();
   return a;
@@ -489,8 +490,7 @@ void print_report(const ReportContext& ctx, const Json& out) {
              e["slot_commits"].get<std::uint64_t>(), e["slot_save_failures"].get<std::uint64_t>(),
              e["decommits"].get<std::uint64_t>(), e["commits_rediscovered"].get<std::uint64_t>());
   fmt::print("{:<12} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8} {:>8} {:>8}\n", "tier", "read",
-             "written", "engine loaded", "objects", "evictions", "leases", "released",
-             "expired");
+             "written", "engine loaded", "objects", "evictions", "leases", "released", "expired");
   for (auto& [name, t] : out["tiers"].items())
     fmt::print("{:<12} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8} {:>8} {:>8}\n", name,
                format_size(t["bytes_read"].get<std::uint64_t>()),

@@ -97,8 +97,7 @@ Result<std::size_t> CpuBackend::do_poll(std::span<Completion> out, std::size_t,
   return n;
 }
 
-Result<LeaseId> CpuBackend::do_lease(std::span<const ObjectKey> keys,
-                                     std::chrono::milliseconds ttl,
+Result<LeaseId> CpuBackend::do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                                      std::span<std::uint8_t> held) noexcept {
   try {
     return mode_->lease(keys, ttl, held, metrics().lease_expiries);

@@ -17,9 +17,12 @@
 namespace tier::cpu::shm {
 
 constexpr std::uint64_t kMagic = 0x314D48535245544Cull;  // "LTERSHM1"
-constexpr std::uint32_t kVersion = 2;  // 2: entries carry a lookup lease
+constexpr std::uint32_t kVersion = 2;                    // 2: entries carry a lookup lease
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 constexpr std::uint32_t kSharedLease = 0xFFFFFFFEu;  // Entry::lease_client: several clients
+// No lease is longer (the engine's lease_timeout_ms is at most an hour): a deadline further away
+// than this is damage, and is ignored.
+constexpr std::uint64_t kMaxLeaseNs = 3600ull * 1'000'000'000ull;
 constexpr std::uint32_t kMaxClients = 256;
 constexpr std::uint64_t kArenaAlign = 4096;
 

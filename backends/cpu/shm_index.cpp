@@ -69,7 +69,7 @@ std::uint32_t Index::lru_victim(std::uint64_t now_ns, bool* skipped_lease) const
   std::uint32_t v = t_.h->lru_tail;
   while (v != kNone) {
     const Entry& e = t_.entries[v];
-    const bool leased = e.lease_deadline_ns > now_ns;
+    const bool leased = e.lease_deadline_ns > now_ns && e.lease_deadline_ns - now_ns <= kMaxLeaseNs;
     if (e.readers == 0 && !leased) break;
     if (leased && e.lease_client < kMaxClients) *skipped_lease = true;
     v = e.lru_prev;

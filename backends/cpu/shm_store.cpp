@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -43,7 +44,7 @@ struct ShmStore::Impl {
   shm::Index index;
   shm::Recovery recovery;
   std::uint32_t me = kNone;  // my client slot
-  LeaseTable leases;  // this store's leases; hold tags are entry indices
+  LeaseTable leases;         // this store's leases; hold tags are entry indices
 
   explicit Impl(shm::Segment s)
       : segment(std::move(s)),
@@ -342,15 +343,15 @@ void set_crash_hook(void (*hook)(ShmCrashPoint)) { g_crash_hook = hook; }
 namespace tier::cpu {
 
 Result<std::uint64_t> ShmStore::lease(std::span<const ObjectKey> keys,
-                                      std::chrono::milliseconds ttl,
-                                      std::span<std::uint8_t> held, std::uint64_t& expiries) {
+                                      std::chrono::milliseconds ttl, std::span<std::uint8_t> held,
+                                      std::uint64_t& expiries) {
   Impl& s = *impl_;
   const auto now = LeaseTable::Clock::now();
   expiries += s.leases.expire(now);
   const std::uint64_t t = now_ns();
-  const std::uint64_t deadline =
-      t + static_cast<std::uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(ttl).count());
+  const auto ttl_ns =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(ttl).count());
+  const std::uint64_t deadline = t + std::min(shm::kMaxLeaseNs, ttl_ns);
   std::vector<LeaseTable::Hold> holds;
   TIER_RETURN_IF_ERROR(s.lock());
   for (std::size_t k = 0; k < keys.size(); ++k) {

@@ -553,7 +553,7 @@ constexpr std::uint64_t kFill = kCapacity / (64 * 1024) + 16;  // more than the 
 
 // Lookup leases live in the segment: a lease one process takes holds the entry against every
 // process's evictions, and it ends when that process dies (reaped by the evicting process).
-TEST_CASE("shm: a lease holds an entry against other processes' evictions and dies with its process") {
+TEST_CASE("shm: a lease holds an entry against other processes' evictions, ends with its process") {
   Segment seg;
   auto b = open_backend(seg.name);
   REQUIRE(b);

@@ -105,8 +105,8 @@ std::string metrics_prometheus(const Scheduler& scheduler, std::span<Worker* con
   family("libtier_engine_load_failures_by_reason_total",
          "Failed loads by the reason the first failing rank gave.", "counter");
   for (const auto& [reason, n] : scheduler.load_failure_reasons())
-    out += fmt::format("libtier_engine_load_failures_by_reason_total{{reason=\"{}\"}} {}\n",
-                       reason, n);
+    out += fmt::format("libtier_engine_load_failures_by_reason_total{{reason=\"{}\"}} {}\n", reason,
+                       n);
   for (const WorkerField& f : kWorkerFields) {
     const std::string name = fmt::format("libtier_engine_worker_{}_total", f.name);
     family(name, "Offload worker counter, per TP rank.", "counter");

@@ -154,8 +154,7 @@ class Backend {
   // Lease hooks (see lease()): do_lease gets `ttl` > 0 and `held` zeroed and of the keys' size;
   // do_release says how the lease ended. Implementations count leases that reach their
   // deadline before release() in metrics().lease_expiries themselves (LeaseTable does).
-  virtual Result<LeaseId> do_lease(std::span<const ObjectKey> keys,
-                                   std::chrono::milliseconds ttl,
+  virtual Result<LeaseId> do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                                    std::span<std::uint8_t> held) noexcept;
   virtual LeaseEnd do_release(LeaseId id) noexcept;
 

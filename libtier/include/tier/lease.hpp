@@ -54,7 +54,7 @@ class LeaseTable {
   void drop(std::map<LeaseId, Lease>::iterator it, const OnEnd& on_end);
 
   std::map<LeaseId, Lease> leases_;
-  std::unordered_map<ObjectKey, std::uint32_t> counts_;  // key -> leases that hold it
+  std::unordered_map<ObjectKey, std::uint32_t> counts_;    // key -> leases that hold it
   Clock::time_point earliest_ = Clock::time_point::max();  // no lease is due before it
   LeaseId next_ = 1;
 };

@@ -37,8 +37,7 @@ void evict_everything_unleased(SimEngine& sim) {
 }
 
 const TierMetrics& tier0(SimEngine& sim) {
-  return sim.workers[0]->with_stack(
-      [](TierStack& s) -> const TierMetrics& { return s.tier(0).metrics(); });
+  return *sim.workers[0]->with_stack([](TierStack& s) { return &s.tier(0).metrics(); });
 }
 
 }  // namespace

@@ -482,8 +482,8 @@ void print_report(const ReportContext& ctx, const Json& out) {
     reasons += fmt::format("{}{} {}", reasons.empty() ? "" : ", ", reason, n.get<std::uint64_t>());
   fmt::print("load failures by reason: {}\n", reasons.empty() ? "none" : reasons);
   fmt::print(
-      "lookup leases: {} hits leased, {} shortfalls, {} sidecars missing (de-committed at "
-      "lookup); lease timeout {} ms\n",
+      "lookup leases: {} hits leased, {} shortfalls, {} committed boundaries without their sidecar "
+      "(passed over at lookup); lease timeout {} ms\n",
       e["leased_lookups"].get<std::uint64_t>(), e["lease_shortfalls"].get<std::uint64_t>(),
       e["sidecars_missing"].get<std::uint64_t>(), ctx.cfg.lease_timeout_ms);
   fmt::print("slot commits {}, SLOT save failures {}, decommits {}, commits rediscovered {}\n",

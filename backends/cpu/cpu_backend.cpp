@@ -107,7 +107,7 @@ Result<LeaseId> CpuBackend::do_lease(std::span<const ObjectKey> keys, std::chron
 }
 
 LeaseEnd CpuBackend::do_release(LeaseId id) noexcept {
-  return mode_->release(id, metrics().lease_expiries);
+  return mode_->release_lease(id, metrics().lease_expiries);
 }
 
 }  // namespace tier::cpu

@@ -74,7 +74,7 @@ class CpuMode {
   // reach their deadline unreleased are added to `expiries` (the tier's lease_expiries).
   virtual Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                                 std::span<std::uint8_t> held, Counter& expiries) = 0;
-  virtual LeaseEnd release(LeaseId id, Counter& expiries) = 0;
+  virtual LeaseEnd release_lease(LeaseId id, Counter& expiries) = 0;
 
   virtual Usage usage() const noexcept = 0;
   // Whether other processes share the objects and they outlive this one (shm).

@@ -127,7 +127,7 @@ Result<LeaseId> HeapLru::lease(std::span<const ObjectKey> keys, std::chrono::mil
   return leases_.add(now + ttl, std::move(holds));
 }
 
-LeaseEnd HeapLru::release(LeaseId id, Counter& expiries) {
+LeaseEnd HeapLru::release_lease(LeaseId id, Counter& expiries) {
   lease_expiries_ = &expiries;
   return leases_.end(id, LeaseTable::Clock::now());
 }

@@ -34,7 +34,7 @@ class HeapLru : public CpuMode {
   Status remove(const ObjectKey& key) override;
   Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                         std::span<std::uint8_t> held, Counter& expiries) override;
-  LeaseEnd release(LeaseId id, Counter& expiries) override;
+  LeaseEnd release_lease(LeaseId id, Counter& expiries) override;
 
   Usage usage() const noexcept override;
   bool shared() const noexcept override { return false; }

@@ -91,6 +91,6 @@ Result<LeaseId> ShmMode::lease(std::span<const ObjectKey> keys, std::chrono::mil
   return id;
 }
 
-LeaseEnd ShmMode::release(LeaseId id, Counter&) { return store_->release(id); }
+LeaseEnd ShmMode::release_lease(LeaseId id, Counter&) { return store_->release(id); }
 
 }  // namespace tier::cpu

@@ -40,7 +40,7 @@ class ShmMode final : public CpuMode {
 
   Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                         std::span<std::uint8_t> held, Counter& expiries) override;
-  LeaseEnd release(LeaseId id, Counter& expiries) override;
+  LeaseEnd release_lease(LeaseId id, Counter& expiries) override;
 
   // The whole segment's, counted in blocks: every process's objects.
   Usage usage() const noexcept override;

@@ -163,8 +163,10 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
         if (l && (l->chunks * chunk < b || !l->slot)) {
           view_.release_lease(l->id);
           if (l->chunks * chunk < b) {
-            // Evicted since the PAGE probe: go on below what is still there.
+            // Evicted since the PAGE probe: go on below what is still there, and save the
+            // missing chunks again.
             counters_.lease_shortfalls.add();
+            s->saved = std::max(saved_before, std::min(s->saved, l->chunks * chunk));
             b = l->chunks * chunk + chunk;  // the loop steps down to l->chunks chunks
           } else {
             // The sidecar is gone: the boundary can never be restored, so the newest such one is
@@ -197,6 +199,7 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
       if (l->chunks * chunk < hit) {
         counters_.lease_shortfalls.add();
         hit = l->chunks * chunk;
+        s->saved = std::max(saved_before, std::min(s->saved, hit));  // save the missing again
         if (hit == 0) {
           release_lease(*s);
           return m;

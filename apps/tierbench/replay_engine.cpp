@@ -52,6 +52,7 @@ struct EngineArgs {
   std::optional<std::string> profile_path, trace;
   std::string preset, interval, kv_memory;
   std::uint64_t block_bytes, limit, sessions, tp, chunk_tokens, min_load, prefill_chunk, device;
+  std::uint64_t lease_timeout_ms;
   bool json;
 };
 
@@ -70,6 +71,8 @@ EngineArgs read_args(cli::Args& args) {
   a.prefill_chunk = args.uint("prefill-chunk").value_or(8192);
   a.kv_memory = args.get_or("kv-memory", "host");
   a.device = args.uint("device").value_or(0);
+  a.lease_timeout_ms =
+      args.uint("lease-timeout-ms").value_or(engine::EngineConfig{}.lease_timeout_ms);
   a.json = args.flag("json");
   args.finish();
   return a;
@@ -79,7 +82,7 @@ constexpr const char* kUsage =
     "usage: tierbench replay --engine dsv4 --profile P [--preset NAME] "
     "[--trace FILE] [--block-bytes B] [--tp N] [--interval N|0|-1] "
     "[--chunk-tokens N] [--min-load-tokens N] [--prefill-chunk N] [--limit N] "
-    "[--kv-memory host|device] [--device N] [--json]";
+    "[--kv-memory host|device] [--device N] [--lease-timeout-ms N (0: no leases)] [--json]";
 
 struct PromptTokens {
   std::uint64_t max = 0;    // the longest prompt
@@ -108,6 +111,7 @@ engine::EngineConfig engine_config(const EngineArgs& a, std::int64_t interval) {
   cfg.min_load_tokens = a.min_load;
   cfg.tp_size = static_cast<std::uint32_t>(a.tp);
   cfg.max_pending_saves = 4;
+  cfg.lease_timeout_ms = a.lease_timeout_ms;
   return cfg;
 }
 
@@ -402,7 +406,10 @@ Json tier_figures(const Ranks& ranks) {
           {"engine_loaded_bytes", loaded_by[t]},
           {"objects", u.objects},
           {"used_bytes", u.used_bytes},
-          {"evictions", tm.evictions.get()}};
+          {"evictions", tm.evictions.get()},
+          {"leases", tm.leases.get()},
+          {"lease_releases", tm.lease_releases.get()},
+          {"lease_expiries", tm.lease_expiries.get()}};
     }
   }
   return tiers;
@@ -470,17 +477,28 @@ void print_report(const ReportContext& ctx, const Json& out) {
   fmt::print("{:<16} {:>14}\n{:<16} {:>14}\n", "loads_pending",
              e["loads_pending"].get<std::uint64_t>(), "saves_pending",
              e["saves_pending"].get<std::uint64_t>());
+  std::string reasons;
+  for (auto& [reason, n] : e["load_failure_reasons"].items())
+    reasons += fmt::format("{}{} {}", reasons.empty() ? "" : ", ", reason, n.get<std::uint64_t>());
+  fmt::print("load failures by reason: {}\n", reasons.empty() ? "none" : reasons);
+  fmt::print(
+      "lookup leases: {} hits leased, {} shortfalls, {} committed boundaries without their sidecar "
+      "(passed over at lookup); lease timeout {} ms\n",
+      e["leased_lookups"].get<std::uint64_t>(), e["lease_shortfalls"].get<std::uint64_t>(),
+      e["sidecars_missing"].get<std::uint64_t>(), ctx.cfg.lease_timeout_ms);
   fmt::print("slot commits {}, SLOT save failures {}, decommits {}, commits rediscovered {}\n",
              e["slot_commits"].get<std::uint64_t>(), e["slot_save_failures"].get<std::uint64_t>(),
              e["decommits"].get<std::uint64_t>(), e["commits_rediscovered"].get<std::uint64_t>());
-  fmt::print("{:<12} {:>12} {:>12} {:>14} {:>10} {:>10}\n", "tier", "read", "written",
-             "engine loaded", "objects", "evictions");
+  fmt::print("{:<12} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8} {:>8} {:>8}\n", "tier", "read",
+             "written", "engine loaded", "objects", "evictions", "leases", "released", "expired");
   for (auto& [name, t] : out["tiers"].items())
-    fmt::print("{:<12} {:>12} {:>12} {:>14} {:>10} {:>10}\n", name,
+    fmt::print("{:<12} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8} {:>8} {:>8}\n", name,
                format_size(t["bytes_read"].get<std::uint64_t>()),
                format_size(t["bytes_written"].get<std::uint64_t>()),
                format_size(t["engine_loaded_bytes"].get<std::uint64_t>()),
-               t["objects"].get<std::uint64_t>(), t["evictions"].get<std::uint64_t>());
+               t["objects"].get<std::uint64_t>(), t["evictions"].get<std::uint64_t>(),
+               t["leases"].get<std::uint64_t>(), t["lease_releases"].get<std::uint64_t>(),
+               t["lease_expiries"].get<std::uint64_t>());
   fmt::print(
       "counters agree with the replay: {}; restores checked {} blocks + slots, wrong "
       "data {}\n",

@@ -1,6 +1,7 @@
 #include "cpu_backend.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include "cpu_mode.hpp"
 #include "device_transfer.hpp"
@@ -94,6 +95,19 @@ Result<std::size_t> CpuBackend::do_poll(std::span<Completion> out, std::size_t,
   for (std::size_t i = 0; i < n; ++i) out[i] = std::move(ready_[i]);
   ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
   return n;
+}
+
+Result<LeaseId> CpuBackend::do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                                     std::span<std::uint8_t> held) noexcept {
+  try {
+    return mode_->lease(keys, ttl, held, metrics().lease_expiries);
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kBadState, "lease: out of memory");
+  }
+}
+
+LeaseEnd CpuBackend::do_release(LeaseId id) noexcept {
+  return mode_->release_lease(id, metrics().lease_expiries);
 }
 
 }  // namespace tier::cpu

@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
   Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override;
   Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
                               std::chrono::microseconds wait) noexcept override;
+  Result<LeaseId> do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                           std::span<std::uint8_t> held) noexcept override;
+  LeaseEnd do_release(LeaseId id) noexcept override;
 
  private:
   Completion put(const IoRequest& r);

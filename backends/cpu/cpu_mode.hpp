@@ -17,6 +17,7 @@
 // Errors: Status codes as Backend documents per op; nothing throws. Threads: the tier's owner
 // thread only.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -67,6 +68,13 @@ class CpuMode {
   virtual Result<std::uint64_t> contains(const ObjectKey& key) = 0;
   // Returns: Ok, NotFound, BadState.
   virtual Status remove(const ObjectKey& key) = 0;
+
+  // Lookup leases (Backend::lease, docs/leases.md): held[i] = 1 for each stored key now held
+  // against eviction for `ttl`. Returns the lease id (0: nothing held), BadState. Leases that
+  // reach their deadline unreleased are added to `expiries` (the tier's lease_expiries).
+  virtual Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                                std::span<std::uint8_t> held, Counter& expiries) = 0;
+  virtual LeaseEnd release_lease(LeaseId id, Counter& expiries) = 0;
 
   virtual Usage usage() const noexcept = 0;
   // Whether other processes share the objects and they outlive this one (shm).

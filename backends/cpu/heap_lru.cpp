@@ -10,17 +10,26 @@ namespace tier::cpu {
 
 HeapLru::HeapLru(std::uint64_t capacity) : capacity_(capacity) {}
 
-void HeapLru::make_room(std::size_t bytes, const EvictFn& on_evict) {
-  while (used_ + bytes > capacity_ && !lru_.empty()) {
-    ObjectKey victim = lru_.back();
+bool HeapLru::make_room(std::size_t bytes, const EvictFn& on_evict) {
+  if (used_ + bytes <= capacity_) return true;
+  if (leases_.active() > 0) {
+    const std::uint64_t expired = leases_.expire(LeaseTable::Clock::now());
+    if (lease_expiries_ != nullptr) lease_expiries_->add(expired);
+  }
+  auto it = lru_.end();
+  while (used_ + bytes > capacity_ && it != lru_.begin()) {
+    --it;
+    if (leases_.held(*it)) continue;  // leased: skipped until its lease ends
+    ObjectKey victim = *it;
+    it = lru_.erase(it);
     auto v = map_.find(victim);
     Buffer image = std::move(v->second.image);
     used_ -= image.size;
-    lru_.pop_back();
     map_.erase(v);
     on_evict(victim, {image.data, image.size}, image.size);
     release(std::move(image));
   }
+  return used_ + bytes <= capacity_;
 }
 
 template <class Fill>
@@ -35,7 +44,8 @@ CpuMode::Outcome HeapLru::insert(const ObjectKey& key, std::size_t bytes, Fill&&
     return {Status(Code::kNoSpace, fmt::format("object of {} bytes exceeds the tier capacity {}",
                                                bytes, capacity_)),
             0};
-  make_room(bytes, on_evict);
+  if (!make_room(bytes, on_evict))
+    return {Status(Code::kNoSpace, "the objects left to evict are leased"), 0};
   Buffer b = allocate(bytes);
   if (!b.data) return {Status(Code::kNoSpace, "out of host memory"), 0};
   if (Status s = fill(Piece{b.data, bytes}); !s) {
@@ -101,6 +111,25 @@ Status HeapLru::remove(const ObjectKey& key) {
   release(std::move(it->second.image));
   map_.erase(it);
   return Status::ok();
+}
+
+Result<LeaseId> HeapLru::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                               std::span<std::uint8_t> held, Counter& expiries) {
+  lease_expiries_ = &expiries;
+  const auto now = LeaseTable::Clock::now();
+  expiries.add(leases_.expire(now));
+  std::vector<LeaseTable::Hold> holds;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (map_.count(keys[i]) == 0) continue;
+    held[i] = 1;
+    holds.push_back({keys[i], 0});
+  }
+  return leases_.add(now + ttl, std::move(holds));
+}
+
+LeaseEnd HeapLru::release_lease(LeaseId id, Counter& expiries) {
+  lease_expiries_ = &expiries;
+  return leases_.end(id, LeaseTable::Clock::now());
 }
 
 Usage HeapLru::usage() const noexcept { return Usage{capacity_, used_, map_.size()}; }

@@ -6,7 +6,9 @@
 // (pinned_heap_mode.hpp) places them in one pinned arena. A stored image is one piece.
 //
 // Evicted objects are reported with their image (so the stack can demote them), before their
-// storage is released. Threads: the tier's owner thread only.
+// storage is released. Leased objects (lease()) are skipped by eviction until their lease ends;
+// a put that finds only leased objects to evict fails with NoSpace. Threads: the tier's owner
+// thread only.
 
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "cpu_mode.hpp"
+#include "tier/lease.hpp"
 
 namespace tier::cpu {
 
@@ -29,6 +32,9 @@ class HeapLru : public CpuMode {
   Outcome get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain) override;
   Result<std::uint64_t> contains(const ObjectKey& key) override;
   Status remove(const ObjectKey& key) override;
+  Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                        std::span<std::uint8_t> held, Counter& expiries) override;
+  LeaseEnd release_lease(LeaseId id, Counter& expiries) override;
 
   Usage usage() const noexcept override;
   bool shared() const noexcept override { return false; }
@@ -67,13 +73,16 @@ class HeapLru : public CpuMode {
   // The get whose drain(Piece) copies out the stored image, once `capacity` was found to hold it.
   template <class Drain>
   Outcome read(const ObjectKey& key, std::uint64_t capacity, Drain&& drain);
-  // Evicts least recently used objects until `bytes` more fit in the capacity.
-  void make_room(std::size_t bytes, const EvictFn& on_evict);
+  // Evicts least recently used objects that no lease holds until `bytes` more fit in the
+  // capacity. False when that is not possible (the rest is leased).
+  bool make_room(std::size_t bytes, const EvictFn& on_evict);
 
   std::uint64_t capacity_;
   std::uint64_t used_ = 0;
   std::unordered_map<ObjectKey, Entry> map_;
   std::list<ObjectKey> lru_;
+  LeaseTable leases_;
+  Counter* lease_expiries_ = nullptr;  // the tier's, from the first lease() call
 };
 
 }  // namespace tier::cpu

@@ -20,8 +20,12 @@
 namespace tier::cpu::shm {
 
 constexpr std::uint64_t kMagic = 0x314D48535245544Cull;  // "LTERSHM1"
-constexpr std::uint32_t kVersion = 2;  // 2: mode and owner checked, corruptions counted
+constexpr std::uint32_t kVersion = 3;  // 2: mode and owner checked, corruptions counted; 3: leases
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+constexpr std::uint32_t kSharedLease = 0xFFFFFFFEu;  // Entry::lease_client: several clients
+// No lease is longer (the engine's lease_timeout_ms is at most an hour): a deadline further away
+// than this is damage, and is ignored.
+constexpr std::uint64_t kMaxLeaseNs = 3600ull * 1'000'000'000ull;
 constexpr std::uint32_t kMaxClients = 256;
 constexpr std::uint64_t kArenaAlign = 4096;
 
@@ -57,6 +61,11 @@ struct Entry {
   std::uint32_t readers;  // derived: client slots pinning this entry
   std::uint64_t tick;
   std::uint32_t hash_next, lru_prev, lru_next;  // derived
+  // Lookup lease (docs/shm.md "Lookup leases"): not evicted before this CLOCK_MONOTONIC time in
+  // ns (shared by every process of the host; 0: none), held by client slot `lease_client`, or by
+  // several (kSharedLease: then it ends only at the deadline), or none (kNone).
+  std::uint64_t lease_deadline_ns;
+  std::uint32_t lease_client;
 };
 
 struct Client {

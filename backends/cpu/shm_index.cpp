@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace tier::cpu::shm {
@@ -128,7 +129,7 @@ bool Index::has_room(std::uint32_t nblocks) const noexcept {
          t_.h->free_entry_head != kNone;
 }
 
-std::uint32_t Index::lru_victim() const noexcept {
+std::uint32_t Index::lru_victim(std::uint64_t now_ns, bool* skipped_lease) const noexcept {
   std::uint32_t v = t_.h->lru_tail;
   if (!link_ok(v, "header", 0, "lru_tail")) return kNone;
   for (std::uint64_t steps = 0; v != kNone; v = t_.entries[v].lru_prev) {
@@ -141,10 +142,33 @@ std::uint32_t Index::lru_victim() const noexcept {
                            state(v)));
       return kNone;
     }
-    if (t_.entries[v].readers == 0) return sane(v) ? v : kNone;
-    if (!link_ok(t_.entries[v].lru_prev, "entry", v, "lru_prev")) return kNone;
+    const Entry& e = t_.entries[v];
+    const bool leased = e.lease_deadline_ns > now_ns && e.lease_deadline_ns - now_ns <= kMaxLeaseNs;
+    if (e.readers == 0 && !leased) return sane(v) ? v : kNone;
+    if (leased && e.lease_client < kMaxClients) *skipped_lease = true;
+    if (!link_ok(e.lru_prev, "entry", v, "lru_prev")) return kNone;
   }
   return kNone;
+}
+
+void Index::lease(std::uint32_t c, std::uint32_t i, std::uint64_t now_ns,
+                  std::uint64_t deadline_ns) noexcept {
+  Entry& e = t_.entries[i];
+  if (e.lease_deadline_ns <= now_ns || e.lease_client == kNone) {
+    e.lease_client = c;
+    e.lease_deadline_ns = deadline_ns;
+    return;
+  }
+  if (e.lease_client != c) e.lease_client = kSharedLease;
+  e.lease_deadline_ns = std::max(e.lease_deadline_ns, deadline_ns);
+}
+
+void Index::unlease(std::uint32_t c, std::uint32_t i, const ObjectKey& key) noexcept {
+  if (i >= t_.max_entries) return;
+  Entry& e = t_.entries[i];
+  if (e.lease_client != c || !(e.key == key)) return;
+  e.lease_client = kNone;
+  e.lease_deadline_ns = 0;
 }
 
 void Index::evict(std::uint32_t i) noexcept {
@@ -181,6 +205,8 @@ Index::Reservation Index::reserve(const ObjectKey& key, std::uint64_t image_byte
   e.image_bytes = image_bytes;
   e.first_block = r.first_block;
   e.readers = 0;
+  e.lease_deadline_ns = 0;
+  e.lease_client = kNone;
   e.tick = ++t_.h->tick;
   e.state.store(kWriting, std::memory_order_release);
   hash_insert(r.entry);
@@ -281,6 +307,10 @@ void Index::release_client(std::uint32_t c) noexcept {
     if (state(i) == kWriting && t_.entries[i].owner == c) {
       hash_unlink(i);
       release_entry(i);
+    }
+    if (t_.entries[i].lease_client == c) {  // the leases it held alone end with it
+      t_.entries[i].lease_client = kNone;
+      t_.entries[i].lease_deadline_ns = 0;
     }
   }
   t_.clients[c].in_use.store(0, std::memory_order_release);

@@ -34,8 +34,17 @@ class Index {
 
   // Whether `nblocks` blocks and an entry are free.
   bool has_room(std::uint32_t nblocks) const noexcept;
-  // The least recently used ready entry that nobody reads, or kNone.
-  std::uint32_t lru_victim() const noexcept;
+  // The least recently used ready entry that nobody reads and no lease holds at `now_ns`
+  // (CLOCK_MONOTONIC), or kNone. Sets *skipped_lease when it passed over an entry leased by a
+  // single client (whose lease ends early if that client is dead and reaped).
+  std::uint32_t lru_victim(std::uint64_t now_ns, bool* skipped_lease) const noexcept;
+
+  // Lookup leases: client `c` holds ready entry `i` against eviction until `deadline_ns`. A
+  // lease another client holds at `now_ns` becomes shared (it then ends at the later deadline).
+  void lease(std::uint32_t c, std::uint32_t i, std::uint64_t now_ns,
+             std::uint64_t deadline_ns) noexcept;
+  // Ends client `c`'s lease of entry `i` (holding `key`) when `c` is its only holder.
+  void unlease(std::uint32_t c, std::uint32_t i, const ObjectKey& key) noexcept;
   // Takes a ready, unpinned entry out of the index for capacity, and frees it.
   void evict(std::uint32_t i) noexcept;
 
@@ -69,7 +78,8 @@ class Index {
   void unpin(std::uint32_t c) noexcept;
   // Takes a free client slot for process `pid` started at `start_time`; kNone when all are taken.
   std::uint32_t claim_client(std::int32_t pid, std::uint64_t start_time) noexcept;
-  // Frees a client slot with the reservations (kWriting entries) and the pin it holds.
+  // Frees a client slot with the reservations (kWriting entries), the pin and the leases it
+  // holds alone.
   void release_client(std::uint32_t c) noexcept;
 
   // The hash bucket of `k`.

@@ -85,4 +85,14 @@ std::string ShmMode::describe(std::string_view tier_name) const {
                      s.clients);
 }
 
+Result<LeaseId> ShmMode::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                               std::span<std::uint8_t> held, Counter& expiries) {
+  std::uint64_t expired = 0;
+  auto id = store_->lease(keys, ttl, held, expired);
+  expiries.add(expired);
+  return id;
+}
+
+LeaseEnd ShmMode::release_lease(LeaseId id, Counter&) { return store_->release(id); }
+
 }  // namespace tier::cpu

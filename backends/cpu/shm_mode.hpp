@@ -38,6 +38,10 @@ class ShmMode final : public CpuMode {
                    const EvictFn& on_evict) override;
   Outcome get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain) override;
 
+  Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                        std::span<std::uint8_t> held, Counter& expiries) override;
+  LeaseEnd release_lease(LeaseId id, Counter& expiries) override;
+
   // The whole segment's, counted in blocks: every process's objects.
   Usage usage() const noexcept override;
   bool shared() const noexcept override { return true; }

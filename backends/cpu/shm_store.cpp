@@ -3,13 +3,16 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "shm_blocks.hpp"
 #include "shm_check.hpp"
 #include "shm_index.hpp"
 #include "shm_recovery.hpp"
 #include "shm_segment.hpp"
+#include "tier/lease.hpp"
 
 namespace tier::cpu {
 
@@ -26,6 +29,15 @@ bool crash_hook_installed() noexcept { return g_crash_hook != nullptr; }
 
 using shm::kNone;
 
+namespace {
+// CLOCK_MONOTONIC in ns (steady_clock on Linux): one clock for every process of the host.
+std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+}  // namespace
+
 // One open store: the mapped segment, views of its tables, and this process's client slot.
 struct ShmStore::Impl {
   shm::Segment segment;
@@ -33,6 +45,7 @@ struct ShmStore::Impl {
   shm::Index index;
   shm::Recovery recovery;
   std::uint32_t me = kNone;  // my client slot
+  LeaseTable leases;         // this store's leases; hold tags are entry indices
 
   explicit Impl(shm::Segment s)
       : segment(std::move(s)),
@@ -119,23 +132,28 @@ ShmStore::Impl::Reserved ShmStore::Impl::reserve(const ObjectKey& key, std::uint
     return out;
   }
   bool reaped = false;
+  const std::uint64_t now = now_ns();
   // Each round evicts one entry; more rounds than entries means the lists are corrupt.
   for (std::uint64_t round = 0; !index.has_room(nblocks) && !t.faulted(); ++round) {
-    std::uint32_t v = round <= t.max_entries ? index.lru_victim() : kNone;
+    bool skipped_lease = false;
+    std::uint32_t v = round <= t.max_entries ? index.lru_victim(now, &skipped_lease) : kNone;
     if (round > t.max_entries)
       t.fault(
           fmt::format("eviction freed {} entries without making room for {} blocks (header "
                       "free_blocks = {})",
                       round, nblocks, t.h->free_blocks.load(std::memory_order_relaxed)));
     if (t.faulted()) break;
+    // Nothing to evict, or a lease in the way: the pins, reservations and leases of dead clients
+    // end first (once per put).
+    if ((v == kNone || skipped_lease) && !reaped) {
+      reaped = true;
+      if (recovery.reap_dead(me) > 0) continue;
+    }
     if (v == kNone) {
-      if (!reaped && recovery.reap_dead(me) > 0) {
-        reaped = true;
-        continue;
-      }
       out.status = unlock();
       if (out.status)
-        out.status = Status(Code::kNoSpace, "every stored object is being read or written");
+        out.status =
+            Status(Code::kNoSpace, "every stored object is being read or written, or is leased");
       return out;
     }
     out.evicted.emplace_back(index.entry(v).key, index.entry(v).image_bytes);
@@ -361,5 +379,45 @@ Result<ShmVerifyReport> ShmStore::verify() {
 namespace testing {
 void set_crash_hook(void (*hook)(ShmCrashPoint)) { g_crash_hook = hook; }
 }  // namespace testing
+
+}  // namespace tier::cpu
+
+namespace tier::cpu {
+
+Result<std::uint64_t> ShmStore::lease(std::span<const ObjectKey> keys,
+                                      std::chrono::milliseconds ttl, std::span<std::uint8_t> held,
+                                      std::uint64_t& expiries) {
+  Impl& s = *impl_;
+  const auto now = LeaseTable::Clock::now();
+  expiries += s.leases.expire(now);
+  const std::uint64_t t = now_ns();
+  const auto ttl_ns =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(ttl).count());
+  const std::uint64_t deadline = t + std::min(shm::kMaxLeaseNs, ttl_ns);
+  std::vector<LeaseTable::Hold> holds;
+  TIER_RETURN_IF_ERROR(s.lock());
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const std::uint32_t i = s.find_ready(keys[k]);
+    if (i == kNone) continue;
+    s.index.lease(s.me, i, t, deadline);
+    held[k] = 1;
+    holds.push_back({keys[k], i});
+  }
+  TIER_RETURN_IF_ERROR(s.unlock());
+  return s.leases.add(now + ttl, std::move(holds));
+}
+
+LeaseEnd ShmStore::release(std::uint64_t id) {
+  Impl& s = *impl_;
+  std::vector<LeaseTable::Hold> ended;  // entries no other lease of this store holds
+  const LeaseEnd end = s.leases.end(id, LeaseTable::Clock::now(), [&](const LeaseTable::Hold& h) {
+    if (!s.leases.held(h.key)) ended.push_back(h);
+  });
+  if (!ended.empty() && s.lock().is_ok()) {
+    for (const LeaseTable::Hold& h : ended) s.index.unlease(s.me, h.tag, h.key);
+    s.unlock().ignore();  // a lock that cannot be released is the next caller's TimedOut
+  }
+  return end;
+}
 
 }  // namespace tier::cpu

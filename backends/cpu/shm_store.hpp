@@ -13,6 +13,9 @@
 //    copies, then publishes (kReady) under the lock; a get pins the entry (recorded in its client
 //    slot), copies, and unpins. Readers never see a kWriting entry, and a pinned entry is never
 //    evicted nor its blocks reused, so no torn object is ever visible.
+//  - Lookup leases (lease()): a leased entry is not evicted before its deadline, recorded in the
+//    entry itself (CLOCK_MONOTONIC, the same in every process of the host), so every process's
+//    evictions respect it; release() or the death of the leasing process ends it earlier.
 //  - Each open store holds a client slot (pid + process start time). The reservations and pins of
 //    a process that died are released when another process notices (on open, when space runs
 //    out, on a put of the same key, in verify()).
@@ -27,6 +30,7 @@
 // robust lock, the rebuild after a death, dead-client reaping); the records they share are in
 // shm_format.hpp.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "tier/backend.hpp"
 #include "tier/key.hpp"
 #include "tier/status.hpp"
 
@@ -162,6 +167,15 @@ class ShmStore {
   Result<std::uint64_t> contains(const ObjectKey& key);
   // Returns: Ok, NotFound (absent, or not yet published), BadState.
   Status remove(const ObjectKey& key);
+
+  // Lookup leases (Backend::lease, docs/shm.md "Lookup leases"): held[i] = 1 for each ready key
+  // now held against eviction (by every process) for `ttl`. Returns the lease id (0: nothing
+  // held), BadState. Leases of this store that reached their deadline unreleased are added to
+  // `expiries`. An entry leased by several processes ends at the latest deadline.
+  Result<std::uint64_t> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                              std::span<std::uint8_t> held, std::uint64_t& expiries);
+  // Ends a lease of this store (kExpired when its deadline had passed; kUnknown: ended already).
+  LeaseEnd release(std::uint64_t id);
 
   // This process's mapping of the whole segment (for page-locking it; the pinned mode).
   std::span<std::byte> mapping() const noexcept;

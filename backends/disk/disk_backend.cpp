@@ -464,9 +464,10 @@ std::optional<std::uint32_t> DiskBackend::take_region() {
     begin_reset(r);
     return r;
   }
+  if (leases_.active() > 0) metrics().lease_expiries.add(leases_.expire(Clock::now(), unlease()));
   auto victim_it = sealed_.end();
   for (auto it = sealed_.begin(); it != sealed_.end(); ++it)
-    if (regions_[*it].pending == 0 &&
+    if (regions_[*it].pending == 0 && regions_[*it].leased == 0 &&
         (victim_it == sealed_.end() || regions_[*it].touched < regions_[*victim_it].touched))
       victim_it = it;
   if (victim_it == sealed_.end()) return std::nullopt;
@@ -766,6 +767,42 @@ void DiskBackend::finish_io(std::uint32_t id, int err) {
       break;
   }
   release_io(id);
+}
+
+LeaseTable::OnEnd DiskBackend::unlease() {
+  return [this](const LeaseTable::Hold& h) { --regions_[h.tag].leased; };
+}
+
+Result<LeaseId> DiskBackend::do_lease(std::span<const ObjectKey> keys,
+                                      std::chrono::milliseconds ttl,
+                                      std::span<std::uint8_t> held) noexcept {
+  try {
+    const auto now = Clock::now();
+    metrics().lease_expiries.add(leases_.expire(now, unlease()));
+    std::vector<LeaseTable::Hold> holds;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto it = index_.find(keys[i]);
+      if (it == index_.end()) continue;
+      held[i] = 1;
+      ++regions_[it->second.region].leased;
+      holds.push_back({keys[i], it->second.region});
+    }
+    return leases_.add(now + ttl, std::move(holds));
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kBadState, "lease: out of memory");
+  }
+}
+
+LeaseEnd DiskBackend::do_release(LeaseId id) noexcept {
+  const LeaseEnd end = leases_.end(id, Clock::now(), unlease());
+  if (end != LeaseEnd::kUnknown && !unplaced_.empty()) {
+    try {
+      place_puts();  // a region may be free now
+    } catch (const std::bad_alloc&) {
+      // The next submit or poll places them.
+    }
+  }
+  return end;
 }
 
 Result<std::size_t> DiskBackend::do_poll(std::span<Completion> out, std::size_t min,

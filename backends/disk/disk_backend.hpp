@@ -18,6 +18,11 @@
 // When no free region is left, that region is evicted whole (notify_evicted for each object, with
 // no image) and its header rewritten with a new generation before the first write into it.
 //
+// Leases (Backend::lease, docs/leases.md): a region holding a leased object is not evicted while
+// the lease lasts; a put that needs a region while every candidate is leased waits (placed by a
+// later submit or poll once a lease ends or expires). Leases live in this process only (the
+// directory is locked to one instance).
+//
 // Errors: ENOSPC / EFBIG / EDQUOT turn into NoSpace, every other failure into IoError; both fail
 // only the request concerned and are counted in stats(). Short transfers and -EAGAIN are
 // resubmitted.
@@ -38,6 +43,7 @@
 
 #include "disk_layout.hpp"
 #include "tier/backend.hpp"
+#include "tier/lease.hpp"
 
 namespace tier::disk {
 
@@ -92,6 +98,9 @@ class DiskBackend final : public Backend {
   Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override;
   Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
                               std::chrono::microseconds wait) noexcept override;
+  Result<LeaseId> do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                           std::span<std::uint8_t> held) noexcept override;
+  LeaseEnd do_release(LeaseId id) noexcept override;
 
  private:
   enum class RecordState : std::uint8_t { kEmpty, kWriting, kPublishing, kLive, kDead };
@@ -115,6 +124,7 @@ class DiskBackend final : public Backend {
     std::uint32_t pending = 0;           // in-flight I/O touching the region
     std::uint64_t touched = 0;           // recency: opened, or an object in it got or put again
     std::vector<std::uint32_t> waiting;  // data writes held until the reset completes
+    std::uint32_t leased = 0;            // lease holds of objects in it: not evicted while > 0
   };
   enum class IoKind : std::uint8_t { kRead, kWrite, kDir };
   // One I/O in the ring (resubmitted in place on a short transfer or -EAGAIN).
@@ -171,6 +181,8 @@ class DiskBackend final : public Backend {
   std::optional<std::uint32_t> take_region();
   void prepare_spare();
   void evict_region(std::uint32_t r);
+  // Gives a lease hold's region back (LeaseTable::OnEnd).
+  LeaseTable::OnEnd unlease();
   void begin_reset(std::uint32_t r);
 
   std::uint32_t new_io(IoKind kind, std::uint32_t region);
@@ -226,6 +238,7 @@ class DiskBackend final : public Backend {
   bool registered_buffers_ = false;
 
   std::vector<Completion> ready_;
+  LeaseTable leases_;  // hold tags are region indices
   DiskStats stats_;
 };
 

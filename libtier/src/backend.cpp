@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tier/object.hpp"
 
 namespace tier {
@@ -167,6 +169,45 @@ Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
   }
   return n + *r;
 }
+
+Result<LeaseId> Backend::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                               std::span<std::uint8_t> held) noexcept {
+  if (held.size() != keys.size()) return Status::invalid("lease: held.size() != keys.size()");
+  std::fill(held.begin(), held.end(), std::uint8_t{0});
+  if (keys.empty() || ttl.count() <= 0) return LeaseId{0};
+  auto r = do_lease(keys, ttl, held);
+  if (!r) {
+    if (r.status() == Code::kNotSupported) metrics_.leases_unsupported.add();
+    std::fill(held.begin(), held.end(), std::uint8_t{0});
+    return r;
+  }
+  if (*r != 0) {
+    metrics_.leases.add();
+    metrics_.leased_keys.add(static_cast<std::uint64_t>(std::count(held.begin(), held.end(), 1)));
+  }
+  return r;
+}
+
+void Backend::release(LeaseId id) noexcept {
+  if (id == 0) return;
+  switch (do_release(id)) {
+    case LeaseEnd::kReleased:
+      metrics_.lease_releases.add();
+      break;
+    case LeaseEnd::kExpired:
+      metrics_.lease_expiries.add();
+      break;
+    case LeaseEnd::kUnknown:
+      break;
+  }
+}
+
+Result<LeaseId> Backend::do_lease(std::span<const ObjectKey>, std::chrono::milliseconds,
+                                  std::span<std::uint8_t>) noexcept {
+  return Status(Code::kNotSupported, fmt::format("tier {} cannot lease objects", tier_name_));
+}
+
+LeaseEnd Backend::do_release(LeaseId) noexcept { return LeaseEnd::kUnknown; }
 
 void Backend::notify_evicted(const ObjectKey& key, std::span<const std::byte> image,
                              std::uint64_t image_bytes) noexcept {

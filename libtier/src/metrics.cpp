@@ -29,6 +29,11 @@ Json TierMetrics::to_json() const {
   j["dropped_saves"] = dropped_saves.get();
   j["demotions"] = demotions.get();
   j["promotions"] = promotions.get();
+  j["leases"] = leases.get();
+  j["leased_keys"] = leased_keys.get();
+  j["lease_releases"] = lease_releases.get();
+  j["lease_expiries"] = lease_expiries.get();
+  j["leases_unsupported"] = leases_unsupported.get();
   return j;
 }
 
@@ -76,6 +81,14 @@ std::string metrics_prometheus(const std::vector<NamedMetrics>& tiers) {
       {"libtier_demotions_total", "Evicted objects written to the next tier.",
        &TierMetrics::demotions},
       {"libtier_promotions_total", "Hits copied into faster tiers.", &TierMetrics::promotions},
+      {"libtier_leases_total", "Lookup leases taken.", &TierMetrics::leases},
+      {"libtier_leased_keys_total", "Keys held by lookup leases.", &TierMetrics::leased_keys},
+      {"libtier_lease_releases_total", "Lookup leases released before their deadline.",
+       &TierMetrics::lease_releases},
+      {"libtier_lease_expiries_total", "Lookup leases that reached their deadline.",
+       &TierMetrics::lease_expiries},
+      {"libtier_leases_unsupported_total", "Lease calls on a tier that cannot lease.",
+       &TierMetrics::leases_unsupported},
   };
   for (const Single& s : kSingles) {
     family(s.name, s.help, "counter");

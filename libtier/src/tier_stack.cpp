@@ -386,6 +386,63 @@ Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
   return n;
 }
 
+Result<LeaseId> TierStack::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                                 std::span<std::uint8_t> held) {
+  if (held.size() != keys.size()) return Status::invalid("lease: held.size() != keys.size()");
+  std::fill(held.begin(), held.end(), std::uint8_t{0});
+  const auto now = Clock::now();
+  for (auto it = leases_.begin(); it != leases_.end();) {  // end leases past their deadline
+    if (it->second.deadline > now) {
+      ++it;
+      continue;
+    }
+    for (auto [t, id] : it->second.parts) tiers_[static_cast<std::size_t>(t)].backend->release(id);
+    it = leases_.erase(it);
+  }
+  StackLease lease{now + ttl, {}};
+  std::vector<ObjectKey> want;
+  std::vector<std::size_t> where;  // want[j] is keys[where[j]]
+  std::vector<std::uint8_t> got;
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (!tiers_[t].spec.read) continue;
+    want.clear();
+    where.clear();
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (!held[i]) {
+        want.push_back(keys[i]);
+        where.push_back(i);
+      }
+    if (want.empty()) break;
+    got.assign(want.size(), 0);
+    auto id = tiers_[t].backend->lease(want, ttl, got);
+    if (!id && id.status() == Code::kNotSupported) {
+      // Best effort: present now, not held.
+      std::vector<std::uint64_t> ids(want.size(), 0);
+      for (std::size_t j = 0; j < want.size(); ++j)
+        ids[j] = submit_one(static_cast<int>(t), Op::kContains, want[j], Region{}, Pending{})
+                     .value_or(0);
+      wait_for(ids);
+      for (std::size_t j = 0; j < want.size(); ++j)
+        if (ids[j] != 0 && take(ids[j]).status.is_ok()) got[j] = 1;
+    } else if (id && *id != 0) {
+      lease.parts.emplace_back(static_cast<int>(t), *id);
+    }
+    for (std::size_t j = 0; j < want.size(); ++j)
+      if (got[j]) held[where[j]] = 1;
+  }
+  if (lease.parts.empty()) return LeaseId{0};
+  const LeaseId id = next_lease_++;
+  leases_.emplace(id, std::move(lease));
+  return id;
+}
+
+void TierStack::release(LeaseId id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  for (auto [t, tid] : it->second.parts) tiers_[static_cast<std::size_t>(t)].backend->release(tid);
+  leases_.erase(it);
+}
+
 Result<int> TierStack::locate(const ObjectKey& key) {
   Entry entry(*this);
   for (std::size_t t = 0; t < tiers_.size(); ++t) {

@@ -224,6 +224,101 @@ TEST_CASE_FIXTURE(Fixture, "capacity is never exceeded; old objects are evicted"
   CHECK(run(b(), Op::kContains, last).status.is_ok());  // the newest survives
 }
 
+// Lookup leases (docs/leases.md). A tier that cannot lease says NotSupported and counts it; every
+// other tier holds a leased key against eviction until the lease is released or expires.
+struct LeaseFixture : Fixture {
+  static constexpr std::size_t kPayload = 256 * 1024;
+  // Puts enough new objects to evict everything unleased (capacity plus some), from key `base`.
+  void fill(std::uint64_t base) {
+    const std::size_t count = b().usage().capacity_bytes / kPayload + 8;
+    for (std::size_t i = 0; i < count; ++i) {
+      auto k = key_of(base + i);
+      Completion c = put(k, make_image(k, kPayload));
+      CHECK_MESSAGE((c.status.is_ok() || c.status.code() == Code::kNoSpace), c.status.to_string());
+      CHECK(b().usage().used_bytes <= b().usage().capacity_bytes);
+    }
+  }
+  // False (with a message) when the tier cannot lease or is too large to fill here.
+  bool leases_apply(const ObjectKey& probe) {
+    std::uint8_t held = 0;
+    const auto before = b().metrics().leases_unsupported.get();
+    auto id = b().lease(std::span(&probe, 1), std::chrono::seconds(60), std::span(&held, 1));
+    if (!id && id.status().code() == Code::kNotSupported) {
+      CHECK(b().metrics().leases_unsupported.get() == before + 1);
+      CHECK(held == 0);
+      MESSAGE("this tier cannot lease (NotSupported, counted): " << id.status().to_string());
+      return false;
+    }
+    REQUIRE_MESSAGE(id.is_ok(), id.status().to_string());
+    CHECK(*id == 0);  // the probe key is absent: nothing held
+    if (b().usage().capacity_bytes > kMaxFillCapacity) {
+      MESSAGE("lease eviction cases not exercised: capacity too large to fill here");
+      return false;
+    }
+    return true;
+  }
+};
+
+TEST_CASE_FIXTURE(LeaseFixture, "a leased key survives eviction pressure until released") {
+  if (!leases_apply(key_of(60'999))) return;
+  auto k = key_of(60'000), absent = key_of(60'001);
+  REQUIRE(put(k, make_image(k, kPayload)).status.is_ok());
+  const ObjectKey keys[] = {k, absent};
+  std::uint8_t held[2] = {9, 9};
+  auto id = b().lease(keys, std::chrono::seconds(600), held);
+  REQUIRE(id.is_ok());
+  CHECK(*id != 0);
+  CHECK(held[0] == 1);
+  CHECK(held[1] == 0);
+  CHECK(b().metrics().leases.get() == 1);
+  CHECK(b().metrics().leased_keys.get() == 1);
+  fill(61'000);
+  CHECK(b().metrics().evictions.get() > 0);
+  CHECK(run(b(), Op::kContains, k).status.is_ok());  // the oldest object, but leased
+  std::shared_ptr<std::byte[]> hold;
+  Completion g = get(k, kObjectHeaderBytes + kPayload, hold);
+  CHECK(g.status.is_ok());
+  b().release(*id);
+  b().release(*id);  // a second release is ignored
+  CHECK(b().metrics().lease_releases.get() == 1);
+  CHECK(b().metrics().lease_expiries.get() == 0);
+  fill(62'000);
+  CHECK(run(b(), Op::kContains, k).status.code() == Code::kNotFound);  // evictable again
+}
+
+TEST_CASE_FIXTURE(LeaseFixture, "a lease that reaches its deadline no longer holds its key") {
+  if (!leases_apply(key_of(63'999))) return;
+  auto k = key_of(63'000);
+  REQUIRE(put(k, make_image(k, kPayload)).status.is_ok());
+  std::uint8_t held = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto id = b().lease(std::span(&k, 1), std::chrono::milliseconds(1), std::span(&held, 1));
+  REQUIRE(id.is_ok());
+  CHECK(held == 1);
+  // The deadline itself is what is tested: wait until it has certainly passed.
+  while (std::chrono::steady_clock::now() < t0 + std::chrono::milliseconds(5)) {
+  }
+  fill(64'000);
+  CHECK(run(b(), Op::kContains, k).status.code() == Code::kNotFound);
+  b().release(*id);  // ended already: counted once, as expired
+  CHECK(b().metrics().lease_expiries.get() == 1);
+  CHECK(b().metrics().lease_releases.get() == 0);
+}
+
+TEST_CASE_FIXTURE(LeaseFixture, "a leased key can still be removed explicitly") {
+  if (!leases_apply(key_of(65'999))) return;
+  auto k = key_of(65'000);
+  REQUIRE(put(k, make_image(k, 4096)).status.is_ok());
+  std::uint8_t held = 0;
+  auto id = b().lease(std::span(&k, 1), std::chrono::seconds(60), std::span(&held, 1));
+  REQUIRE(id.is_ok());
+  CHECK(held == 1);
+  CHECK(run(b(), Op::kRemove, k).status.is_ok());
+  CHECK(run(b(), Op::kContains, k).status.code() == Code::kNotFound);
+  b().release(*id);
+  CHECK(b().metrics().lease_releases.get() == 1);
+}
+
 TEST_CASE_FIXTURE(Fixture, "misaligned buffers are refused exactly when the tier needs alignment") {
   const std::size_t a = b().capabilities().io_alignment;
   const std::size_t n = std::max<std::size_t>(a, 64);

@@ -534,3 +534,78 @@ TEST_CASE("shm: put_with and get_with hand over an object's pieces in image orde
   // The mapping covers the whole segment (what the pinned mode registers).
   CHECK(s.mapping().size() == s.stats().segment_bytes);
 }
+
+namespace {
+
+// Puts `count` objects of 64 KiB (namespace 78) from id `first`: eviction pressure on a segment.
+void fill_segment(Backend& b, std::uint64_t first, std::uint64_t count) {
+  for (std::uint64_t i = 0; i < count; ++i) {
+    auto k = key_of(first + i, 78);
+    auto img = make_image(k, 64 * 1024);
+    Completion c = run(b, Op::kPut, k, host_region(img));
+    CHECK_MESSAGE((c.status.is_ok() || c.status.code() == Code::kNoSpace), c.status.to_string());
+  }
+}
+
+constexpr std::uint64_t kFill = kCapacity / (64 * 1024) + 16;  // more than the segment holds
+
+}  // namespace
+
+// Lookup leases live in the segment: a lease one process takes holds the entry against every
+// process's evictions, and it ends when that process dies (reaped by the evicting process).
+TEST_CASE("shm: a lease holds an entry against other processes' evictions, ends with its process") {
+  Segment seg;
+  auto b = open_backend(seg.name);
+  REQUIRE(b);
+  const ObjectKey k = key_of(1, 77);
+  auto img = make_image(k, 64 * 1024);
+  REQUIRE(run(*b, Op::kPut, k, host_region(img)).status.is_ok());
+  int ready[2], hold[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(hold) == 0);
+  pid_t pid = spawn([&] {
+    auto c = open_backend(seg.name);
+    if (!c) return kChildSetup;
+    std::uint8_t held = 0;
+    auto id = c->lease(std::span(&k, 1), std::chrono::seconds(600), std::span(&held, 1));
+    if (!id || *id == 0 || held != 1) return kChildError;
+    char x = 'l';
+    if (::write(ready[1], &x, 1) != 1) return kChildError;
+    (void)::read(hold[0], &x, 1);  // until the parent kills it
+    return kChildOk;
+  });
+  char x = 0;
+  REQUIRE(::read(ready[0], &x, 1) == 1);  // the child holds its lease
+  fill_segment(*b, 1000, kFill);
+  CHECK(b->metrics().evictions.get() > 0);
+  CHECK(run(*b, Op::kContains, k).status.is_ok());  // the oldest object, leased by the child
+  ::kill(pid, SIGKILL);
+  CHECK(wait_child(pid) == 128 + SIGKILL);
+  fill_segment(*b, 2000, kFill);  // the dead child is reaped: its lease ends
+  CHECK(run(*b, Op::kContains, k).status.code() == Code::kNotFound);
+  for (int fd : {ready[0], ready[1], hold[0], hold[1]}) ::close(fd);
+}
+
+// Two leases of one process on one entry: releasing one leaves the entry held by the other.
+TEST_CASE("shm: an entry leased twice by one process stays held until both leases end") {
+  Segment seg;
+  auto b = open_backend(seg.name);
+  REQUIRE(b);
+  const ObjectKey k = key_of(2, 77);
+  auto img = make_image(k, 64 * 1024);
+  REQUIRE(run(*b, Op::kPut, k, host_region(img)).status.is_ok());
+  std::uint8_t held = 0;
+  auto first = b->lease(std::span(&k, 1), std::chrono::seconds(600), std::span(&held, 1));
+  auto second = b->lease(std::span(&k, 1), std::chrono::seconds(600), std::span(&held, 1));
+  REQUIRE(first.is_ok());
+  REQUIRE(second.is_ok());
+  REQUIRE(*first != 0);
+  REQUIRE(*second != 0);
+  b->release(*first);
+  fill_segment(*b, 3000, kFill);
+  CHECK(run(*b, Op::kContains, k).status.is_ok());
+  b->release(*second);
+  CHECK(b->metrics().lease_releases.get() == 2);
+  fill_segment(*b, 4000, kFill);
+  CHECK(run(*b, Op::kContains, k).status.code() == Code::kNotFound);
+}

@@ -86,6 +86,14 @@ std::span<const OptionSpec> EngineConfig::options() {
        1.0,
        60000.0,
        {}},
+      {"lease_timeout_ms",
+       OptionType::kUInt,
+       Json(10000),
+       "how long a lookup's hit (its PAGE chunks and SLOT sidecar) is held against eviction "
+       "until its load completes or is abandoned (0: no leases)",
+       0.0,
+       3600000.0,
+       {}},
   };
   return specs;
 }
@@ -106,6 +114,7 @@ Result<EngineConfig> EngineConfig::from_json(const Json& j) {
   c.tombstone_limit = r.at("tombstone_limit").get<std::uint64_t>();
   c.publication_timeout_ms = r.at("publication_timeout_ms").get<std::uint64_t>();
   c.publication_poll_interval_ms = r.at("publication_poll_interval_ms").get<std::uint64_t>();
+  c.lease_timeout_ms = r.at("lease_timeout_ms").get<std::uint64_t>();
   TIER_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -121,7 +130,8 @@ Json EngineConfig::to_json() const {
           {"commit_index_capacity", commit_index_capacity},
           {"tombstone_limit", tombstone_limit},
           {"publication_timeout_ms", publication_timeout_ms},
-          {"publication_poll_interval_ms", publication_poll_interval_ms}};
+          {"publication_poll_interval_ms", publication_poll_interval_ms},
+          {"lease_timeout_ms", lease_timeout_ms}};
 }
 
 Status EngineConfig::validate() const {
@@ -144,6 +154,9 @@ Status EngineConfig::validate() const {
   if (publication_poll_interval_ms == 0 || publication_poll_interval_ms > 60000)
     e.add("/publication_poll_interval_ms",
           fmt::format("expected an integer in [1, 60000], got {}", publication_poll_interval_ms));
+  if (lease_timeout_ms > 3600000)
+    e.add("/lease_timeout_ms",
+          fmt::format("expected an integer in [0, 3600000], got {}", lease_timeout_ms));
   return e.to_status();
 }
 

@@ -25,6 +25,9 @@ constexpr Field kEngineFields[] = {
     {"decommits", &EngineCounters::decommits},
     {"save_failures", &EngineCounters::save_failures},
     {"loads_skipped", &EngineCounters::loads_skipped},
+    {"leased_lookups", &EngineCounters::leased_lookups},
+    {"lease_shortfalls", &EngineCounters::lease_shortfalls},
+    {"sidecars_missing", &EngineCounters::sidecars_missing},
 };
 
 struct WorkerField {
@@ -63,6 +66,9 @@ Json metrics_json(const Scheduler& scheduler, std::span<Worker* const> workers) 
   for (const Field& f : kEngineFields) e[f.name] = (scheduler.counters().*f.field).get();
   e["loads_pending"] = scheduler.loads_pending();
   e["saves_pending"] = scheduler.saves_pending();
+  Json reasons = Json::object();
+  for (const auto& [reason, n] : scheduler.load_failure_reasons()) reasons[reason] = n;
+  e["load_failure_reasons"] = reasons;
   j["workers"] = Json::array();
   j["tiers"] = Json::object();
   for (Worker* w : workers) {
@@ -96,6 +102,11 @@ std::string metrics_prometheus(const Scheduler& scheduler, std::span<Worker* con
   out += fmt::format("libtier_engine_loads_pending {}\n", scheduler.loads_pending());
   family("libtier_engine_saves_pending", "Saves emitted and not yet terminal.", "gauge");
   out += fmt::format("libtier_engine_saves_pending {}\n", scheduler.saves_pending());
+  family("libtier_engine_load_failures_by_reason_total",
+         "Failed loads by the reason the first failing rank gave.", "counter");
+  for (const auto& [reason, n] : scheduler.load_failure_reasons())
+    out += fmt::format("libtier_engine_load_failures_by_reason_total{{reason=\"{}\"}} {}\n", reason,
+                       n);
   for (const WorkerField& f : kWorkerFields) {
     const std::string name = fmt::format("libtier_engine_worker_{}_total", f.name);
     family(name, "Offload worker counter, per TP rank.", "counter");

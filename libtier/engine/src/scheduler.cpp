@@ -18,6 +18,13 @@ std::string_view load_action_name(LoadAction a) noexcept {
   return "unknown";
 }
 
+Result<ViewLease> TierView::lease(std::span<const Key128>, const std::optional<Boundary>&,
+                                  std::chrono::milliseconds) {
+  return Status(Code::kNotSupported, "this tier view cannot lease");
+}
+
+void TierView::release_lease(std::uint64_t) {}
+
 Scheduler::Scheduler(const EngineConfig& config, TierView& view)
     : config_(config), view_(view), agg_(config.tp_size, config.tombstone_limit) {}
 
@@ -102,10 +109,27 @@ void Scheduler::decommit(const Boundary& b) {
   }
 }
 
+void Scheduler::release_lease(Seq& s) {
+  if (s.lease == 0) return;
+  view_.release_lease(s.lease);
+  s.lease = 0;
+}
+
 void Scheduler::clear_lookup(Seq& s) {
   s.lmc = 0;
   s.pending_slot.reset();
   s.load_armed = false;
+  release_lease(s);
+}
+
+Result<std::optional<ViewLease>> Scheduler::lease_hit(const Seq& s, std::uint64_t tokens,
+                                                      const std::optional<Boundary>& slot) {
+  const std::uint64_t chunks = (tokens + config_.chunk_tokens - 1) / config_.chunk_tokens;
+  auto l = view_.lease(std::span(s.keys).first(static_cast<std::size_t>(chunks)), slot,
+                       std::chrono::milliseconds(config_.lease_timeout_ms));
+  if (!l && l.status() == Code::kNotSupported) return std::optional<ViewLease>();
+  if (!l) return l.status();
+  return std::optional<ViewLease>(*l);
 }
 
 Result<MatchResult> Scheduler::lookup(SeqHandle h) {
@@ -121,20 +145,46 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
   m.page_hit = hit;
   counters_.page_hit_tokens.add(hit);
   // Prefixes already in the tiers are not saved again.
+  const std::uint64_t saved_before = s->saved;
   s->saved = std::max(s->saved, hit);
   const std::uint64_t prompt = s->prompt.size();
   if (hit >= prompt && prompt > 0) hit = prompt - 1;  // the last token is always recomputed
   if (hit == 0) return m;
+  const bool leases = config_.lease_timeout_ms > 0;
   if (config_.stateful) {
     std::optional<Boundary> found;
+    bool sidecar_lost = false;
     for (std::uint64_t b = hit / chunk * chunk; b >= chunk; b -= chunk) {
       Boundary cand = boundary_at(*s, b);
       TIER_ASSIGN_OR_RETURN(bool ok, committed(cand));
-      if (ok) {
-        found = cand;
-        break;
+      if (!ok) continue;
+      if (leases) {
+        TIER_ASSIGN_OR_RETURN(auto l, lease_hit(*s, b, cand));
+        if (l && (l->chunks * chunk < b || !l->slot)) {
+          view_.release_lease(l->id);
+          if (l->chunks * chunk < b) {
+            // Evicted since the PAGE probe: go on below what is still there, and save the
+            // missing chunks again.
+            counters_.lease_shortfalls.add();
+            s->saved = std::max(saved_before, std::min(s->saved, l->chunks * chunk));
+            b = l->chunks * chunk + chunk;  // the loop steps down to l->chunks chunks
+          } else {
+            // The sidecar is gone: the boundary can never be restored, so the newest such one is
+            // no longer committed (and is saved again), as a failed load of it would have it.
+            counters_.sidecars_missing.add();
+            if (!sidecar_lost) decommit(cand);
+            sidecar_lost = true;
+          }
+          continue;
+        }
+        if (l) s->lease = l->id;
       }
+      found = cand;
+      break;
     }
+    // Above the boundary used, the PAGE chunks are saved again (put-if-absent refreshes their
+    // recency), as a failed load would have them, so their sidecars can be published again.
+    if (sidecar_lost) s->saved = std::max(saved_before, found ? found->tokens : 0);
     if (!found) {
       counters_.lookups_without_commit.add();
       return m;  // a PAGE-only stateful prefix is never a hit
@@ -142,7 +192,22 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
     hit = found->tokens;
     s->pending_slot = found;
     m.slot = found;
+  } else if (leases) {
+    TIER_ASSIGN_OR_RETURN(auto l, lease_hit(*s, hit, std::nullopt));
+    if (l) {
+      s->lease = l->id;  // it holds its leading chunks even when it found fewer
+      if (l->chunks * chunk < hit) {
+        counters_.lease_shortfalls.add();
+        hit = l->chunks * chunk;
+        s->saved = std::max(saved_before, std::min(s->saved, hit));  // save the missing again
+        if (hit == 0) {
+          release_lease(*s);
+          return m;
+        }
+      }
+    }
   }
+  if (s->lease != 0) counters_.leased_lookups.add();
   s->lmc = hit;
   m.tokens = hit;
   m.park = true;
@@ -254,6 +319,8 @@ StepPlan Scheduler::build_step() {
         op.slot = s.pending_slot;
         op.slot_group = s.group;
       }
+      op.lease = s.lease;  // the worker that took it releases it when the load ends
+      s.lease = 0;
       s.load = ActiveLoad{op.id.generation, s.load_hbm, s.lmc, s.pending_slot};
       loads_.emplace(op.id.generation, LoadInflight{h, false});
       plan.loads.push_back(std::move(op));
@@ -311,7 +378,13 @@ void Scheduler::on_load_terminal(const Terminal& t, StepEvents& ev) {
     s->computed = std::max(s->computed, load.lmc);
     if (!s->finished) ev.loaded.push_back(li.seq);
   } else {
-    if (!li.abandoned) counters_.load_failures.add();
+    if (!li.abandoned) {
+      counters_.load_failures.add();
+      auto r = load_failure_reasons_.find(t.reason);
+      if (r == load_failure_reasons_.end())
+        r = load_failure_reasons_.emplace(std::string(t.reason), 0).first;
+      ++r->second;
+    }
     if (load.slot) decommit(*load.slot);
     s->saved = std::min(s->saved, load.hbm);  // the recomputed chunks are saved again
     if (!s->finished) ev.load_failed.push_back(li.seq);
@@ -390,6 +463,7 @@ bool Scheduler::finish(SeqHandle h) {
   if (s == nullptr) return true;
   s->finished = true;
   s->load_armed = false;
+  release_lease(*s);  // a hit that was never loaded
   if (s->load) {
     auto it = loads_.find(s->load->generation);
     if (it != loads_.end()) it->second.abandoned = true;
@@ -404,6 +478,11 @@ std::uint64_t Scheduler::loads_pending() const noexcept {
   std::uint64_t n = 0;
   for (const auto& [g, l] : loads_) n += l.abandoned ? 0 : 1;
   return n;
+}
+
+std::uint64_t Scheduler::lease_of(SeqHandle h) const {
+  const Seq* s = find(h);
+  return s ? s->lease : 0;
 }
 
 std::uint64_t Scheduler::saved_watermark(SeqHandle h) const {

@@ -278,6 +278,7 @@ std::size_t Worker::progress(std::size_t max_saves) {
   std::size_t done = 0;
   for (const LoadOp& op : loads) {
     const WorkerOutcome outcome = run_load(op);
+    release_lease(op.lease);  // the load ended: its lookup lease is no longer needed
     (outcome == WorkerOutcome::kOk ? counters_.loads_ok : counters_.loads_failed).add();
     report(Channel::kLoad, op.id, outcome);
     ++done;
@@ -526,6 +527,39 @@ Result<std::size_t> Worker::lookup_prefix(std::span<const Key128> chunk_keys) {
   keys.reserve(chunk_keys.size());
   for (const Key128& k : chunk_keys) keys.push_back(page_key(k));
   return stack_.lookup_prefix(keys);
+}
+
+Result<ViewLease> Worker::lease(std::span<const Key128> chunk_keys,
+                                const std::optional<Boundary>& slot,
+                                std::chrono::milliseconds ttl) {
+  std::vector<ObjectKey> keys;
+  keys.reserve(chunk_keys.size() + 1);
+  for (const Key128& k : chunk_keys) keys.push_back(page_key(k));
+  if (slot) keys.push_back(slot_key(*slot));
+  std::vector<std::uint8_t> held(keys.size(), 0);
+  TIER_ASSIGN_OR_RETURN(LeaseId id, stack_.lease(keys, ttl, held));
+  ViewLease out;
+  while (out.chunks < chunk_keys.size() && held[out.chunks]) ++out.chunks;
+  out.slot = slot && held.back();
+  out.id = id;
+  if (id != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    leases_.insert(id);
+  }
+  return out;
+}
+
+void Worker::release_lease(std::uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id == 0 || leases_.erase(id) == 0) return;
+  }
+  stack_.release(id);  // outside mu_: the lock order puts the TierStack's before it
+}
+
+std::size_t Worker::active_leases() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leases_.size();
 }
 
 Result<bool> Worker::has_commit(const Boundary& b) {

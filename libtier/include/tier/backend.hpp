@@ -23,6 +23,10 @@
 //   kRemove   Ok, NotFound, IoError, TimedOut.
 // Ownership: every Region in a submitted request must stay valid and unchanged until its
 // Completion has been reaped from poll().
+//
+// Lookup leases (lease()/release(), docs/leases.md): a reader that was told a key is present
+// holds it against eviction for capacity until it releases the lease or the lease's deadline
+// passes. Leases are metadata only: they complete on the caller's thread without I/O.
 
 #include <chrono>
 #include <cstddef>
@@ -65,6 +69,11 @@ struct Capabilities {
   // its copy; poll() then re-checks only the header, key and length instead of hashing again.
   bool verifies_reads = false;
 };
+
+// A lease's id within one Backend (or one TierStack); 0 is no lease.
+using LeaseId = std::uint64_t;
+// How a lease ended: released before its deadline, expired, or unknown (ended already).
+enum class LeaseEnd : std::uint8_t { kUnknown, kReleased, kExpired };
 
 struct Usage {
   std::uint64_t capacity_bytes = 0;
@@ -115,6 +124,21 @@ class Backend {
   const TierMetrics& metrics() const noexcept { return metrics_; }
   void set_eviction_handler(EvictionHandler* h) noexcept { eviction_handler_ = h; }
 
+  // Leases the stored objects among `keys` for at most `ttl`: while the lease lasts, the tier
+  // does not evict them for capacity (a put that needs their room fails with NoSpace, or waits,
+  // rather than break it). held[i] is set to 1 when keys[i] is stored and now held, else 0
+  // (`held.size()` must equal `keys.size()`). A lease refreshes no recency, and an explicit
+  // remove still removes a leased object. Returns the lease id, 0 when no key is held (nothing
+  // to release); NotSupported when the tier cannot lease (the default; counted in
+  // leases_unsupported: the caller then has best effort only); InvalidArgument (sizes);
+  // BadState. Leases of a shared tier (shm) live with the objects, across processes, and end
+  // when their process dies.
+  Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                        std::span<std::uint8_t> held) noexcept;
+  // Ends lease `id` (counted as released, or as expired when its deadline has passed). An id
+  // that already ended, or 0, is ignored.
+  void release(LeaseId id) noexcept;
+
   virtual Capabilities capabilities() const noexcept = 0;
   virtual Usage usage() const noexcept = 0;
   // A one-line description for `tierctl explain` and logs.
@@ -126,6 +150,13 @@ class Backend {
   virtual Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept = 0;
   virtual Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
                                       std::chrono::microseconds wait) noexcept = 0;
+
+  // Lease hooks (see lease()): do_lease gets `ttl` > 0 and `held` zeroed and of the keys' size;
+  // do_release says how the lease ended. Implementations count leases that reach their
+  // deadline before release() in metrics().lease_expiries themselves (LeaseTable does).
+  virtual Result<LeaseId> do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                                   std::span<std::uint8_t> held) noexcept;
+  virtual LeaseEnd do_release(LeaseId id) noexcept;
 
   // Implementations call this for every object they evict for capacity.
   void notify_evicted(const ObjectKey& key, std::span<const std::byte> image,

@@ -39,6 +39,10 @@ struct TierMetrics {
   Counter dropped_saves;      // write-through or demotion saves dropped (no room in flight, no space)
   Counter demotions;          // evicted objects written to the next tier
   Counter promotions;         // hits copied up into faster tiers
+  // Lookup leases (Backend::lease): leases taken (holding at least one key), keys they held,
+  // leases ended by release() before their deadline, leases that reached their deadline first,
+  // and lease calls the tier answered NotSupported (it cannot lease: best effort only).
+  Counter leases, leased_keys, lease_releases, lease_expiries, leases_unsupported;
 
   OpCounters& of(Op op) noexcept { return ops[static_cast<std::size_t>(op)]; }
   const OpCounters& of(Op op) const noexcept { return ops[static_cast<std::size_t>(op)]; }

@@ -7,6 +7,8 @@
 //    does not fit is dropped and counted (the caller never stalls on lower tiers).
 //  - load: from the fastest readable tier that holds the key; verified; decoded; promoted into
 //    faster writable tiers on hit (in the background, same bound).
+//  - lease: a lookup that will be followed by a load holds the keys it found against eviction
+//    until it releases them or a bounded lease time passes (docs/leases.md).
 //  - eviction: a tier that evicts for capacity hands the object to the stack, which demotes it
 //    to the next writable tier (on_evict "demote") or drops it.
 //
@@ -79,6 +81,20 @@ class TierStack {
 
   // Longest prefix of `keys` present in a readable tier. Errors: only BadState/TimedOut.
   Result<std::size_t> lookup_prefix(std::span<const ObjectKey> keys);
+  // Lookup leases (docs/leases.md): holds every key among `keys` that a readable tier stores,
+  // in the fastest tier that stores it, against eviction for `ttl`. held[i] is set to 1 when
+  // keys[i] is held; on a tier that cannot lease (Backend::lease NotSupported, e.g. Redis), when
+  // it is merely present: best effort, counted in that tier's leases_unsupported. Returns the
+  // stack's lease id (0: nothing to release). Errors: InvalidArgument (held.size() !=
+  // keys.size()).
+  Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                        std::span<std::uint8_t> held);
+  // Ends a stack lease in every tier that holds its keys. An id that ended already, or 0, is
+  // ignored. Leases past their deadline are also ended by later lease() calls.
+  void release(LeaseId id);
+  // Stack leases not yet released nor swept.
+  std::size_t active_leases() const noexcept { return leases_.size(); }
+
   // Index of the fastest readable tier holding `key`, or -1.
   Result<int> locate(const ObjectKey& key);
 
@@ -212,6 +228,12 @@ class TierStack {
   std::vector<std::pair<int, std::pair<ObjectKey, Image>>> evicted_;
   std::vector<Buffer> pool_;  // recycled image buffers
   std::uint64_t pool_bytes_ = 0;
+  struct StackLease {
+    std::chrono::steady_clock::time_point deadline;
+    std::vector<std::pair<int, LeaseId>> parts;  // (tier, the tier's lease id)
+  };
+  std::unordered_map<LeaseId, StackLease> leases_;
+  LeaseId next_lease_ = 1;
   StackCounters counters_;
   std::mutex mu_;  // everything above, and every call into a backend
   std::atomic<int> entering_{0};           // threads blocked taking mu_

@@ -5,7 +5,7 @@
 //   {"block_tokens": 256, "chunk_tokens": 256, "checkpoint_interval_tokens": 8192,
 //    "min_load_tokens": 8192, "stateful": true, "tp_size": 1, "max_pending_saves": 2,
 //    "commit_index_capacity": 65536, "tombstone_limit": 4096, "publication_timeout_ms": 0,
-//    "publication_poll_interval_ms": 10}
+//    "publication_poll_interval_ms": 10, "lease_timeout_ms": 10000}
 // The PAGE namespace is not part of the JSON: the caller derives it from the model identity
 // (tier::namespace_id) and sets `page_namespace`.
 
@@ -38,6 +38,11 @@ struct EngineConfig {
   // after the first writable tier completed the put, so its objects are visible at once).
   std::uint64_t publication_timeout_ms = 0;
   std::uint64_t publication_poll_interval_ms = 10;
+  // Lookup leases (docs/engine.md "Lookup leases"): a lookup's hit, its PAGE chunks and SLOT
+  // sidecar, is held against eviction in rank 0's tiers until the load completes or fails on rank
+  // 0, the hit is not used, or this many milliseconds pass. 0: no leases (a hit may be evicted
+  // before its load, which then fails).
+  std::uint64_t lease_timeout_ms = 10000;
   Key128 page_namespace;                        // set by the caller
 
   static std::span<const OptionSpec> options();

@@ -30,6 +30,10 @@ struct EngineCounters {
   Counter slot_commits, slot_save_failures, decommits;
   Counter save_failures;  // aggregated PAGE save failures
   Counter loads_skipped;  // after_alloc decisions other than kLoad (with a hit)
+  // Lookup leases (EngineConfig::lease_timeout_ms): hits held by a lease; leases that found
+  // fewer chunks than the lookup (the hit shrank to what they hold); committed boundaries whose
+  // sidecar was gone at lookup (de-committed there instead of failing the load).
+  Counter leased_lookups, lease_shortfalls, sidecars_missing;
 };
 
 }  // namespace tier::engine

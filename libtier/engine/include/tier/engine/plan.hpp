@@ -46,6 +46,10 @@ struct LoadOp {
   std::vector<std::uint32_t> block_ids;  // destination blocks of those chunks, in order
   std::optional<Boundary> slot;          // stateful only
   std::int32_t slot_group = -1;          // destination state group (stateful only)
+  // The lookup lease that holds this load's chunks and sidecar in the tiers of the worker that
+  // took it (rank 0, the scheduler's TierView); that worker releases it when the load ends. 0:
+  // none. Other ranks ignore it.
+  std::uint64_t lease = 0;
 };
 
 // Saves PAGE chunks [page_start, page_end) from the request's blocks and, when `slot` is set,

@@ -27,10 +27,19 @@
 // lookup that misses it probes the tiers for the record and re-adds a boundary it finds. A
 // de-committed boundary whose record could not be removed stays revoked in memory.
 //
+// Lookup leases (config lease_timeout_ms > 0; docs/engine.md "Lookup leases"): a lookup that
+// reports a hit leases its PAGE chunks [0, hit) and, stateful, the boundary's SLOT sidecar through
+// the TierView, so evictions between the lookup and the load cannot take them. A committed
+// boundary whose sidecar is gone is de-committed at lookup and the next lower one is tried. The
+// lease moves into the LoadOp (the worker that took it releases it when the load ends); a hit that
+// is not loaded (after_alloc rejects it, a new lookup, finish) releases it at once.
+//
 // Threads: one owner thread. TierView calls are synchronous.
 
+#include <chrono>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -49,6 +58,13 @@
 
 namespace tier::engine {
 
+// What a lookup lease holds (TierView::lease).
+struct ViewLease {
+  std::size_t chunks = 0;  // leading chunks of the leased keys that are held
+  bool slot = false;       // the boundary's sidecar is held
+  std::uint64_t id = 0;    // what release_lease() takes; 0: nothing to release
+};
+
 // What the scheduler reads and writes in the tiers: rank 0's view (lookup is rank-0
 // authoritative, as in the reference). Implemented by Worker.
 class TierView {
@@ -61,6 +77,14 @@ class TierView {
   virtual Status put_commit(const Boundary& b) = 0;
   // Ok only when no tier holds the record afterwards.
   virtual Status remove_commit(const Boundary& b) = 0;
+  // Leases the chunks `chunk_keys` and, when `slot` is set, the sidecar of that boundary against
+  // eviction for `ttl` (docs/leases.md). Returns what is held; NotSupported when the view cannot
+  // lease (the default: the scheduler then goes on without leases).
+  virtual Result<ViewLease> lease(std::span<const Key128> chunk_keys,
+                                  const std::optional<Boundary>& slot,
+                                  std::chrono::milliseconds ttl);
+  // Ends a lease this view handed out; other ids are ignored.
+  virtual void release_lease(std::uint64_t id);
 };
 
 using SeqHandle = std::uint64_t;
@@ -148,6 +172,13 @@ class Scheduler {
   std::uint64_t saved_watermark(SeqHandle h) const;
   std::optional<Boundary> pending_slot_load(SeqHandle h) const;
   const Aggregator& aggregator() const noexcept { return agg_; }
+  // Failed load terminals (those counted in load_failures) by the reason the first failing rank
+  // gave (docs/engine.md); the counts add up to load_failures.
+  const std::map<std::string, std::uint64_t, std::less<>>& load_failure_reasons() const noexcept {
+    return load_failure_reasons_;
+  }
+  // The lookup lease a request holds (not yet moved into a LoadOp), or 0. For tests and logs.
+  std::uint64_t lease_of(SeqHandle h) const;
 
  private:
   struct ActiveLoad {
@@ -168,6 +199,7 @@ class Scheduler {
     std::uint64_t saved = 0;  // PAGE watermark: chunks below it are saved or being saved
     std::uint64_t lmc = 0;    // lookup result
     std::optional<Boundary> pending_slot;
+    std::uint64_t lease = 0;  // the lookup's lease until a LoadOp takes it (TierView::lease)
     bool load_armed = false;
     std::uint64_t load_hbm = 0;
     std::optional<ActiveLoad> load;
@@ -198,6 +230,11 @@ class Scheduler {
   std::optional<std::uint64_t> slot_candidate(const Seq& s) const;
   bool idle(const Seq& s) const;
   void clear_lookup(Seq& s);
+  void release_lease(Seq& s);
+  // Leases the hit [0, tokens) and (stateful) the sidecar of `slot`. nullopt when the view
+  // cannot lease.
+  Result<std::optional<ViewLease>> lease_hit(const Seq& s, std::uint64_t tokens,
+                                             const std::optional<Boundary>& slot);
   void on_load_terminal(const Terminal& t, StepEvents& ev);
   void on_save_terminal(const Terminal& t, StepEvents& ev);
   void maybe_release(SeqHandle h, StepEvents& ev);
@@ -218,6 +255,7 @@ class Scheduler {
   std::list<Key128> lru_;
   std::unordered_map<Key128, std::list<Key128>::iterator> index_;
   std::unordered_set<Key128> revoked_;  // de-committed; their records may still exist
+  std::map<std::string, std::uint64_t, std::less<>> load_failure_reasons_;
 };
 
 }  // namespace tier::engine

@@ -34,6 +34,11 @@
 // while that fails (`sidecar_invalidation`, or `page_store` for a chunk), because tiers are
 // put-if-absent and the corrupt copy would otherwise stay.
 //
+// Lookup leases: as the scheduler's TierView, lease() holds PAGE chunks and a sidecar in this
+// rank's TierStack (TierStack::lease); the LoadOp that carries the lease's id releases it when
+// this worker's load of it ends, ok or failed (release_lease() for one that is never loaded).
+// Ids this worker did not hand out are ignored, so every rank may see the same plan.
+//
 // Device transfers (KV in GPU memory, docs/engine.md): the layout moves bytes on its own stream,
 // ordered after the DeviceOrder given to submit() on the device (no host wait, no device-wide
 // synchronize); an operation is reported once an event behind its transfers has completed, so
@@ -189,6 +194,11 @@ class Worker final : public TierView {
   Result<bool> has_commit(const Boundary& b) override;
   Status put_commit(const Boundary& b) override;
   Status remove_commit(const Boundary& b) override;
+  Result<ViewLease> lease(std::span<const Key128> chunk_keys, const std::optional<Boundary>& slot,
+                          std::chrono::milliseconds ttl) override;
+  void release_lease(std::uint64_t id) override;
+  // Leases handed out and not yet released (for tests).
+  std::size_t active_leases() const;
 
   // Object keys on this rank.
   ObjectKey page_key(const Key128& chunk) const noexcept;
@@ -249,6 +259,7 @@ class Worker final : public TierView {
   std::size_t saves_pending_ = 0;  // accepted and not finished: queued, being snapshotted, running
   std::vector<OpReport> reports_;
   std::unordered_set<ObjectKey> fenced_;
+  std::unordered_set<std::uint64_t> leases_;  // TierStack lease ids handed out by lease()
   std::vector<std::uint64_t> loaded_by_tier_;
   WorkerCounters counters_;
 };

@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <vector>
 
 #include "cli.hpp"
 #include "disk_layout.hpp"
@@ -205,9 +206,8 @@ Result<ObjectHeader> check_image_at(int fd, const Geometry& g, AlignedBuffer& bu
     piece = std::span<const std::byte>(buf.data(), n);
     return pread_full(fd, buf.data(), n, offset + pos, "data");
   };
-  const std::uint64_t first =
-      std::min<std::uint64_t>(kChunk, std::max<std::uint64_t>(g.blocks_for(image_bytes), 1) *
-                                          g.block_size);
+  const std::uint64_t first = std::min<std::uint64_t>(
+      kChunk, std::max<std::uint64_t>(g.blocks_for(image_bytes), 1) * g.block_size);
   TIER_RETURN_IF_ERROR(bytes_at(0, first));
   TIER_ASSIGN_OR_RETURN(ObjectHeader h, parse_object_header(piece));
   if (key != nullptr && !(h.key == *key))
@@ -218,9 +218,29 @@ Result<ObjectHeader> check_image_at(int fd, const Geometry& g, AlignedBuffer& bu
   if (image_bytes != 0 && image != image_bytes)
     return Status(Code::kChecksumMismatch, "the image's size differs from its entry");
   const std::uint64_t padded = g.blocks_for(image) * g.block_size;
+  // The payload checksum of the image's version, fed piece by piece: version 1 hashes the whole
+  // payload, version 2 each kChecksumChunkBytes chunk (chunks straddle the pieces), then the list.
+  const bool whole = h.version == kObjectVersionWholePayload;
   XXH3_state_t* st = XXH3_createState();
   if (st == nullptr) throw std::bad_alloc();
   XXH3_64bits_reset(st);
+  std::vector<std::uint64_t> chunk_sums;  // version 2; at most region size / 64 KiB entries
+  std::uint64_t in_chunk = 0;
+  auto feed = [&](const std::byte* p, std::uint64_t n) {
+    while (n > 0) {
+      const std::uint64_t take =
+          whole ? n : std::min<std::uint64_t>(n, kChecksumChunkBytes - in_chunk);
+      XXH3_64bits_update(st, p, take);
+      p += take;
+      n -= take;
+      if (whole) continue;
+      if ((in_chunk += take) == kChecksumChunkBytes) {
+        chunk_sums.push_back(XXH3_64bits_digest(st));
+        XXH3_64bits_reset(st);
+        in_chunk = 0;
+      }
+    }
+  };
   Status io = Status::ok();
   for (std::uint64_t pos = 0; pos < padded; pos += kChunk) {
     const std::uint64_t n = std::min<std::uint64_t>(kChunk, padded - pos);
@@ -228,9 +248,10 @@ Result<ObjectHeader> check_image_at(int fd, const Geometry& g, AlignedBuffer& bu
     if (!io) break;
     const std::uint64_t from = std::max<std::uint64_t>(pos, kObjectHeaderBytes);
     const std::uint64_t to = std::min<std::uint64_t>(pos + n, image);
-    if (to > from) XXH3_64bits_update(st, piece.data() + (from - pos), to - from);
+    if (to > from) feed(piece.data() + (from - pos), to - from);
   }
-  const std::uint64_t sum = XXH3_64bits_digest(st);
+  if (!whole && in_chunk > 0) chunk_sums.push_back(XXH3_64bits_digest(st));
+  const std::uint64_t sum = whole ? XXH3_64bits_digest(st) : chunk_list_checksum(chunk_sums);
   XXH3_freeState(st);
   TIER_RETURN_IF_ERROR(io);
   if (sum != h.payload_checksum)
@@ -265,7 +286,8 @@ std::vector<Bad> verify_objects(const Store& s, std::uint64_t* checked_bytes) {
     Status st = h ? Status::ok() : h.status();
     if (h && static_cast<std::uint32_t>(h->payload_checksum) != e.entry.payload_check)
       st = Status(Code::kChecksumMismatch, "object differs from its index entry");
-    if (!st) bad.push_back({e.region, e.record, e.entry.key.to_string(), std::string(st.message())});
+    if (!st)
+      bad.push_back({e.region, e.record, e.entry.key.to_string(), std::string(st.message())});
     done += e.entry.image_bytes;
     bar.update(done);
   }
@@ -380,8 +402,8 @@ std::vector<Entry> images_in_region(const Store& s, std::uint32_t r, std::uint64
     std::memcpy(&magic, p, sizeof magic);
     if (magic == kObjectMagic) {
       const std::size_t in_window = (win_first + win_blocks - b) * g.block_size;
-      auto h = check_image_at(s.files.data(), g, buf, base + b * g.block_size,
-                              base + g.region_size, nullptr, 0, {p, in_window});
+      auto h = check_image_at(s.files.data(), g, buf, base + b * g.block_size, base + g.region_size,
+                              nullptr, 0, {p, in_window});
       const std::uint64_t image = h ? kObjectHeaderBytes + h->payload_bytes : 0;
       if (h && image <= UINT32_MAX) {
         out.push_back(Entry{h->key, seq, static_cast<std::uint32_t>(image),

@@ -21,11 +21,13 @@
 #include <vector>
 
 #include "gpu.hpp"
+#include "support/shell.hpp"
 #include "support/test_util.hpp"
 #include "tier/registry.hpp"
 
 using namespace tier;
 using namespace tier::gpu;
+using tier::test::flip_stored_byte;
 using tier::test::key_of;
 using tier::test::make_image;
 using tier::test::run;
@@ -258,22 +260,7 @@ TEST_CASE("pinned shm tier: a flipped byte in the segment is a checksum failure,
 // block (images start at a block boundary, so block boundaries are multiples of `block`).
 void flip_in_segment(const Segment& seg, const std::vector<std::byte>& good, std::size_t off,
                      std::size_t block) {
-  const std::size_t block_start = off / block * block;
-  const std::size_t lo = std::max(block_start, off >= 128 ? off - 128 : 0);
-  const std::size_t hi = std::min({block_start + block, off + 128, good.size()});
-  int fd = ::open(("/dev/shm/" + seg.name).c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  struct stat st {};
-  REQUIRE(::fstat(fd, &st) == 0);
-  auto* m = static_cast<std::byte*>(::mmap(nullptr, static_cast<std::size_t>(st.st_size),
-                                           PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ::close(fd);
-  REQUIRE(m != MAP_FAILED);
-  std::byte* end = m + st.st_size;
-  std::byte* at = std::search(m, end, good.data() + lo, good.data() + hi);
-  REQUIRE(at != end);
-  at[off - lo] ^= std::byte{0x08};
-  ::munmap(m, static_cast<std::size_t>(st.st_size));
+  flip_stored_byte("/dev/shm/" + seg.name, good, off, block);
 }
 
 // Object format version 2 (docs/object-format.md): the payload is verified in 64 KiB chunks while

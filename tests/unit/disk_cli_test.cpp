@@ -7,16 +7,12 @@
 #include <cstdio>
 
 #include "support/disk_support.hpp"
+#include "support/shell.hpp"
 
 using namespace tier;
 using namespace tier::test;
 
 namespace {
-
-struct Run {
-  int rc = -1;
-  std::string out;
-};
 
 // Runs tierctl through the shell, after `shell_prefix` (e.g. "ulimit -v N;"); stderr is kept in
 // the output when `with_stderr`.
@@ -24,17 +20,8 @@ Run tierctl(const std::string& args, const std::string& shell_prefix = "",
             bool with_stderr = false) {
   const char* exe = std::getenv("TIERCTL");
   REQUIRE(exe != nullptr);
-  Run r;
-  const std::string cmd =
-      shell_prefix + " " + exe + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return run_shell(shell_prefix + " " + exe + " " + args +
+                   (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 // Address space for a tierctl run: the sanitizers reserve terabytes of shadow memory, so their

@@ -27,6 +27,7 @@
 #include "shm_format.hpp"
 #include "shm_index.hpp"
 #include "shm_store.hpp"
+#include "support/shell.hpp"
 #include "support/test_util.hpp"
 #include "tier/registry.hpp"
 
@@ -35,6 +36,8 @@ using tier::cpu::ShmConfig;
 using tier::cpu::ShmStore;
 using tier::test::key_of;
 using tier::test::make_image;
+using tier::test::Run;
+using tier::test::run_shell;
 
 namespace {
 
@@ -73,23 +76,10 @@ void fill(const std::string& name) {
     REQUIRE((*store)->put(key_of(n, kNs), image(n), [](const ObjectKey&, std::uint64_t) {}));
 }
 
-struct Run {
-  int rc = -1;
-  std::string out;
-};
-
 Run tierctl(const std::string& args) {
   const char* exe = std::getenv("TIERCTL");
   REQUIRE(exe != nullptr);
-  Run r;
-  FILE* p = ::popen((std::string(exe) + " " + args + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return run_shell(std::string(exe) + " " + args + " 2>&1");
 }
 
 // A writable mapping of a segment's file and the tables in it, found the way an opener finds them.

@@ -16,10 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "support/shell.hpp"
 #include "support/test_util.hpp"
 #include "tier/registry.hpp"
 
 using namespace tier;
+using tier::test::flip_stored_byte;
 using tier::test::key_of;
 using tier::test::make_image;
 using tier::test::run;
@@ -74,22 +76,7 @@ PluginPtr<Backend> open_tier(const std::string& segment = {}) {
 // Flips the byte at image offset `off` of the stored copy of `good` in the segment's file,
 // found by a window of the image around it within one block.
 void flip_in_segment(const Segment& seg, const std::vector<std::byte>& good, std::size_t off) {
-  const std::size_t block_start = off / kBlock * kBlock;
-  const std::size_t lo = std::max(block_start, off >= 128 ? off - 128 : 0);
-  const std::size_t hi = std::min({block_start + kBlock, off + 128, good.size()});
-  int fd = ::open(("/dev/shm/" + seg.name).c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  struct stat st {};
-  REQUIRE(::fstat(fd, &st) == 0);
-  auto* m = static_cast<std::byte*>(::mmap(nullptr, static_cast<std::size_t>(st.st_size),
-                                           PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ::close(fd);
-  REQUIRE(m != MAP_FAILED);
-  std::byte* end = m + st.st_size;
-  std::byte* at = std::search(m, end, good.data() + lo, good.data() + hi);
-  REQUIRE(at != end);
-  at[off - lo] ^= std::byte{0x08};
-  ::munmap(m, static_cast<std::size_t>(st.st_size));
+  flip_stored_byte("/dev/shm/" + seg.name, good, off, kBlock);
 }
 
 // A get of `k` into a host buffer that held a valid copy: ChecksumMismatch, counted, and no

@@ -389,6 +389,7 @@ Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
 Result<LeaseId> TierStack::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                                  std::span<std::uint8_t> held) {
   if (held.size() != keys.size()) return Status::invalid("lease: held.size() != keys.size()");
+  Entry entry(*this);
   std::fill(held.begin(), held.end(), std::uint8_t{0});
   const auto now = Clock::now();
   for (auto it = leases_.begin(); it != leases_.end();) {  // end leases past their deadline
@@ -437,10 +438,16 @@ Result<LeaseId> TierStack::lease(std::span<const ObjectKey> keys, std::chrono::m
 }
 
 void TierStack::release(LeaseId id) {
+  Entry entry(*this);
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
   for (auto [t, tid] : it->second.parts) tiers_[static_cast<std::size_t>(t)].backend->release(tid);
   leases_.erase(it);
+}
+
+std::size_t TierStack::active_leases() {
+  Entry entry(*this);
+  return leases_.size();
 }
 
 Result<int> TierStack::locate(const ObjectKey& key) {

@@ -93,7 +93,7 @@ class TierStack {
   // ignored. Leases past their deadline are also ended by later lease() calls.
   void release(LeaseId id);
   // Stack leases not yet released nor swept.
-  std::size_t active_leases() const noexcept { return leases_.size(); }
+  std::size_t active_leases();
 
   // Index of the fastest readable tier holding `key`, or -1.
   Result<int> locate(const ObjectKey& key);

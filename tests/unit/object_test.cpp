@@ -146,7 +146,7 @@ TEST_CASE("golden vectors: the implementation writes and reads exactly docs/obje
     c2 94 d3 38 05 80 06 2d 00 00 00 00 00 00 00 00
     00 00 00 00 00 00 00 00 5b d2 0b 9b 3f 69 99 ad)");
   CHECK(sealed({}, 1, 0, kKeyA, 2) == a);
-  CHECK(payload_checksum({}) == 0x2d06800538d394c2ull);
+  CHECK(payload_checksum(std::span<const std::byte>{}) == 0x2d06800538d394c2ull);
   CHECK(every_reader(a, kKeyA, 50).is_ok());
 
   const auto b = from_hex(R"(
@@ -291,4 +291,50 @@ TEST_CASE("verify_payload: pieces that do not add up to the header's length are 
     many.push_back({});
   }
   CHECK(verify_payload(many, *h).is_ok());
+}
+
+TEST_CASE("payload_checksum of regions equals the checksum of their concatenation") {
+  constexpr std::size_t kChunk = kChecksumChunkBytes;
+  // A payload of 5 chunks and a partial one, with bytes that differ from chunk to chunk.
+  std::vector<std::byte> payload(5 * kChunk + 1234);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = std::byte((i * 131 + i / 7) & 0xff);
+  const std::uint64_t whole_v1 = payload_checksum(payload, kObjectVersionWholePayload);
+  const std::uint64_t whole_v2 = payload_checksum(payload, 2);
+  // Region boundaries: inside chunks, exactly on chunk boundaries, regions shorter than a chunk,
+  // empty regions, and a region of several chunks that starts inside one.
+  const std::vector<std::vector<std::size_t>> cuts = {
+      {},
+      {kChunk},
+      {kChunk, 2 * kChunk, 3 * kChunk, 4 * kChunk, 5 * kChunk},
+      {1},
+      {kChunk - 1, kChunk + 1},
+      {100, 200, 300, kChunk, kChunk, 3 * kChunk + 5},
+      {kChunk / 2, kChunk / 2 + 3 * kChunk},
+      {5 * kChunk, 5 * kChunk + 1233},
+  };
+  const unsigned before = verify_threads();
+  for (unsigned t : {1u, 3u}) {
+    set_verify_threads(t);
+    for (const auto& c : cuts) {
+      std::vector<Region> regions;
+      std::size_t from = 0;
+      for (std::size_t at : c) {
+        regions.push_back(host_region(std::span(payload).subspan(from, at - from)));
+        from = at;
+      }
+      regions.push_back(host_region(std::span(payload).subspan(from)));
+      CAPTURE(t);
+      CAPTURE(regions.size());
+      CHECK(payload_checksum(regions, 2) == whole_v2);
+      CHECK(payload_checksum(regions) == whole_v2);
+      CHECK(payload_checksum(regions, kObjectVersionWholePayload) == whole_v1);
+    }
+  }
+  set_verify_threads(before);
+  // A payload shorter than a chunk, and an empty one.
+  std::vector<std::byte> small(100, std::byte{7});
+  const Region halves[] = {host_region(std::span(small).first(40)),
+                           host_region(std::span(small).subspan(40))};
+  CHECK(payload_checksum(halves) == payload_checksum(small));
+  CHECK(payload_checksum(RegionList{}) == payload_checksum(std::span<const std::byte>{}));
 }

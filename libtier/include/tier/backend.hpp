@@ -22,7 +22,8 @@
 //   kContains Ok (`bytes` = image size) or NotFound. Does not refresh recency.
 //   kRemove   Ok, NotFound, IoError, TimedOut.
 // Ownership: every Region in a submitted request must stay valid and unchanged until its
-// Completion has been reaped from poll().
+// Completion has been reaped from poll() (for a put to a tier with gather_puts: until submit()
+// has consumed it).
 //
 // Lookup leases (lease()/release(), docs/leases.md): a reader that was told a key is present
 // holds it against eviction for capacity until it releases the lease or the lease's deadline
@@ -48,8 +49,12 @@ namespace tier {
 struct IoRequest {
   Op op = Op::kGet;
   ObjectKey key;
-  Region buf;  // kPut: the image to store; kGet: the destination; unused otherwise
+  Region buf;  // kPut: the image to store (its first bytes with `tail`); kGet: the destination
   std::uint64_t user_data = 0;
+  // kPut to a tier that declares Capabilities::gather_puts: the rest of the image after `buf`,
+  // in order, as host regions (a stack puts a header from `buf` and the payload straight from
+  // engine memory). Empty: `buf` is the whole image. Any other request must leave it empty.
+  RegionList tail = {};
 };
 
 struct Completion {
@@ -68,6 +73,10 @@ struct Capabilities {
   // The backend verifies every image it returns with copy_verified() (tier/object.hpp) as part of
   // its copy; poll() then re-checks only the header, key and length instead of hashing again.
   bool verifies_reads = false;
+  // Puts may carry their image as `buf` followed by IoRequest::tail. Such a backend copies every
+  // byte of a put before submit() returns, so the caller may reuse a put's regions (`buf` and
+  // `tail`) as soon as submit() has consumed the request.
+  bool gather_puts = false;
 };
 
 // A lease's id within one Backend (or one TierStack); 0 is no lease.

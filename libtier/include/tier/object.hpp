@@ -33,6 +33,7 @@
 #include <span>
 
 #include "tier/key.hpp"
+#include "tier/region.hpp"
 #include "tier/status.hpp"
 
 namespace tier {
@@ -62,6 +63,10 @@ std::uint64_t payload_checksum(std::span<const std::byte> payload,
 // checksum of a chunk list (`chunk_checksums[i]` = XXH3-64 of chunk i).
 std::uint64_t checksum_chunk_count(std::uint64_t payload_bytes) noexcept;
 std::uint64_t chunk_list_checksum(std::span<const std::uint64_t> chunk_checksums) noexcept;
+// The payload checksum of `version` of a payload given as host regions, in order: byte for byte
+// payload_checksum() of their concatenation, without concatenating them (version 2: chunks span
+// region boundaries; chunks that lie inside one region are hashed on the verification threads).
+std::uint64_t payload_checksum(RegionList payload, std::uint16_t version = kObjectVersion) noexcept;
 
 // Writes the header for `h` into the first kObjectHeaderBytes of `image` (which must be at least
 // that long). `h.payload_checksum` is taken as given: compute it with payload_checksum() of

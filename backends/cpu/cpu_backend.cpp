@@ -6,6 +6,7 @@
 
 #include "cpu_mode.hpp"
 #include "device_transfer.hpp"
+#include "tier/object.hpp"
 
 namespace tier::cpu {
 
@@ -31,6 +32,7 @@ Capabilities CpuBackend::capabilities() const noexcept {
   c.persistent = c.shared = mode_->shared();
   c.verifies_reads = true;  // every mode copies host images with copy_verified
   c.gather_puts = true;     // every put is copied inside submit
+  c.scatter_gets = true;    // scatter_verified over the stored pieces
   return c;
 }
 
@@ -86,12 +88,19 @@ Completion CpuBackend::put(const IoRequest& r) {
 }
 
 Completion CpuBackend::get(const IoRequest& r) {
-  CpuMode::Outcome o = r.buf.kind == MemoryKind::kDevice
-                           ? mode_->get_with(r.key, r.buf.size,
-                                             [&](std::span<const Piece> pieces) {
-                                               return device_->get_to_device(r.buf, pieces, r.key);
-                                             })
-                           : mode_->get(r.key, r.buf.bytes());
+  CpuMode::Outcome o;
+  if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
+    o = mode_->get_with(r.key, r.buf.size + total_bytes(r.tail),
+                        [&](std::span<const Piece> pieces) {
+                          return scatter_verified(pieces, r.buf.bytes(), r.tail, r.key);
+                        });
+  } else if (r.buf.kind == MemoryKind::kDevice) {
+    o = mode_->get_with(r.key, r.buf.size, [&](std::span<const Piece> pieces) {
+      return device_->get_to_device(r.buf, pieces, r.key);
+    });
+  } else {
+    o = mode_->get(r.key, r.buf.bytes());
+  }
   if (o.status.code() == Code::kChecksumMismatch) metrics().checksum_failures.add();
   return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
 }

@@ -318,6 +318,65 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
   return Status::ok();
 }
 
+Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
+                        RegionList payload, const ObjectKey& expected) noexcept {
+  auto want = header.size() == kObjectHeaderBytes ? parse_object_header(header)
+                                                  : Result<ObjectHeader>(Status::invalid(""));
+  if (!want) return Status::invalid("scattered get: no expected header in the header buffer");
+  std::size_t total = 0;
+  for (const auto& p : stored) total += p.size();
+  if (total < kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch, "image is shorter than its header");
+  // Visits the stored bytes [from, total) piece by piece.
+  auto each = [&](std::size_t from, auto&& fn) {
+    std::size_t off = 0;
+    for (const auto& p : stored) {
+      if (off + p.size() > from) {
+        std::size_t skip = from > off ? from - off : 0;
+        fn(p.data() + skip, p.size() - skip);
+      }
+      off += p.size();
+    }
+  };
+  std::byte head[kObjectHeaderBytes];
+  std::size_t got = 0;
+  each(0, [&](const std::byte* p, std::size_t n) {
+    std::size_t k = std::min(n, kObjectHeaderBytes - got);
+    std::memcpy(head + got, p, k);
+    got += k;
+  });
+  auto h = parse_object_header(std::span<const std::byte>(head, kObjectHeaderBytes));
+  if (!h) return h.status();
+  if (!(h->key == expected))
+    return Status(Code::kChecksumMismatch, "object header names another key");
+  if (h->payload_bytes != total - kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch, "object length does not match its header");
+  if (h->layout_id != want->layout_id || h->stage_id != want->stage_id)
+    return Status::invalid(fmt::format("object has layout {} (stage {}), the caller expects {} ({})",
+                                       h->layout_id, h->stage_id, want->layout_id,
+                                       want->stage_id));
+  if (h->payload_bytes != total_bytes(payload))
+    return Status::invalid(fmt::format("object payload of {} bytes for regions of {}",
+                                       h->payload_bytes, total_bytes(payload)));
+  auto piece = [&](std::size_t i) { return std::span<const std::byte>(stored[i]); };
+  if (pieces_checksum(stored.size(), piece, kObjectHeaderBytes, h->payload_bytes, h->version) !=
+      h->payload_checksum)
+    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  std::size_t r = 0, at = 0;  // the destination region and the offset in it
+  each(kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
+    while (n > 0) {
+      while (payload[r].size == at) ++r, at = 0;  // sizes add up: r stays in range
+      std::size_t k = std::min(n, payload[r].size - at);
+      std::memcpy(payload[r].data + at, p, k);
+      p += k;
+      n -= k;
+      at += k;
+    }
+  });
+  std::memcpy(header.data(), head, kObjectHeaderBytes);
+  return Status::ok();
+}
+
 void scrub_object(std::span<std::byte> image) noexcept {
   std::memset(image.data(), 0, std::min(image.size(), kObjectHeaderBytes));
 }

@@ -103,6 +103,17 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept;
 
+// Copies a stored image, given as pieces in image order, to a scattered destination: its payload
+// into `payload` (host regions, in order), then its header into `header` (kObjectHeaderBytes),
+// which on entry holds a header naming the layout and stage ids the caller accepts. Everything is
+// checked before the first byte is written: the stored header, the expected key, layout and
+// stage ids, a payload of exactly total_bytes(payload) bytes, and the payload checksum (so the
+// payload is read twice; the second read is from cache for objects that fit there). Returns: Ok,
+// kChecksumMismatch, or kInvalidArgument (another layout or stage, another size, no expected
+// header); nothing is written unless Ok.
+Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
+                        RegionList payload, const ObjectKey& expected) noexcept;
+
 // Overwrites the header so a failed image can never be parsed as valid.
 void scrub_object(std::span<std::byte> image) noexcept;
 

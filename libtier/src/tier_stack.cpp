@@ -527,16 +527,18 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
       break;
     }
   // The first tier stores straight from the caller's regions when it copies puts inside submit
-  // (gather_puts, any alignment, the regions' memory kinds), keeps raw payloads, the payload is
-  // the regions' bytes (the identity layout) and no other tier needs an image: only the header
-  // is built here.
+  // (gather_puts, any alignment, host regions of kinds it takes), keeps raw payloads, the
+  // payload is the regions' bytes (the identity layout) and no other tier needs an image: only
+  // the header is built here.
   const Tier& to = tiers_[static_cast<std::size_t>(first)];
   const Capabilities caps = to.backend->capabilities();
   const bool gather =
       caps.gather_puts && caps.io_alignment <= 1 && !to.stage &&
       codec.layout_id() == kIdentityLayoutId &&
       std::count_if(tiers_.begin(), tiers_.end(), [](const Tier& t) { return t.spec.write; }) == 1;
-  auto accepted = [&](const Region& r) { return (caps.memory_kinds & kind_bit(r.kind)) != 0; };
+  auto accepted = [&](const Region& r) {
+    return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+  };
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.saves.add();
@@ -584,9 +586,19 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
     }
     raw_size[i] = *size;
   }
+  bool above_writable = false;  // a faster writable tier that a hit would be promoted into
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (t > 0 && tiers_[t - 1].spec.write) above_writable = true;
     if (!tiers_[t].spec.read) continue;
     const int tier = static_cast<int>(t);
+    // A tier that takes scattered gets writes the payload straight into the caller's regions
+    // when that is all a hit needs: the identity layout, no stage, nothing to promote into.
+    const Capabilities caps = tiers_[t].backend->capabilities();
+    const bool scatter = caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t].stage &&
+                         codec.layout_id() == kIdentityLayoutId && !above_writable;
+    auto accepted = [&](const Region& r) {
+      return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+    };
     std::vector<std::uint64_t> ids(items.size(), 0);
     std::vector<Image> bufs(items.size());
     // Gets are served in item order as they finish: a tier that completes inside submit (the
@@ -597,7 +609,20 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       return ids[i] == 0 || (it != pending_.end() && it->second.finished);
     };
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (unserved[i]) {
+      if (unserved[i] && scatter && raw_size[i] > 0 &&
+          std::all_of(items[i].dst.begin(), items[i].dst.end(), accepted)) {
+        // The header of what this load accepts; the tier overwrites it with the stored one. It
+        // is the pending request's image, so it lives as long as the request (poll reads it),
+        // also when the get times out and turns into background work; bufs[i] stays null.
+        Pending p;
+        p.image = acquire(kObjectHeaderBytes);
+        write_object_header(p.image->span(), ObjectHeader{codec.layout_id(), 0, items[i].key,
+                                                          raw_size[i], 0});
+        const Region head = host_region(p.image->span());
+        ids[i] = submit_one(tier, Op::kGet, items[i].key, head, std::move(p), items[i].dst)
+                     .value_or(0);
+        reap(tier, 0, {});
+      } else if (unserved[i]) {
         bufs[i] = acquire(max_image_bytes(tier, raw_size[i]));
         Pending p;
         p.image = bufs[i];
@@ -634,8 +659,13 @@ void TierStack::serve_get(int t, const LoadItem& item, const Codec& codec, std::
     recycle(buf);
     return;
   }
-  Status st = serve_load(t, item, codec, std::span<const std::byte>(buf->data(), c.bytes));
-  recycle(buf);
+  Status st;
+  if (buf) {
+    st = serve_load(t, item, codec, std::span<const std::byte>(buf->data(), c.bytes));
+    recycle(buf);
+  } else {  // a scattered get: the tier verified and wrote the payload into item.dst
+    counters_.loaded_bytes.add(c.bytes - kObjectHeaderBytes);
+  }
   if (!st) {
     out.status = st;
     return;

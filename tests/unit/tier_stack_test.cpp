@@ -349,7 +349,7 @@ TEST_CASE("a save from several regions into a gather tier stores exactly the ide
         2 * kObjectHeaderBytes + payload.size() + a.size());
 }
 
-TEST_CASE("tail regions reach only puts of tiers that declare gather_puts") {
+TEST_CASE("tail regions reach only tiers that declare gather_puts or scatter_gets") {
   Harness h(R"({"plugins":["mock"],"tiers":[{"name":"m","capacity":"1MiB","backend":"mock"},
                                             {"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
   std::vector<std::byte> payload = Harness::data_of(9);
@@ -367,7 +367,8 @@ TEST_CASE("tail regions reach only puts of tiers that declare gather_puts") {
   CHECK(run(0, IoRequest{Op::kPut, key_of(9), host_region(header), 1, tail}).code() ==
         Code::kInvalidArgument);
   std::vector<std::byte> into(kObjectHeaderBytes);
-  CHECK(run(1, IoRequest{Op::kGet, key_of(9), host_region(into), 2, tail}).code() ==
+  CHECK_FALSE(h.stack->tier(0).capabilities().scatter_gets);
+  CHECK(run(0, IoRequest{Op::kGet, key_of(9), host_region(into), 2, tail}).code() ==
         Code::kInvalidArgument);
   // A header that declares more payload than the tail holds is refused before any copy.
   const Region short_tail[] = {host_region(std::span(payload).first(10))};
@@ -377,4 +378,31 @@ TEST_CASE("tail regions reach only puts of tiers that declare gather_puts") {
   std::vector<std::byte> got;
   CHECK(h.load(key_of(9), got).tier == 1);
   CHECK(got == payload);
+}
+
+TEST_CASE("a load from a scatter tier fills several regions, and a miss or mismatch none") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.stack->tier(0).capabilities().scatter_gets);
+  REQUIRE(h.save(key_of(11), 11).is_ok());
+  std::vector<std::byte> a(300, std::byte{0xEE}), b(kPayload - 300, std::byte{0xEE});
+  const Region dst[] = {host_region(a), host_region(b)};
+  LoadResult r[3];
+  std::vector<LoadItem> items{{key_of(11), RegionList(dst)}, {key_of(12), RegionList(dst)},
+                              {key_of(11), RegionList(dst, 1)}};
+  REQUIRE(h.stack->load(std::span(items).first(1), *h.codec, std::span(r, 1)).is_ok());
+  CHECK(r[0].status.is_ok());
+  CHECK(r[0].tier == 0);
+  std::vector<std::byte> got(a);
+  got.insert(got.end(), b.begin(), b.end());
+  CHECK(got == Harness::data_of(11));
+  a.assign(a.size(), std::byte{0xEE});
+  b.assign(b.size(), std::byte{0xEE});
+  REQUIRE(h.stack->load(std::span(items).subspan(1), *h.codec, std::span(r + 1, 2)).is_ok());
+  CHECK(r[1].status.code() == Code::kNotFound);
+  CHECK(r[2].status.code() == Code::kInvalidArgument);  // 300 bytes for a 1000-byte payload
+  CHECK(a == std::vector<std::byte>(a.size(), std::byte{0xEE}));
+  CHECK(b == std::vector<std::byte>(b.size(), std::byte{0xEE}));
+  Json j = h.stack->metrics_json();
+  CHECK(j["stack"]["loaded_bytes"] == kPayload);
+  CHECK(j["tiers"]["cpu"]["checksum_failures"] == 0);
 }

@@ -8,7 +8,9 @@
 //    writable tier takes gather puts and the codec is the identity, nothing is encoded: the tier
 //    copies a header and the caller's regions (Capabilities::gather_puts).
 //  - load: from the fastest readable tier that holds the key; verified; decoded; promoted into
-//    faster writable tiers on hit (in the background, same bound).
+//    faster writable tiers on hit (in the background, same bound). A tier with no writable tier
+//    above it that takes scattered gets writes an identity payload straight into the caller's
+//    regions, verified before the first byte is written (Capabilities::scatter_gets).
 //  - lease: a lookup that will be followed by a load holds the keys it found against eviction
 //    until it releases them or a bounded lease time passes (docs/leases.md).
 //  - eviction: a tier that evicts for capacity hands the object to the stack, which demotes it
@@ -203,7 +205,8 @@ class TierStack {
   void save_gathered(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
                      Status& out);
   // Takes the finished get `id` (0: none was submitted) of `item` from tier `t` and serves it
-  // from `buf` into item.dst: out and unserved say whether it was served, or why not.
+  // from `buf` into item.dst (null `buf`: a scattered get, already in item.dst): out and
+  // unserved say whether it was served, or why not.
   void serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id, Image& buf,
                  LoadResult& out, char& unserved);
   // Decodes `image`, read from tier `t` for `item`, into item.dst and promotes its payload into

@@ -1,9 +1,10 @@
+#include "tier/object.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstring>
 
 #include "support/test_util.hpp"
-#include "tier/object.hpp"
 
 using namespace tier;
 using tier::test::key_of;
@@ -344,9 +345,8 @@ TEST_CASE("scatter_verified checks everything before it writes a byte") {
   auto k = key_of(21);
   auto img = make_image(k, size);
   // The stored image in three pieces, the first shorter than a header.
-  const std::span<std::byte> pieces[] = {std::span(img).first(40),
-                                         std::span(img).subspan(40, 30'000),
-                                         std::span(img).subspan(30'040)};
+  const std::span<std::byte> pieces[] = {
+      std::span(img).first(40), std::span(img).subspan(40, 30'000), std::span(img).subspan(30'040)};
   auto expect = [&](std::uint32_t layout, std::uint64_t bytes) {
     std::vector<std::byte> h(kObjectHeaderBytes);
     write_object_header(h, ObjectHeader{layout, 0, k, bytes, 0});

@@ -27,9 +27,12 @@ struct PhaseResult {
   std::string first_error;
 };
 
-// Runs one request per object, keeping up to `depth` in flight; records each latency.
+// Runs one request per object, keeping up to `depth` in flight; records each latency. With
+// `seal_bytes` > 0 a put first seals the image of that many bytes at the front of its buffer
+// (payload checksum and header), inside the timed phase: the work a TierStack save does.
 PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
-                      const std::vector<Region>& bufs, std::size_t depth, cli::Progress* progress) {
+                      const std::vector<Region>& bufs, std::size_t depth, cli::Progress* progress,
+                      std::size_t seal_bytes = 0) {
   PhaseResult res;
   const std::size_t n = keys.size();
   std::vector<Clock::time_point> started(n);
@@ -42,6 +45,8 @@ PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
     batch.clear();
     while (next + batch.size() < n && inflight + batch.size() < depth) {
       std::size_t i = next + batch.size();
+      if (op == Op::kPut && seal_bytes > 0)
+        seal_object({bufs[i].data, seal_bytes}, kIdentityLayoutId, 0, keys[i]);
       batch.push_back(IoRequest{op, keys[i], bufs[i], i});
     }
     if (!batch.empty()) {
@@ -107,6 +112,7 @@ struct MicroOptions {
   std::uint64_t depth = 0;
   std::uint64_t rounds = 0;
   std::uint64_t processes = 1;
+  bool seal = false;
   bool json = false;
 };
 
@@ -122,12 +128,13 @@ int run_micro(cli::Args& args) {
   o.depth = args.uint("concurrency").value_or(args.uint("depth").value_or(1));
   o.rounds = args.uint("rounds").value_or(2);
   o.processes = args.uint("processes").value_or(1);
+  o.seal = args.flag("seal");
   o.json = args.flag("json");
   args.finish();
   if (!profile_path || !tier_name)
     return cli::fail("usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
                      "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N] "
-                     "[--json]", 2);
+                     "[--seal] [--json]", 2);
   o.profile_path = *profile_path;
   o.tier_name = *tier_name;
   if (o.objects == 0 || o.depth == 0 || o.rounds == 0 || o.object_size == 0)
@@ -197,6 +204,7 @@ int run_micro(cli::Args& args) {
 // The objects one process puts and gets: sealed images of pseudo-random payload, and distinct
 // buffers for the gets (as a load fills distinct engine blocks).
 struct Objects {
+  std::size_t image = 0;   // header + payload bytes
   std::size_t padded = 0;  // image bytes rounded up to the tier's alignment
   std::vector<ObjectKey> keys;
   std::vector<AlignedBuffer> images, dests;
@@ -210,6 +218,7 @@ Objects make_objects(const MicroOptions& o, std::size_t align, std::uint32_t ran
       o.object_size > kObjectHeaderBytes ? o.object_size - kObjectHeaderBytes : 1;
   const std::size_t image = kObjectHeaderBytes + payload;
   Objects objs;
+  objs.image = image;
   objs.padded = (image + align - 1) / align * align;
   Json ns_identity = {{"bench", "micro"}, {"object_bytes", o.object_size}};
   Key128 ns = *namespace_id(ns_identity);
@@ -250,6 +259,7 @@ void report_phase(const MicroOptions& o, std::uint32_t rank, const char* op, con
             {"object_bytes", padded},
             {"objects", o.objects},
             {"depth", o.depth},
+            {"sealed_puts", o.seal},
             {"seconds", p.seconds},
             {"gb_per_s", gbps},
             {"p50_us", percentile_us(p.latencies_us, 50)},
@@ -296,7 +306,8 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} put", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;
-    put = run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get());
+    put = run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get(),
+                    o.seal ? objs.image : 0);
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} get", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;
@@ -321,9 +332,11 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
-                 "[--depth|--concurrency D] [--rounds R] [--processes N] [--json]",
+                 "[--depth|--concurrency D] [--rounds R] [--processes N] [--seal] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
                  "warm the tier and are removed); --processes N runs N processes at once (keys of "
-                 "rank 0..N-1, e.g. on a shared tier) and adds their figures up",
+                 "rank 0..N-1, e.g. on a shared tier) and adds their figures up; --seal times "
+                 "sealing each image (payload checksum, header) as part of its put, as a "
+                 "TierStack save of fresh bytes does",
                  tier::bench::run_micro);

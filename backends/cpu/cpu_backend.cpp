@@ -1,10 +1,12 @@
 #include "cpu_backend.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 
 #include "cpu_mode.hpp"
 #include "device_transfer.hpp"
+#include "tier/object.hpp"
 
 namespace tier::cpu {
 
@@ -29,6 +31,8 @@ Capabilities CpuBackend::capabilities() const noexcept {
   c.max_object_bytes = capacity_;
   c.persistent = c.shared = mode_->shared();
   c.verifies_reads = true;  // every mode copies host images with copy_verified
+  c.gather_puts = true;     // every put is copied inside submit
+  c.scatter_gets = true;    // scatter_verified over the stored pieces
   return c;
 }
 
@@ -36,29 +40,67 @@ Usage CpuBackend::usage() const noexcept { return mode_->usage(); }
 
 std::string CpuBackend::describe() const { return mode_->describe(tier_name()); }
 
+namespace {
+
+// Copies `head` then `tail` (host regions, in order) into `pieces`, which hold as many bytes.
+Status gather_into(std::span<const Piece> pieces, const Region& head, RegionList tail) {
+  std::size_t p = 0, off = 0;  // the piece and the offset in it the next byte goes to
+  auto copy = [&](const Region& r) {
+    for (std::size_t done = 0; done < r.size;) {
+      if (p == pieces.size()) return false;
+      std::size_t n = std::min(r.size - done, pieces[p].size() - off);
+      std::memcpy(pieces[p].data() + off, r.data + done, n);
+      done += n;
+      off += n;
+      if (off == pieces[p].size()) ++p, off = 0;
+    }
+    return true;
+  };
+  bool fits = copy(head);
+  for (const Region& r : tail) fits = fits && copy(r);
+  return fits ? Status::ok() : Status(Code::kBadState, "gather put: pieces shorter than the image");
+}
+
+}  // namespace
+
 Completion CpuBackend::put(const IoRequest& r) {
   auto evicted = [this](const ObjectKey& k, std::span<const std::byte> image, std::uint64_t n) {
     notify_evicted(k, image, n);
   };
-  // Device buffers are accepted (capabilities()) only when the mode has a device path.
-  CpuMode::Outcome o = r.buf.kind == MemoryKind::kDevice
-                           ? mode_->put_with(
-                                 r.key, r.buf.size,
-                                 [&](std::span<const Piece> pieces) {
-                                   return device_->put_from_device(pieces, r.buf, r.key);
-                                 },
-                                 evicted)
-                           : mode_->put(r.key, {r.buf.data, r.buf.size}, evicted);
+  CpuMode::Outcome o;
+  if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
+    o = mode_->put_with(
+        r.key, r.buf.size + total_bytes(r.tail),
+        [&](std::span<const Piece> pieces) { return gather_into(pieces, r.buf, r.tail); },
+        evicted);
+  } else if (r.buf.kind == MemoryKind::kDevice) {
+    // Device buffers are accepted (capabilities()) only when the mode has a device path.
+    o = mode_->put_with(
+        r.key, r.buf.size,
+        [&](std::span<const Piece> pieces) {
+          return device_->put_from_device(pieces, r.buf, r.key);
+        },
+        evicted);
+  } else {
+    o = mode_->put(r.key, {r.buf.data, r.buf.size}, evicted);
+  }
   return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
 }
 
 Completion CpuBackend::get(const IoRequest& r) {
-  CpuMode::Outcome o = r.buf.kind == MemoryKind::kDevice
-                           ? mode_->get_with(r.key, r.buf.size,
-                                             [&](std::span<const Piece> pieces) {
-                                               return device_->get_to_device(r.buf, pieces, r.key);
-                                             })
-                           : mode_->get(r.key, r.buf.bytes());
+  CpuMode::Outcome o;
+  if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
+    o = mode_->get_with(r.key, r.buf.size + total_bytes(r.tail),
+                        [&](std::span<const Piece> pieces) {
+                          return scatter_verified(pieces, r.buf.bytes(), r.tail, r.key);
+                        });
+  } else if (r.buf.kind == MemoryKind::kDevice) {
+    o = mode_->get_with(r.key, r.buf.size, [&](std::span<const Piece> pieces) {
+      return device_->get_to_device(r.buf, pieces, r.key);
+    });
+  } else {
+    o = mode_->get(r.key, r.buf.bytes());
+  }
   if (o.status.code() == Code::kChecksumMismatch) metrics().checksum_failures.add();
   return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
 }

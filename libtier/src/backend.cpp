@@ -12,10 +12,7 @@ Backend::~Backend() = default;
 
 namespace {
 
-Status check_request(const IoRequest& r, const Capabilities& caps) {
-  if (static_cast<std::size_t>(r.op) >= kOpCount) return Status::invalid("unknown op");
-  if (r.op != Op::kPut && r.op != Op::kGet) return Status::ok();
-  const Region& b = r.buf;
+Status check_buffer(const IoRequest& r, const Region& b, const Capabilities& caps) {
   if (b.data == nullptr || b.size == 0)
     return Status::invalid(fmt::format("{}: empty buffer", op_name(r.op)));
   if ((caps.memory_kinds & kind_bit(b.kind)) == 0)
@@ -28,16 +25,44 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
     return Status::invalid(fmt::format("{}: buffer {} (+{} bytes) is not aligned to {} bytes",
                                        op_name(r.op), static_cast<const void*>(b.data), b.size,
                                        caps.io_alignment));
+  return Status::ok();
+}
+
+Status check_request(const IoRequest& r, const Capabilities& caps) {
+  if (static_cast<std::size_t>(r.op) >= kOpCount) return Status::invalid("unknown op");
+  if (!r.tail.empty() && !(r.op == Op::kPut && caps.gather_puts) &&
+      !(r.op == Op::kGet && caps.scatter_gets))
+    return Status::invalid(fmt::format("{}: this tier takes no tail regions", op_name(r.op)));
+  if (r.op != Op::kPut && r.op != Op::kGet) return Status::ok();
+  const Region& b = r.buf;
+  TIER_RETURN_IF_ERROR(check_buffer(r, b, caps));
+  if (r.op == Op::kGet && !r.tail.empty()) {
+    if (!b.host_accessible() || b.size != kObjectHeaderBytes)
+      return Status::invalid("get: a scattered get's header buffer must be 96 bytes of host memory");
+    for (const Region& t : r.tail) {
+      if (t.size == 0) continue;
+      if (!t.host_accessible()) return Status::invalid("get: tail regions must be host memory");
+      TIER_RETURN_IF_ERROR(check_buffer(r, t, caps));
+    }
+  }
   if (r.op == Op::kPut) {
-    if (b.size > caps.max_object_bytes)
+    std::size_t bytes = b.size;
+    for (const Region& t : r.tail) {
+      if (t.size == 0) continue;
+      if (!t.host_accessible() || !b.host_accessible())
+        return Status::invalid("put: tail regions and their head must be host memory");
+      TIER_RETURN_IF_ERROR(check_buffer(r, t, caps));
+      bytes += t.size;
+    }
+    if (bytes > caps.max_object_bytes)
       return Status::invalid(fmt::format("put: image of {} bytes exceeds the tier's limit of {}",
-                                         b.size, caps.max_object_bytes));
+                                         bytes, caps.max_object_bytes));
     if (b.host_accessible()) {
       auto h = parse_object_header(b.bytes());
       if (!h) return Status::invalid("put: image has no valid object header: " + h.status().to_string());
       if (!(h->key == r.key))
         return Status::invalid("put: image header names another key than the request");
-      if (h->payload_bytes + kObjectHeaderBytes > b.size)
+      if (h->payload_bytes + kObjectHeaderBytes > bytes)
         return Status::invalid("put: image is shorter than its header declares");
     }
   }
@@ -79,7 +104,9 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
       id = static_cast<std::uint32_t>(pending_.size());
       pending_.emplace_back();
     }
-    pending_[id] = Pending{reqs[i].user_data, reqs[i].key, reqs[i].buf, reqs[i].op, true};
+    pending_[id] = Pending{reqs[i].user_data, reqs[i].key, reqs[i].buf,
+                           reqs[i].op == Op::kGet ? total_bytes(reqs[i].tail) : 0, reqs[i].op,
+                           true};
     IoRequest inner = reqs[i];
     inner.user_data = id;
     scratch_.push_back(inner);
@@ -111,7 +138,17 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
 
 void Backend::finish(const Pending& p, Completion& c) noexcept {
   c.user_data = p.user_data;
-  if (p.op == Op::kGet && c.status.is_ok() && p.buf.host_accessible()) {
+  if (p.op == Op::kGet && c.status.is_ok() && p.tail_bytes > 0) {
+    // A scattered get: the backend verified the payload before writing it; the header is in buf.
+    auto h = parse_object_header(p.buf.bytes());
+    if (!h || !(h->key == p.key) || h->payload_bytes != p.tail_bytes ||
+        c.bytes != kObjectHeaderBytes + p.tail_bytes) {
+      scrub_object(p.buf.bytes());
+      metrics_.checksum_failures.add();
+      c.status = Status(Code::kChecksumMismatch,
+                        fmt::format("tier {}: scattered object header does not match", tier_name_));
+    }
+  } else if (p.op == Op::kGet && c.status.is_ok() && p.buf.host_accessible()) {
     if (c.bytes > p.buf.size) {
       c.status = Status(Code::kBadState, "backend reported more bytes than the buffer holds");
     } else {

@@ -10,6 +10,7 @@
 #include <xxh_x86dispatch.h>  // XXH3_64bits(_update) become their runtime-dispatched forms
 #endif
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -62,6 +63,67 @@ std::uint64_t chunked_checksum(std::span<const std::byte> payload) noexcept {
   return chunked_checksum(payload.size(), hash, [](std::uint64_t, std::size_t) {});
 }
 
+// The payload checksum of `version` of bytes [skip, skip + payload_bytes) of the concatenation
+// of `count` pieces (`piece(i)`: the i-th, a span of const bytes), which hold at least that many
+// bytes. Version 2: a chunk that lies inside one piece is hashed in place; one that spans pieces
+// is hashed by streaming its parts; either way on the verification threads.
+template <class PieceAt>
+std::uint64_t pieces_checksum(std::size_t count, const PieceAt& piece, std::uint64_t skip,
+                              std::uint64_t payload_bytes, std::uint16_t version) noexcept {
+  if (version == kObjectVersionWholePayload) {
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    std::uint64_t off = 0;
+    for (std::size_t i = 0; i < count && off < skip + payload_bytes; ++i) {
+      const std::span<const std::byte> p = piece(i);
+      const std::uint64_t lo = std::max(off, skip);
+      const std::uint64_t hi = std::min<std::uint64_t>(off + p.size(), skip + payload_bytes);
+      if (lo < hi) XXH3_64bits_update(&state, p.data() + (lo - off), hi - lo);
+      off += p.size();
+    }
+    return XXH3_64bits_digest(&state);
+  }
+  // Where each chunk of the window starts: (piece, offset in it), found by one walk.
+  struct At {
+    std::size_t piece;
+    std::size_t offset;
+  };
+  std::array<At, kWindowChunks> at;
+  At cursor{0, 0};
+  std::uint64_t cursor_at = 0;  // offset of `cursor` in the concatenation
+  std::uint64_t window_first = 0;
+  auto before = [&](std::uint64_t first, std::size_t n) {
+    window_first = first;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t target = skip + (first + i) * kChecksumChunkBytes;
+      while (cursor_at + (piece(cursor.piece).size() - cursor.offset) <= target) {
+        cursor_at += piece(cursor.piece).size() - cursor.offset;
+        cursor = At{cursor.piece + 1, 0};
+      }
+      cursor.offset += static_cast<std::size_t>(target - cursor_at);
+      cursor_at = target;
+      at[i] = cursor;
+    }
+  };
+  auto hash = [&](std::uint64_t c) {
+    const std::size_t len = static_cast<std::size_t>(
+        std::min<std::uint64_t>(kChecksumChunkBytes, payload_bytes - c * kChecksumChunkBytes));
+    At a = at[static_cast<std::size_t>(c - window_first)];
+    std::span<const std::byte> p = piece(a.piece);
+    if (p.size() - a.offset >= len) return XXH3_64bits(p.data() + a.offset, len);
+    XXH3_state_t state;  // a chunk across pieces
+    XXH3_64bits_reset(&state);
+    for (std::size_t left = len; left > 0; a = At{a.piece + 1, 0}) {
+      p = piece(a.piece);
+      const std::size_t n = std::min(left, p.size() - a.offset);
+      XXH3_64bits_update(&state, p.data() + a.offset, n);
+      left -= n;
+    }
+    return XXH3_64bits_digest(&state);
+  };
+  return chunked_checksum(payload_bytes, hash, before);
+}
+
 }  // namespace
 
 std::uint64_t checksum_chunk_count(std::uint64_t payload_bytes) noexcept {
@@ -82,6 +144,12 @@ std::uint64_t chunk_list_checksum(std::span<const std::uint64_t> chunk_checksums
 std::uint64_t payload_checksum(std::span<const std::byte> payload, std::uint16_t version) noexcept {
   if (version == kObjectVersionWholePayload) return XXH3_64bits(payload.data(), payload.size());
   return chunked_checksum(payload);
+}
+
+std::uint64_t payload_checksum(RegionList payload, std::uint16_t version) noexcept {
+  if (payload.size() == 1) return payload_checksum(payload[0].bytes(), version);
+  auto piece = [&](std::size_t i) { return std::span<const std::byte>(payload[i].bytes()); };
+  return pieces_checksum(payload.size(), piece, 0, total_bytes(payload), version);
 }
 
 unsigned verify_threads() noexcept { return detail::VerifyPool::instance().threads(); }
@@ -163,61 +231,9 @@ Status verify_payload(std::span<const std::span<const std::byte>> pieces,
   for (const auto& p : pieces) total += p.size();
   if (total != kObjectHeaderBytes + h.payload_bytes)
     return Status(Code::kChecksumMismatch, "object length does not match its header");
-  std::uint64_t sum;
-  if (h.version == kObjectVersionWholePayload) {
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    std::size_t off = 0;
-    for (const auto& p : pieces) {
-      const std::size_t lo = std::max(off, kObjectHeaderBytes);
-      if (lo < off + p.size())
-        XXH3_64bits_update(&state, p.data() + (lo - off), off + p.size() - lo);
-      off += p.size();
-    }
-    sum = XXH3_64bits_digest(&state);
-  } else {
-    // Where each chunk of the window starts: (piece, offset in it), found by one walk.
-    struct At {
-      std::size_t piece;
-      std::size_t offset;
-    };
-    std::array<At, kWindowChunks> at;
-    At cursor{0, 0};
-    std::uint64_t cursor_image = 0;  // image offset of `cursor`
-    auto before = [&](std::uint64_t first, std::size_t count) {
-      for (std::size_t i = 0; i < count; ++i) {
-        std::uint64_t target = kObjectHeaderBytes + (first + i) * kChecksumChunkBytes;
-        while (cursor_image + (pieces[cursor.piece].size() - cursor.offset) <= target) {
-          cursor_image += pieces[cursor.piece].size() - cursor.offset;
-          cursor = At{cursor.piece + 1, 0};
-        }
-        cursor.offset += static_cast<std::size_t>(target - cursor_image);
-        cursor_image = target;
-        at[i] = cursor;
-      }
-    };
-    std::uint64_t window_first = 0;
-    auto hash = [&](std::uint64_t c) {
-      const std::size_t len = static_cast<std::size_t>(
-          std::min<std::uint64_t>(kChecksumChunkBytes, h.payload_bytes - c * kChecksumChunkBytes));
-      At a = at[static_cast<std::size_t>(c - window_first)];
-      if (pieces[a.piece].size() - a.offset >= len)
-        return XXH3_64bits(pieces[a.piece].data() + a.offset, len);
-      XXH3_state_t state;  // a chunk across pieces
-      XXH3_64bits_reset(&state);
-      for (std::size_t left = len; left > 0; a = At{a.piece + 1, 0}) {
-        const std::size_t n = std::min(left, pieces[a.piece].size() - a.offset);
-        XXH3_64bits_update(&state, pieces[a.piece].data() + a.offset, n);
-        left -= n;
-      }
-      return XXH3_64bits_digest(&state);
-    };
-    sum = chunked_checksum(h.payload_bytes, hash, [&](std::uint64_t first, std::size_t count) {
-      window_first = first;
-      before(first, count);
-    });
-  }
-  if (sum != h.payload_checksum)
+  auto piece = [&](std::size_t i) { return pieces[i]; };
+  if (pieces_checksum(pieces.size(), piece, kObjectHeaderBytes, h.payload_bytes, h.version) !=
+      h.payload_checksum)
     return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
   return Status::ok();
 }
@@ -299,6 +315,65 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
   if (sum != h->payload_checksum)
     return mismatch(Status(Code::kChecksumMismatch, "object payload checksum mismatch"));
   std::memcpy(dst.data(), stored.data(), kObjectHeaderBytes);
+  return Status::ok();
+}
+
+Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
+                        RegionList payload, const ObjectKey& expected) noexcept {
+  auto want = header.size() == kObjectHeaderBytes ? parse_object_header(header)
+                                                  : Result<ObjectHeader>(Status::invalid(""));
+  if (!want) return Status::invalid("scattered get: no expected header in the header buffer");
+  std::size_t total = 0;
+  for (const auto& p : stored) total += p.size();
+  if (total < kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch, "image is shorter than its header");
+  // Visits the stored bytes [from, total) piece by piece.
+  auto each = [&](std::size_t from, auto&& fn) {
+    std::size_t off = 0;
+    for (const auto& p : stored) {
+      if (off + p.size() > from) {
+        std::size_t skip = from > off ? from - off : 0;
+        fn(p.data() + skip, p.size() - skip);
+      }
+      off += p.size();
+    }
+  };
+  std::byte head[kObjectHeaderBytes];
+  std::size_t got = 0;
+  each(0, [&](const std::byte* p, std::size_t n) {
+    std::size_t k = std::min(n, kObjectHeaderBytes - got);
+    std::memcpy(head + got, p, k);
+    got += k;
+  });
+  auto h = parse_object_header(std::span<const std::byte>(head, kObjectHeaderBytes));
+  if (!h) return h.status();
+  if (!(h->key == expected))
+    return Status(Code::kChecksumMismatch, "object header names another key");
+  if (h->payload_bytes != total - kObjectHeaderBytes)
+    return Status(Code::kChecksumMismatch, "object length does not match its header");
+  if (h->layout_id != want->layout_id || h->stage_id != want->stage_id)
+    return Status::invalid(fmt::format("object has layout {} (stage {}), the caller expects {} ({})",
+                                       h->layout_id, h->stage_id, want->layout_id,
+                                       want->stage_id));
+  if (h->payload_bytes != total_bytes(payload))
+    return Status::invalid(fmt::format("object payload of {} bytes for regions of {}",
+                                       h->payload_bytes, total_bytes(payload)));
+  auto piece = [&](std::size_t i) { return std::span<const std::byte>(stored[i]); };
+  if (pieces_checksum(stored.size(), piece, kObjectHeaderBytes, h->payload_bytes, h->version) !=
+      h->payload_checksum)
+    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  std::size_t r = 0, at = 0;  // the destination region and the offset in it
+  each(kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
+    while (n > 0) {
+      while (payload[r].size == at) ++r, at = 0;  // sizes add up: r stays in range
+      std::size_t k = std::min(n, payload[r].size - at);
+      std::memcpy(payload[r].data + at, p, k);
+      p += k;
+      n -= k;
+      at += k;
+    }
+  });
+  std::memcpy(header.data(), head, kObjectHeaderBytes);
   return Status::ok();
 }
 

@@ -1,6 +1,7 @@
 #include "tier/tier_stack.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <thread>
 
@@ -205,10 +206,10 @@ Result<TierStack::RawPayload> TierStack::raw_payload(int t, std::span<const std:
 }
 
 Result<std::uint64_t> TierStack::submit_one(int t, Op op, const ObjectKey& key, Region buf,
-                                            Pending p) {
+                                            Pending p, RegionList tail) {
   Backend& b = *tiers_[static_cast<std::size_t>(t)].backend;
   std::uint64_t id = next_id_++;
-  IoRequest req{op, key, buf, id};
+  IoRequest req{op, key, buf, id, tail};
   p.tier = t;
   p.op = op;
   pending_.emplace(id, std::move(p));
@@ -239,6 +240,8 @@ void TierStack::reap(int t, std::size_t min, std::chrono::microseconds wait) {
     if (!p.background) {
       p.done = std::move(batch[i]);
       p.finished = true;
+      // A reaped put no longer reads its image: back to the pool now, while still in cache.
+      if (p.op == Op::kPut) recycle(p.image);
       continue;
     }
     bg_bytes_ -= p.charged;
@@ -462,6 +465,64 @@ Result<int> TierStack::locate(const ObjectKey& key) {
   return -1;
 }
 
+void TierStack::save_gathered(int first, const SaveItem& item, const Codec& codec,
+                              std::uint64_t& id, Status& out) {
+  auto size = codec.encoded_size(item.src);  // host regions only
+  if (!size) {
+    out = size.status();
+    return;
+  }
+  // The tier has copied the header and the regions when submit returns (gather_puts).
+  alignas(64) std::array<std::byte, kObjectHeaderBytes> header;
+  write_object_header(
+      header, ObjectHeader{codec.layout_id(), 0, item.key, *size, payload_checksum(item.src)});
+  auto r = submit_one(first, Op::kPut, item.key, host_region(header), Pending{}, item.src);
+  if (r) id = *r;
+  else out = r.status();
+}
+
+void TierStack::save_one(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
+                         Status& out) {
+  auto size = codec.encoded_size(item.src);
+  if (!size) {
+    out = size.status();
+    return;
+  }
+  // Encode once into a raw image; stage tiers transcode from its payload.
+  Image raw = acquire(kObjectHeaderBytes + *size);
+  auto n = codec.encode(item.src, raw->span().subspan(kObjectHeaderBytes));
+  if (!n) {
+    out = n.status();
+    recycle(raw);
+    return;
+  }
+  raw->resize(kObjectHeaderBytes + *n);
+  seal_object(raw->span(), codec.layout_id(), 0, item.key);
+  std::span<const std::byte> payload(raw->data() + kObjectHeaderBytes, *n);
+  for (std::size_t t = static_cast<std::size_t>(first); t < tiers_.size(); ++t) {
+    if (!tiers_[t].spec.write) continue;
+    Image image = raw;
+    if (tiers_[t].stage) {
+      auto img = make_image(static_cast<int>(t), item.key, codec.layout_id(), payload);
+      if (!img) {
+        if (static_cast<int>(t) == first) out = img.status();
+        continue;
+      }
+      image = std::move(img).value();
+    }
+    if (static_cast<int>(t) == first) {
+      Pending p;
+      p.image = std::move(image);
+      Region buf = io_region(first, *p.image);
+      auto r = submit_one(first, Op::kPut, item.key, buf, std::move(p));
+      if (r) id = *r;
+      else out = r.status();
+    } else {
+      put_background(static_cast<int>(t), item.key, std::move(image), false);
+    }
+  }
+}
+
 Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
                        std::span<Status> out) {
   if (out.size() != items.size()) return Status::invalid("save: out.size() != items.size()");
@@ -472,45 +533,29 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
       first = static_cast<int>(t);
       break;
     }
+  // The first tier stores straight from the caller's regions when it copies puts inside submit
+  // (gather_puts, any alignment, host regions of kinds it takes), keeps raw payloads, the
+  // payload is the regions' bytes (the identity layout) and no other tier needs an image: only
+  // the header is built here.
+  const Tier& to = tiers_[static_cast<std::size_t>(first)];
+  const Capabilities caps = to.backend->capabilities();
+  const bool gather =
+      caps.gather_puts && caps.io_alignment <= 1 && !to.stage &&
+      codec.layout_id() == kIdentityLayoutId &&
+      std::count_if(tiers_.begin(), tiers_.end(), [](const Tier& t) { return t.spec.write; }) == 1;
+  auto accepted = [&](const Region& r) {
+    return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+  };
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.saves.add();
-    auto size = codec.encoded_size(items[i].src);
-    if (!size) {
-      out[i] = size.status();
-      continue;
-    }
-    // Encode once into a raw image; stage tiers transcode from its payload.
-    Image raw = acquire(kObjectHeaderBytes + *size);
-    auto n = codec.encode(items[i].src, raw->span().subspan(kObjectHeaderBytes));
-    if (!n) {
-      out[i] = n.status();
-      continue;
-    }
-    raw->resize(kObjectHeaderBytes + *n);
-    seal_object(raw->span(), codec.layout_id(), 0, items[i].key);
-    std::span<const std::byte> payload(raw->data() + kObjectHeaderBytes, *n);
-    for (std::size_t t = static_cast<std::size_t>(first); t < tiers_.size(); ++t) {
-      if (!tiers_[t].spec.write) continue;
-      Image image = raw;
-      if (tiers_[t].stage) {
-        auto img = make_image(static_cast<int>(t), items[i].key, codec.layout_id(), payload);
-        if (!img) {
-          if (static_cast<int>(t) == first) out[i] = img.status();
-          continue;
-        }
-        image = std::move(img).value();
-      }
-      if (static_cast<int>(t) == first) {
-        Pending p;
-        p.image = image;
-        auto id = submit_one(first, Op::kPut, items[i].key, io_region(first, *image), std::move(p));
-        if (id) ids[i] = *id;
-        else out[i] = id.status();
-      } else {
-        put_background(static_cast<int>(t), items[i].key, std::move(image), false);
-      }
-    }
+    if (gather && std::all_of(items[i].src.begin(), items[i].src.end(), accepted))
+      save_gathered(first, items[i], codec, ids[i], out[i]);
+    else
+      save_one(first, items[i], codec, ids[i], out[i]);
+    // Puts the first tier finished already (a cpu tier copies inside submit) return their
+    // images to the pool, so the next item encodes into a buffer that is still in cache.
+    reap(first, 0, {});
   }
   wait_for(ids);
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -548,50 +593,92 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
     }
     raw_size[i] = *size;
   }
+  bool above_writable = false;  // a faster writable tier that a hit would be promoted into
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (t > 0 && tiers_[t - 1].spec.write) above_writable = true;
     if (!tiers_[t].spec.read) continue;
+    const int tier = static_cast<int>(t);
+    // A tier that takes scattered gets writes the payload straight into the caller's regions
+    // when that is all a hit needs: the identity layout, no stage, nothing to promote into.
+    const Capabilities caps = tiers_[t].backend->capabilities();
+    const bool scatter = caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t].stage &&
+                         codec.layout_id() == kIdentityLayoutId && !above_writable;
+    auto accepted = [&](const Region& r) {
+      return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+    };
     std::vector<std::uint64_t> ids(items.size(), 0);
     std::vector<Image> bufs(items.size());
-    bool any = false;
+    // Gets are served in item order as they finish: a tier that completes inside submit (the
+    // cpu tier) has its image decoded while still in cache and the buffer reused by the next get.
+    std::size_t served = 0;
+    auto finished = [&](std::size_t i) {
+      auto it = pending_.find(ids[i]);
+      return ids[i] == 0 || (it != pending_.end() && it->second.finished);
+    };
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (!unserved[i]) continue;
-      bufs[i] = acquire(max_image_bytes(static_cast<int>(t), raw_size[i]));
-      Pending p;
-      p.image = bufs[i];
-      ids[i] = submit_one(static_cast<int>(t), Op::kGet, items[i].key,
-                          io_region(static_cast<int>(t), *bufs[i]), std::move(p))
-                   .value_or(0);
-      any |= ids[i] != 0;
-    }
-    if (!any) continue;
-    wait_for(ids);
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (ids[i] == 0) continue;
-      Completion c = take(ids[i]);
-      if (!c.status.is_ok()) {
-        if (c.status == Code::kChecksumMismatch) {
-          // Never served; drop the corrupt copy so a recomputed object can be stored again.
-          remove_background(static_cast<int>(t), items[i].key);
-          out[i].status = c.status;
-        } else if (!(c.status == Code::kNotFound) && out[i].status == Code::kNotFound) {
-          out[i].status = c.status;
-        }
-        continue;
+      if (unserved[i] && scatter && raw_size[i] > 0 &&
+          std::all_of(items[i].dst.begin(), items[i].dst.end(), accepted)) {
+        // The header of what this load accepts; the tier overwrites it with the stored one. It
+        // is the pending request's image, so it lives as long as the request (poll reads it),
+        // also when the get times out and turns into background work; bufs[i] stays null.
+        Pending p;
+        p.image = acquire(kObjectHeaderBytes);
+        write_object_header(p.image->span(), ObjectHeader{codec.layout_id(), 0, items[i].key,
+                                                          raw_size[i], 0});
+        const Region head = host_region(p.image->span());
+        ids[i] = submit_one(tier, Op::kGet, items[i].key, head, std::move(p), items[i].dst)
+                     .value_or(0);
+        reap(tier, 0, {});
+      } else if (unserved[i]) {
+        bufs[i] = acquire(max_image_bytes(tier, raw_size[i]));
+        Pending p;
+        p.image = bufs[i];
+        ids[i] = submit_one(tier, Op::kGet, items[i].key, io_region(tier, *bufs[i]), std::move(p))
+                     .value_or(0);
+        reap(tier, 0, {});
       }
-      Status st = serve_load(static_cast<int>(t), items[i], codec,
-                             std::span<const std::byte>(bufs[i]->data(), c.bytes));
-      recycle(bufs[i]);
-      if (!st) {
-        out[i].status = st;
-        continue;
-      }
-      out[i] = LoadResult{Status::ok(), static_cast<int>(t)};
-      unserved[i] = 0;
+      for (; served <= i && finished(served); ++served)
+        serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
+                  unserved[served]);
     }
+    wait_for({ids.begin() + static_cast<std::ptrdiff_t>(served), ids.end()});
+    for (; served < items.size(); ++served)
+      serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
+                unserved[served]);
   }
   for (std::size_t i = 0; i < items.size(); ++i)
     if (!out[i].status.is_ok()) counters_.load_misses.add();
   return Status::ok();
+}
+
+void TierStack::serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id,
+                          Image& buf, LoadResult& out, char& unserved) {
+  if (id == 0) return;
+  Completion c = take(id);
+  if (!c.status.is_ok()) {
+    if (c.status == Code::kChecksumMismatch) {
+      // Never served; drop the corrupt copy so a recomputed object can be stored again.
+      remove_background(t, item.key);
+      out.status = c.status;
+    } else if (!(c.status == Code::kNotFound) && out.status == Code::kNotFound) {
+      out.status = c.status;
+    }
+    recycle(buf);
+    return;
+  }
+  Status st;
+  if (buf) {
+    st = serve_load(t, item, codec, std::span<const std::byte>(buf->data(), c.bytes));
+    recycle(buf);
+  } else {  // a scattered get: the tier verified and wrote the payload into item.dst
+    counters_.loaded_bytes.add(c.bytes - kObjectHeaderBytes);
+  }
+  if (!st) {
+    out.status = st;
+    return;
+  }
+  out = LoadResult{Status::ok(), t};
+  unserved = 0;
 }
 
 Status TierStack::serve_load(int t, const LoadItem& item, const Codec& codec,

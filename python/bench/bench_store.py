@@ -3,11 +3,14 @@
 
 Saves then loads N objects of SIZE bytes from numpy arrays through libtier.Store (one batch
 each, the keys removed between rounds), the C API's c_api_bench doing the same from C, and
-`tierbench micro --json` (the tier's backend alone) with the same profile, tier, size and count.
-The three run in turn, REPEAT times, and each reports its best round (the build machine is
-shared, so single rounds vary a lot). Prints each side's GB/s and the ratios Python / tierbench
-micro (the acceptance figure, target >= 0.8) and Python / C API (the binding's own overhead:
-both go through the profile's TierStack, which tierbench micro does not).
+`tierbench micro --seal --json` (the tier's backend alone) with the same profile, tier, size and
+count. The work is the same on both sides: a put stores a freshly sealed image (micro's --seal
+times the payload checksum and header inside its put phase, as a save computes them), and a get
+is a verified read into distinct destination buffers. The three run in turn, REPEAT times, and
+each reports its best round (the build machine is shared, so single rounds vary a lot). Prints
+each side's GB/s and the ratios Python / tierbench micro (the acceptance figure, target >= 0.8)
+and Python / C API (the binding's own overhead: both go through the profile's TierStack, which
+tierbench micro does not).
 
     python3 python/bench/bench_store.py --tierbench build/apps/tierbench/tierbench \
         --capi-bench build/tests/c/c_api_bench --profile profiles/cpu.json --tier cpu \
@@ -74,7 +77,7 @@ def main(argv=None):
         capi = best(capi, json_lines([a.capi_bench, a.profile, n, size, r]))
         micro = best(micro, json_lines(
             [a.tierbench, "micro", "--profile", a.profile, "--tier", a.tier, "--object-size", size,
-             "--objects", n, "--rounds", r, "--json"]))
+             "--objects", n, "--rounds", r, "--seal", "--json"]))
     print(f"{a.objects} objects of {a.object_size} bytes, tier {a.tier} of {a.profile}, "
           f"best of {a.repeat} x {a.rounds} rounds")
     print(f"{'op':<4} {'python GB/s':>12} {'C API GB/s':>11} {'micro GB/s':>11} "

@@ -1,9 +1,10 @@
+#include "tier/object.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstring>
 
 #include "support/test_util.hpp"
-#include "tier/object.hpp"
 
 using namespace tier;
 using tier::test::key_of;
@@ -146,7 +147,7 @@ TEST_CASE("golden vectors: the implementation writes and reads exactly docs/obje
     c2 94 d3 38 05 80 06 2d 00 00 00 00 00 00 00 00
     00 00 00 00 00 00 00 00 5b d2 0b 9b 3f 69 99 ad)");
   CHECK(sealed({}, 1, 0, kKeyA, 2) == a);
-  CHECK(payload_checksum({}) == 0x2d06800538d394c2ull);
+  CHECK(payload_checksum(std::span<const std::byte>{}) == 0x2d06800538d394c2ull);
   CHECK(every_reader(a, kKeyA, 50).is_ok());
 
   const auto b = from_hex(R"(
@@ -291,4 +292,124 @@ TEST_CASE("verify_payload: pieces that do not add up to the header's length are 
     many.push_back({});
   }
   CHECK(verify_payload(many, *h).is_ok());
+}
+
+TEST_CASE("payload_checksum of regions equals the checksum of their concatenation") {
+  constexpr std::size_t kChunk = kChecksumChunkBytes;
+  // A payload of 5 chunks and a partial one, with bytes that differ from chunk to chunk.
+  std::vector<std::byte> payload(5 * kChunk + 1234);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = std::byte((i * 131 + i / 7) & 0xff);
+  const std::uint64_t whole_v1 = payload_checksum(payload, kObjectVersionWholePayload);
+  const std::uint64_t whole_v2 = payload_checksum(payload, 2);
+  // Region boundaries: inside chunks, exactly on chunk boundaries, regions shorter than a chunk,
+  // empty regions, and a region of several chunks that starts inside one.
+  const std::vector<std::vector<std::size_t>> cuts = {
+      {},
+      {kChunk},
+      {kChunk, 2 * kChunk, 3 * kChunk, 4 * kChunk, 5 * kChunk},
+      {1},
+      {kChunk - 1, kChunk + 1},
+      {100, 200, 300, kChunk, kChunk, 3 * kChunk + 5},
+      {kChunk / 2, kChunk / 2 + 3 * kChunk},
+      {5 * kChunk, 5 * kChunk + 1233},
+  };
+  const unsigned before = verify_threads();
+  for (unsigned t : {1u, 3u}) {
+    set_verify_threads(t);
+    for (const auto& c : cuts) {
+      std::vector<Region> regions;
+      std::size_t from = 0;
+      for (std::size_t at : c) {
+        regions.push_back(host_region(std::span(payload).subspan(from, at - from)));
+        from = at;
+      }
+      regions.push_back(host_region(std::span(payload).subspan(from)));
+      CAPTURE(t);
+      CAPTURE(regions.size());
+      CHECK(payload_checksum(regions, 2) == whole_v2);
+      CHECK(payload_checksum(regions) == whole_v2);
+      CHECK(payload_checksum(regions, kObjectVersionWholePayload) == whole_v1);
+    }
+  }
+  set_verify_threads(before);
+  // A payload shorter than a chunk, and an empty one.
+  std::vector<std::byte> small(100, std::byte{7});
+  const Region halves[] = {host_region(std::span(small).first(40)),
+                           host_region(std::span(small).subspan(40))};
+  CHECK(payload_checksum(halves) == payload_checksum(small));
+  CHECK(payload_checksum(RegionList{}) == payload_checksum(std::span<const std::byte>{}));
+}
+
+TEST_CASE("scatter_verified checks everything before it writes a byte") {
+  const std::size_t size = 70'000;
+  auto k = key_of(21);
+  auto img = make_image(k, size);
+  // The stored image in three pieces, the first shorter than a header.
+  const std::span<std::byte> pieces[] = {
+      std::span(img).first(40), std::span(img).subspan(40, 30'000), std::span(img).subspan(30'040)};
+  auto expect = [&](std::uint32_t layout, std::uint64_t bytes) {
+    std::vector<std::byte> h(kObjectHeaderBytes);
+    write_object_header(h, ObjectHeader{layout, 0, k, bytes, 0});
+    return h;
+  };
+  std::vector<std::byte> a(1000, std::byte{0xEE}), b(size - 1000, std::byte{0xEE});
+  const Region dst[] = {host_region(a), host_region(b)};
+  auto untouched = [&] {
+    return a == std::vector<std::byte>(a.size(), std::byte{0xEE}) &&
+           b == std::vector<std::byte>(b.size(), std::byte{0xEE});
+  };
+
+  auto bad = img;
+  bad[kObjectHeaderBytes + size - 1] ^= std::byte{0x01};
+  const std::span<std::byte> bad_pieces[] = {std::span(bad)};
+  auto head = expect(1, size);
+  CHECK(scatter_verified(bad_pieces, head, dst, k).code() == Code::kChecksumMismatch);
+  CHECK(untouched());
+  CHECK(scatter_verified(pieces, head, dst, key_of(22)).code() == Code::kChecksumMismatch);
+  CHECK(untouched());
+  auto other_layout = expect(7, size);
+  CHECK(scatter_verified(pieces, other_layout, dst, k).code() == Code::kInvalidArgument);
+  CHECK(untouched());
+  CHECK(scatter_verified(pieces, head, std::span(dst).first(1), k).code() ==
+        Code::kInvalidArgument);
+  CHECK(untouched());
+  std::vector<std::byte> no_header(kObjectHeaderBytes);
+  CHECK(scatter_verified(pieces, no_header, dst, k).code() == Code::kInvalidArgument);
+  CHECK(untouched());
+
+  REQUIRE(scatter_verified(pieces, head, dst, k).is_ok());
+  CHECK(std::memcmp(head.data(), img.data(), kObjectHeaderBytes) == 0);
+  CHECK(std::memcmp(a.data(), img.data() + kObjectHeaderBytes, a.size()) == 0);
+  CHECK(std::memcmp(b.data(), img.data() + kObjectHeaderBytes + a.size(), b.size()) == 0);
+}
+
+TEST_CASE("scatter_verified: version 1 images, and version 2 chunks across stored pieces") {
+  const ObjectKey k = key_of(23);
+  const std::size_t size = 3 * kChecksumChunkBytes + 999;
+  for (std::uint16_t version : {kObjectVersionWholePayload, kObjectVersion}) {
+    CAPTURE(version);
+    auto img = make_image(k, size);
+    seal_object(img, 1, 0, k, version);
+    // Stored pieces cut inside the header, inside chunks and on a chunk boundary.
+    const std::span<std::byte> pieces[] = {
+        std::span(img).first(50), std::span(img).subspan(50, kChecksumChunkBytes),
+        std::span(img).subspan(50 + kChecksumChunkBytes, kChecksumChunkBytes + 46),
+        std::span(img).subspan(96 + 2 * kChecksumChunkBytes)};
+    std::vector<std::byte> head(kObjectHeaderBytes);
+    write_object_header(head, ObjectHeader{1, 0, k, size, 0});
+    std::vector<std::byte> a(kChecksumChunkBytes + 7), b(size - a.size());
+    const Region dst[] = {host_region(a), host_region(b)};
+    REQUIRE(scatter_verified(pieces, head, dst, k).is_ok());
+    CHECK(std::memcmp(head.data(), img.data(), kObjectHeaderBytes) == 0);
+    CHECK(std::memcmp(a.data(), img.data() + kObjectHeaderBytes, a.size()) == 0);
+    CHECK(std::memcmp(b.data(), img.data() + kObjectHeaderBytes + a.size(), b.size()) == 0);
+    // A flipped byte in the third chunk: nothing is written.
+    img[kObjectHeaderBytes + 2 * kChecksumChunkBytes + 5] ^= std::byte{1};
+    std::fill(a.begin(), a.end(), std::byte{0x5A});
+    write_object_header(head, ObjectHeader{1, 0, k, size, 0});
+    const auto expected_head = head;
+    CHECK(scatter_verified(pieces, head, dst, k).code() == Code::kChecksumMismatch);
+    CHECK(head == expected_head);
+    CHECK(a == std::vector<std::byte>(a.size(), std::byte{0x5A}));
+  }
 }

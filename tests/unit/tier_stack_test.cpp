@@ -311,3 +311,98 @@ TEST_CASE("an optional tier whose backend cannot run here is left out; a require
   CHECK(required.status().code() == Code::kNotSupported);
   CHECK(std::string(required.status().message()).rfind("/tiers/1/backend: ", 0) == 0);
 }
+
+TEST_CASE("a save from several regions into a gather tier stores exactly the identity image") {
+  // One writable cpu tier (gather_puts): the stack puts a header and the caller's regions.
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.stack->tier(0).capabilities().gather_puts);
+  std::vector<std::byte> a = Harness::data_of(7), b(24, std::byte{0x5A}), none;
+  const Region src[] = {host_region(a), host_region(none), host_region(b)};
+  std::vector<SaveItem> items{{key_of(7), RegionList(src)}, {key_of(8), RegionList(src, 1)}};
+  Status out[2];
+  REQUIRE(h.stack->save(items, *h.codec, out).is_ok());
+  CHECK(out[0].is_ok());
+  CHECK(out[1].is_ok());
+  // The stored image is the one the staged path builds: header + concatenated regions.
+  std::vector<std::byte> payload(a);
+  payload.insert(payload.end(), b.begin(), b.end());
+  std::vector<std::byte> image(kObjectHeaderBytes + payload.size());
+  std::memcpy(image.data() + kObjectHeaderBytes, payload.data(), payload.size());
+  seal_object(image, kIdentityLayoutId, 0, key_of(7));
+  std::vector<std::byte> stored(image.size());
+  IoRequest get{Op::kGet, key_of(7), host_region(stored), 1};
+  REQUIRE(h.stack->tier(0).submit(std::span(&get, 1)).value_or(0) == 1);
+  Completion c;
+  REQUIRE(h.stack->tier(0).poll(std::span(&c, 1), 1, std::chrono::seconds(1)).value_or(0) == 1);
+  CHECK(c.status.is_ok());
+  CHECK(stored == image);
+  std::vector<std::byte> got(payload.size());
+  Region dst = host_region(got);
+  LoadResult r;
+  REQUIRE(h.stack->load(std::span<const LoadItem>({LoadItem{key_of(7), RegionList(&dst, 1)}}),
+                        *h.codec, std::span(&r, 1)).is_ok());
+  CHECK(r.status.is_ok());
+  CHECK(got == payload);
+  CHECK(h.load(key_of(8), got).status.is_ok());
+  CHECK(got == a);
+  CHECK(h.stack->metrics_json()["tiers"]["cpu"]["put"]["bytes"] ==
+        2 * kObjectHeaderBytes + payload.size() + a.size());
+}
+
+TEST_CASE("tail regions reach only tiers that declare gather_puts or scatter_gets") {
+  Harness h(R"({"plugins":["mock"],"tiers":[{"name":"m","capacity":"1MiB","backend":"mock"},
+                                            {"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  std::vector<std::byte> payload = Harness::data_of(9);
+  std::vector<std::byte> header(kObjectHeaderBytes);
+  write_object_header(header, ObjectHeader{kIdentityLayoutId, 0, key_of(9), payload.size(),
+                                           payload_checksum(payload)});
+  const Region tail[] = {host_region(payload)};
+  auto run = [&](std::size_t t, IoRequest req) {
+    REQUIRE(h.stack->tier(t).submit(std::span(&req, 1)).value_or(0) == 1);
+    Completion c;
+    REQUIRE(h.stack->tier(t).poll(std::span(&c, 1), 1, std::chrono::seconds(1)).value_or(0) == 1);
+    return c.status;
+  };
+  CHECK_FALSE(h.stack->tier(0).capabilities().gather_puts);
+  CHECK(run(0, IoRequest{Op::kPut, key_of(9), host_region(header), 1, tail}).code() ==
+        Code::kInvalidArgument);
+  std::vector<std::byte> into(kObjectHeaderBytes);
+  CHECK_FALSE(h.stack->tier(0).capabilities().scatter_gets);
+  CHECK(run(0, IoRequest{Op::kGet, key_of(9), host_region(into), 2, tail}).code() ==
+        Code::kInvalidArgument);
+  // A header that declares more payload than the tail holds is refused before any copy.
+  const Region short_tail[] = {host_region(std::span(payload).first(10))};
+  CHECK(run(1, IoRequest{Op::kPut, key_of(9), host_region(header), 3, short_tail}).code() ==
+        Code::kInvalidArgument);
+  CHECK(run(1, IoRequest{Op::kPut, key_of(9), host_region(header), 4, tail}).is_ok());
+  std::vector<std::byte> got;
+  CHECK(h.load(key_of(9), got).tier == 1);
+  CHECK(got == payload);
+}
+
+TEST_CASE("a load from a scatter tier fills several regions, and a miss or mismatch none") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})");
+  REQUIRE(h.stack->tier(0).capabilities().scatter_gets);
+  REQUIRE(h.save(key_of(11), 11).is_ok());
+  std::vector<std::byte> a(300, std::byte{0xEE}), b(kPayload - 300, std::byte{0xEE});
+  const Region dst[] = {host_region(a), host_region(b)};
+  LoadResult r[3];
+  std::vector<LoadItem> items{{key_of(11), RegionList(dst)}, {key_of(12), RegionList(dst)},
+                              {key_of(11), RegionList(dst, 1)}};
+  REQUIRE(h.stack->load(std::span(items).first(1), *h.codec, std::span(r, 1)).is_ok());
+  CHECK(r[0].status.is_ok());
+  CHECK(r[0].tier == 0);
+  std::vector<std::byte> got(a);
+  got.insert(got.end(), b.begin(), b.end());
+  CHECK(got == Harness::data_of(11));
+  a.assign(a.size(), std::byte{0xEE});
+  b.assign(b.size(), std::byte{0xEE});
+  REQUIRE(h.stack->load(std::span(items).subspan(1), *h.codec, std::span(r + 1, 2)).is_ok());
+  CHECK(r[1].status.code() == Code::kNotFound);
+  CHECK(r[2].status.code() == Code::kInvalidArgument);  // 300 bytes for a 1000-byte payload
+  CHECK(a == std::vector<std::byte>(a.size(), std::byte{0xEE}));
+  CHECK(b == std::vector<std::byte>(b.size(), std::byte{0xEE}));
+  Json j = h.stack->metrics_json();
+  CHECK(j["stack"]["loaded_bytes"] == kPayload);
+  CHECK(j["tiers"]["cpu"]["checksum_failures"] == 0);
+}

@@ -22,7 +22,8 @@
 //   kContains Ok (`bytes` = image size) or NotFound. Does not refresh recency.
 //   kRemove   Ok, NotFound, IoError, TimedOut.
 // Ownership: every Region in a submitted request must stay valid and unchanged until its
-// Completion has been reaped from poll().
+// Completion has been reaped from poll() (for a put to a tier with gather_puts: until submit()
+// has consumed it).
 //
 // Lookup leases (lease()/release(), docs/leases.md): a reader that was told a key is present
 // holds it against eviction for capacity until it releases the lease or the lease's deadline
@@ -48,8 +49,14 @@ namespace tier {
 struct IoRequest {
   Op op = Op::kGet;
   ObjectKey key;
-  Region buf;  // kPut: the image to store; kGet: the destination; unused otherwise
+  Region buf;  // kPut: the image to store (its first bytes with `tail`); kGet: the destination
   std::uint64_t user_data = 0;
+  // kPut to a tier that declares Capabilities::gather_puts: the rest of the image after `buf`,
+  // in order, as host regions (a stack puts a header from `buf` and the payload straight from
+  // engine memory). kGet from a tier that declares Capabilities::scatter_gets: where the payload
+  // goes, `buf` taking the header (see there). Empty: `buf` is the whole image. Any other
+  // request must leave it empty.
+  RegionList tail = {};
 };
 
 struct Completion {
@@ -68,6 +75,19 @@ struct Capabilities {
   // The backend verifies every image it returns with copy_verified() (tier/object.hpp) as part of
   // its copy; poll() then re-checks only the header, key and length instead of hashing again.
   bool verifies_reads = false;
+  // Puts may carry their image as `buf` followed by IoRequest::tail. Such a backend copies every
+  // byte of a put before submit() returns, so the caller may reuse a put's regions (`buf` and
+  // `tail`) as soon as submit() has consumed the request.
+  bool gather_puts = false;
+  // Gets may carry IoRequest::tail: `buf` is exactly kObjectHeaderBytes of host memory holding,
+  // on submit, a header (write_object_header) whose layout and stage ids the caller accepts. The
+  // backend writes the payload into the tail regions, in order, only when the stored image
+  // verifies (header, key, payload checksum), has those layout and stage ids and a payload of
+  // exactly the tail's size; then the stored header into `buf`. Otherwise it writes nothing there
+  // (InvalidArgument for a size or layout mismatch, ChecksumMismatch). Completion::bytes is the
+  // image size. Such a get is done when submit() returns (the tail is not written afterwards);
+  // `buf` is read again by poll(), so it stays valid until the completion is reaped.
+  bool scatter_gets = false;
 };
 
 // A lease's id within one Backend (or one TierStack); 0 is no lease.
@@ -167,6 +187,7 @@ class Backend {
     std::uint64_t user_data = 0;
     ObjectKey key;
     Region buf;
+    std::size_t tail_bytes = 0;  // a scattered get's payload bytes (buf holds the header)
     Op op = Op::kGet;
     bool used = false;
   };

@@ -33,6 +33,7 @@
 #include <span>
 
 #include "tier/key.hpp"
+#include "tier/region.hpp"
 #include "tier/status.hpp"
 
 namespace tier {
@@ -62,6 +63,10 @@ std::uint64_t payload_checksum(std::span<const std::byte> payload,
 // checksum of a chunk list (`chunk_checksums[i]` = XXH3-64 of chunk i).
 std::uint64_t checksum_chunk_count(std::uint64_t payload_bytes) noexcept;
 std::uint64_t chunk_list_checksum(std::span<const std::uint64_t> chunk_checksums) noexcept;
+// The payload checksum of `version` of a payload given as host regions, in order: byte for byte
+// payload_checksum() of their concatenation, without concatenating them (version 2: chunks span
+// region boundaries; chunks that lie inside one region are hashed on the verification threads).
+std::uint64_t payload_checksum(RegionList payload, std::uint16_t version = kObjectVersion) noexcept;
 
 // Writes the header for `h` into the first kObjectHeaderBytes of `image` (which must be at least
 // that long). `h.payload_checksum` is taken as given: compute it with payload_checksum() of
@@ -97,6 +102,17 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
 // kInvalidArgument when `dst` is smaller than the image.
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept;
+
+// Copies a stored image, given as pieces in image order, to a scattered destination: its payload
+// into `payload` (host regions, in order), then its header into `header` (kObjectHeaderBytes),
+// which on entry holds a header naming the layout and stage ids the caller accepts. Everything is
+// checked before the first byte is written: the stored header, the expected key, layout and
+// stage ids, a payload of exactly total_bytes(payload) bytes, and the payload checksum (so the
+// payload is read twice; the second read is from cache for objects that fit there). Returns: Ok,
+// kChecksumMismatch, or kInvalidArgument (another layout or stage, another size, no expected
+// header); nothing is written unless Ok.
+Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
+                        RegionList payload, const ObjectKey& expected) noexcept;
 
 // Overwrites the header so a failed image can never be parsed as valid.
 void scrub_object(std::span<std::byte> image) noexcept;

@@ -4,9 +4,13 @@
 //  - lookup_prefix: longest leading run of keys present in any readable tier.
 //  - save: encode once, put into the first writable tier and wait for it; write through to the
 //    other writable tiers in the background, with bounded in-flight bytes. A write-through that
-//    does not fit is dropped and counted (the caller never stalls on lower tiers).
+//    does not fit is dropped and counted (the caller never stalls on lower tiers). When the only
+//    writable tier takes gather puts and the codec is the identity, nothing is encoded: the tier
+//    copies a header and the caller's regions (Capabilities::gather_puts).
 //  - load: from the fastest readable tier that holds the key; verified; decoded; promoted into
-//    faster writable tiers on hit (in the background, same bound).
+//    faster writable tiers on hit (in the background, same bound). A tier with no writable tier
+//    above it that takes scattered gets writes an identity payload straight into the caller's
+//    regions, verified before the first byte is written (Capabilities::scatter_gets).
 //  - lease: a lookup that will be followed by a load holds the keys it found against eviction
 //    until it releases them or a bounded lease time passes (docs/leases.md).
 //  - eviction: a tier that evicts for capacity hands the object to the stack, which demotes it
@@ -193,6 +197,18 @@ class TierStack {
   };
   // The raw payload of a verified image read from tier `t` (stage undone).
   Result<RawPayload> raw_payload(int t, std::span<const std::byte> image);
+  // Encodes `item` once, submits its put to tier `first` (id: the request, or out: why none)
+  // and queues the write-through to the other writable tiers.
+  void save_one(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
+                Status& out);
+  // save_one for a first tier that takes gather puts: a header, then item.src as the payload.
+  void save_gathered(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
+                     Status& out);
+  // Takes the finished get `id` (0: none was submitted) of `item` from tier `t` and serves it
+  // from `buf` into item.dst (null `buf`: a scattered get, already in item.dst): out and
+  // unserved say whether it was served, or why not.
+  void serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id, Image& buf,
+                 LoadResult& out, char& unserved);
   // Decodes `image`, read from tier `t` for `item`, into item.dst and promotes its payload into
   // the faster writable tiers. Returns: Ok, or why the image cannot be served (a copy that
   // fails its checks is removed from tier `t`).
@@ -209,7 +225,8 @@ class TierStack {
   void remove_background(int t, const ObjectKey& key);
   // Submits one request. Returns its id (never 0), or why the tier refused it (TimedOut: its
   // queue stayed full).
-  Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p);
+  Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
+                                   RegionList tail = {});
   void reap(int t, std::size_t min, std::chrono::microseconds wait);
   void drain_evictions();
   // Waits for foreground ids; on timeout they turn into background requests (TimedOut).

@@ -430,9 +430,9 @@ Result<Rebuild> rebuild_index(Store& s, bool superblock_ok) {
   const Geometry& g = s.geo;
   const StoreFiles& f = s.files;
   Rebuild out;
-  std::vector<std::uint32_t> todo = s.scan.lost_regions;
-  todo.insert(todo.end(), s.scan.corrupt_regions.begin(), s.scan.corrupt_regions.end());
-  std::sort(todo.begin(), todo.end());
+  std::vector<std::uint32_t> to_rebuild = s.scan.lost_regions;
+  to_rebuild.insert(to_rebuild.end(), s.scan.corrupt_regions.begin(), s.scan.corrupt_regions.end());
+  std::sort(to_rebuild.begin(), to_rebuild.end());
   auto sys = [&](const char* what) {
     return Status::io_error(fmt::format("{}/{}: {}", f.dir(), what, std::strerror(errno)));
   };
@@ -443,8 +443,8 @@ Result<Rebuild> rebuild_index(Store& s, bool superblock_ok) {
   for (const ScannedRegion& r : s.scan.regions) seq = std::max(seq, r.seq);
   AlignedBuffer window(kChunk, g.block_size), buf(kChunk, g.block_size);
   AlignedBuffer dir(g.dir_bytes(), g.block_size);
-  cli::Progress bar("rebuild", todo.size());
-  for (std::uint32_t r : todo) {
+  cli::Progress bar("rebuild", to_rebuild.size());
+  for (std::uint32_t r : to_rebuild) {
     std::memset(dir.data(), 0, dir.size());
     const std::vector<Entry> found = images_in_region(s, r, seq + 1, window, buf);
     if (!found.empty()) {

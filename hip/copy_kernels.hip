@@ -67,10 +67,29 @@ __global__ void __launch_bounds__(kThreads) copy_tiles(const Tile* __restrict__ 
 
 rt::StreamHandle stream_of(const Stream& s) { return static_cast<rt::StreamHandle>(s.handle()); }
 
-// Busy-waits `cycles` shader clock cycles: a forward layer of known duration.
-__global__ void spin_cycles(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
+// The device's wall clock: nanoseconds (CUDA's %globaltimer), or HIP's wall_clock64() counter,
+// which counts at a constant rate whatever the shader clock does (kWallTicksPerUs).
+__device__ inline unsigned long long wall_ticks() {
+#if defined(TIER_GPU_HIP)
+  return static_cast<unsigned long long>(wall_clock64());
+#else
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#endif
+}
+#if defined(TIER_GPU_HIP)
+// HIP 5.2 (Debian 12) has no attribute for the rate; gfx90a's wall clock runs at 100 MHz.
+constexpr unsigned long long kWallTicksPerUs = 100;
+#else
+constexpr unsigned long long kWallTicksPerUs = 1000;
+#endif
+
+// Busy-waits `ticks` of the device's wall clock: a forward layer of known duration, the same
+// wall time whether the shader clock boosts or other kernels share the multiprocessors.
+__global__ void spin_wall(unsigned long long ticks) {
+  const unsigned long long start = wall_ticks();
+  while (wall_ticks() - start < ticks) {
   }
 }
 
@@ -277,10 +296,9 @@ Status DeviceCopyExecutor::scatter(const CopyPlan& plan, std::span<const std::by
 
 Status spin_async(void* stream, int device, std::uint64_t nanoseconds, int blocks) noexcept {
   if (stream == nullptr || blocks < 1) return Status::invalid("spin_async: null stream or no block");
-  int khz = 0;
-  TIER_GPU_TRY(rt::clock_rate_khz(&khz, device));
-  const auto cycles = static_cast<long long>(nanoseconds * static_cast<std::uint64_t>(khz) / 1000000u);
-  spin_cycles<<<blocks, 32, 0, static_cast<rt::StreamHandle>(stream)>>>(cycles);
+  if (device < 0) return Status::invalid("spin_async: no device");
+  spin_wall<<<blocks, 32, 0, static_cast<rt::StreamHandle>(stream)>>>(nanoseconds *
+                                                                      kWallTicksPerUs / 1000u);
   TIER_GPU_TRY(rt::clear_last_error());
   return Status::ok();
 }

@@ -165,8 +165,9 @@ Status stream_wait_event(void* stream, const Event& event) noexcept;
 Status record_on(const Event& event, void* stream) noexcept;
 
 // Test and benchmark kernels (the synthetic forward pass of `tierbench forward`):
-//   spin_async      one kernel of `blocks` blocks that busy-waits `nanoseconds` (the device's
-//                   shader clock) on `stream`, a forward layer of known duration.
+//   spin_async      one kernel of `blocks` blocks that busy-waits `nanoseconds` of the device's
+//                   wall clock on `stream`: a forward layer of known duration, whatever the
+//                   shader clock does (boost, other kernels on the multiprocessors).
 //   fill_async      sets every byte of `dst` (device memory) to `value`, on `stream`.
 // `stream` is a Stream's handle() or a caller's stream. Errors: InvalidArgument, DeviceError.
 Status spin_async(void* stream, int device, std::uint64_t nanoseconds, int blocks = 1) noexcept;

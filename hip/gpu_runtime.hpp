@@ -83,10 +83,6 @@ inline Error stream_wait_event(StreamHandle s, EventHandle e) { return hipStream
 inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
   return hipMemsetAsync(p, v, n, s);
 }
-// Shader clock rate in kHz (the rate clock64() counts at).
-inline Error clock_rate_khz(int* khz, int d) {
-  return hipDeviceGetAttribute(khz, hipDeviceAttributeClockRate, d);
-}
 #else
 using Error = cudaError_t;
 using StreamHandle = cudaStream_t;
@@ -160,9 +156,6 @@ inline Error event_synchronize(EventHandle e) { return cudaEventSynchronize(e); 
 inline Error stream_wait_event(StreamHandle s, EventHandle e) { return cudaStreamWaitEvent(s, e, 0); }
 inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
   return cudaMemsetAsync(p, v, n, s);
-}
-inline Error clock_rate_khz(int* khz, int d) {
-  return cudaDeviceGetAttribute(khz, cudaDevAttrClockRate, d);
 }
 #endif
 

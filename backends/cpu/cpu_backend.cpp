@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <optional>
 
 #include "cpu_mode.hpp"
 #include "device_transfer.hpp"
@@ -23,7 +24,9 @@ CpuBackend::CpuBackend(std::string tier_name, std::unique_ptr<CpuMode> mode)
       device_(mode_->device()),
       capacity_(mode_->usage().capacity_bytes) {}
 
-CpuBackend::~CpuBackend() = default;
+CpuBackend::~CpuBackend() {
+  if (device_ != nullptr) device_->quiesce();  // no copy may read the storage once it is freed
+}
 
 Capabilities CpuBackend::capabilities() const noexcept {
   Capabilities c;
@@ -63,7 +66,26 @@ Status gather_into(std::span<const Piece> pieces, const Region& head, RegionList
 
 }  // namespace
 
+void CpuBackend::settle() noexcept {
+  if (copying_.empty()) return;
+  device_->quiesce();
+  finish_copies(copying_.size(), true);
+}
+
+void CpuBackend::finish_copies(std::size_t min, bool wait) noexcept {
+  while (!copying_.empty()) {
+    const Copying& c = copying_.front();
+    auto done = device_->scatter_done(c.ticket, wait && min > 0);
+    if (done && !*done) return;
+    Completion out{c.user_data, done.status(), done ? static_cast<std::size_t>(c.bytes) : 0};
+    ready_.push_back(std::move(out));
+    copying_.pop_front();
+    if (min > 0) --min;
+  }
+}
+
 Completion CpuBackend::put(const IoRequest& r) {
+  settle();  // a put may evict or move stored objects that a copy still reads
   auto evicted = [this](const ObjectKey& k, std::span<const std::byte> image, std::uint64_t n) {
     notify_evicted(k, image, n);
   };
@@ -87,9 +109,28 @@ Completion CpuBackend::put(const IoRequest& r) {
   return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
 }
 
-Completion CpuBackend::get(const IoRequest& r) {
+std::optional<Completion> CpuBackend::get(const IoRequest& r) {
   CpuMode::Outcome o;
-  if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
+  if (!r.tail.empty() && !r.tail.front().host_accessible()) {
+    // Device memory of one GPU (Backend::submit checked; only a pinned mode accepts it). The
+    // copy kernel reads the stored pieces after they verified; a heap mode's pieces stay put
+    // until this backend's next put or remove (which settle() first), so the copy completes in
+    // poll(). A shared segment may change once the hold ends: wait for the copy inside it.
+    std::uint64_t ticket = 0;
+    o = mode_->get_with(r.key, r.buf.size + total_bytes(r.tail),
+                        [&](std::span<const Piece> pieces) -> Status {
+                          auto t = device_->scatter_to_device(pieces, r.buf.bytes(), r.tail, r.key);
+                          if (!t) return t.status();
+                          ticket = *t;
+                          if (!mode_->shared()) return Status::ok();
+                          ticket = 0;
+                          return device_->scatter_done(*t, true).status();
+                        });
+    if (o.status.is_ok() && ticket != 0) {
+      copying_.push_back(Copying{r.user_data, ticket, o.bytes});
+      return std::nullopt;
+    }
+  } else if (!r.tail.empty()) {  // host memory
     o = mode_->get_with(r.key, r.buf.size + total_bytes(r.tail),
                         [&](std::span<const Piece> pieces) {
                           return scatter_verified(pieces, r.buf.bytes(), r.tail, r.key);
@@ -102,7 +143,7 @@ Completion CpuBackend::get(const IoRequest& r) {
     o = mode_->get(r.key, r.buf.bytes());
   }
   if (o.status.code() == Code::kChecksumMismatch) metrics().checksum_failures.add();
-  return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+  return Completion{r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
 }
 
 Completion CpuBackend::contains(const IoRequest& r) {
@@ -118,12 +159,13 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
         ready_.push_back(put(r));
         break;
       case Op::kGet:
-        ready_.push_back(get(r));
+        if (auto c = get(r)) ready_.push_back(std::move(*c));
         break;
       case Op::kContains:
         ready_.push_back(contains(r));
         break;
       case Op::kRemove:
+        settle();
         ready_.push_back({r.user_data, mode_->remove(r.key), 0});
         break;
     }
@@ -131,8 +173,12 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
   return reqs.size();
 }
 
-Result<std::size_t> CpuBackend::do_poll(std::span<Completion> out, std::size_t,
-                                        std::chrono::microseconds) noexcept {
+Result<std::size_t> CpuBackend::do_poll(std::span<Completion> out, std::size_t min,
+                                        std::chrono::microseconds wait) noexcept {
+  // Copies into device memory finish in order; wait for one only when the caller waits for
+  // completions that are not ready yet (a copy takes milliseconds at most).
+  if (!copying_.empty())
+    finish_copies(ready_.size() < min ? min - ready_.size() : 0, wait.count() > 0);
   std::size_t n = std::min(out.size(), ready_.size());
   for (std::size_t i = 0; i < n; ++i) out[i] = std::move(ready_[i]);
   ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));

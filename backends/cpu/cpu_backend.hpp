@@ -21,9 +21,15 @@
 //
 // Each mode is a CpuMode (cpu_mode.hpp); this class is the Backend around the one create() picks.
 // Every request completes synchronously inside submit() (device copies included: submit waits
-// for their DMA); poll() hands the completions out.
+// for their DMA), except a pinned heap tier's scattered get into device memory: it is verified
+// inside submit() and its copy kernel enqueued, and it completes in poll() once the copy
+// finished, so the copies of a batch of gets run back to back. Every put and remove first waits
+// for such copies (they read stored bytes a put could evict or move); poll() hands the
+// completions out.
 
+#include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tier/backend.hpp"
@@ -52,14 +58,28 @@ class CpuBackend final : public Backend {
   LeaseEnd do_release(LeaseId id) noexcept override;
 
  private:
+  // A scattered get whose copy into device memory is still running.
+  struct Copying {
+    std::uint64_t user_data = 0;
+    std::uint64_t ticket = 0;  // DeviceTransfer::scatter_to_device
+    std::uint64_t bytes = 0;   // the image size, for the completion
+  };
+
   Completion put(const IoRequest& r);
-  Completion get(const IoRequest& r);
+  // nullopt: a copy into device memory is running (copying_).
+  std::optional<Completion> get(const IoRequest& r);
   Completion contains(const IoRequest& r);
+  // Waits for every running copy and makes their completions ready.
+  void settle() noexcept;
+  // Makes the completions of finished copies ready, in order; with `wait`, blocks until at least
+  // `min` of them are.
+  void finish_copies(std::size_t min, bool wait) noexcept;
 
   std::unique_ptr<CpuMode> mode_;
   DeviceTransfer* device_;  // mode_'s device path (pinned modes), or nullptr
   std::uint64_t capacity_;
   std::vector<Completion> ready_;
+  std::deque<Copying> copying_;
 };
 
 }  // namespace tier::cpu

@@ -81,15 +81,27 @@ Result<std::unique_ptr<DeviceTransfer>> PinnedTransfer::register_mapping(
   return std::unique_ptr<DeviceTransfer>(std::move(t));
 }
 
-Result<gpu::Stream*> PinnedTransfer::stream_for(int device) noexcept {
+Result<PinnedTransfer::Gpu*> PinnedTransfer::gpu_for(int device) noexcept {
   const auto d = static_cast<std::size_t>(device);
-  if (device >= 0 && d < streams_.size() && streams_[d]) return &*streams_[d];
+  if (device >= 0 && d < gpus_.size() && gpus_[d]) return gpus_[d].get();
   if (device < 0 || device >= gpu::device_count())
     return Status::invalid(fmt::format("device region names GPU {}, which does not exist", device));
   TIER_ASSIGN_OR_RETURN(gpu::Stream s, gpu::Stream::create(device));
-  if (streams_.size() <= d) streams_.resize(d + 1);
-  streams_[d].emplace(std::move(s));
-  return &*streams_[d];
+  gpu::ExecutorOptions opts;
+  opts.device = device;
+  TIER_ASSIGN_OR_RETURN(auto executor, gpu::DeviceCopyExecutor::create(opts));
+  try {
+    if (gpus_.size() <= d) gpus_.resize(d + 1);
+    gpus_[d] = std::make_unique<Gpu>(Gpu{std::move(s), std::move(executor)});
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "pinned transfer: out of memory");
+  }
+  return gpus_[d].get();
+}
+
+Result<gpu::Stream*> PinnedTransfer::stream_for(int device) noexcept {
+  TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(device));
+  return &g->stream;
 }
 
 Status PinnedTransfer::put_from_device(std::span<const Piece> pieces, Region src,
@@ -146,6 +158,78 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
   if (!st) return fail(st);
   if (!sync) return fail(sync);
   return fail(verified);
+}
+
+Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> pieces,
+                                                        std::span<std::byte> header,
+                                                        RegionList payload,
+                                                        const ObjectKey& key) noexcept {
+  try {
+    TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(payload.empty() ? -1 : payload[0].device));
+    Ticket t;
+    TIER_RETURN_IF_ERROR(check_scattered(pieces, header, total_bytes(payload), key, t.stored));
+    TIER_ASSIGN_OR_RETURN(t.done, gpu::Event::create(g->stream.device()));
+    // One copy plan per piece: the parts of the payload regions that the piece's bytes fill, with
+    // image offsets relative to the piece (the first piece starts with the object header).
+    std::vector<CopySpan> spans;
+    std::size_t r = 0, at = 0;      // the payload region and the offset in it
+    std::uint64_t image_off = 0;    // image offset of the current piece's first byte
+    for (const Piece& p : pieces) {
+      spans.clear();
+      const std::uint64_t lo = std::max<std::uint64_t>(image_off, kObjectHeaderBytes);
+      const std::uint64_t hi = image_off + p.size();
+      for (std::uint64_t x = lo; x < hi;) {
+        while (payload[r].size == at) ++r, at = 0;  // sizes add up (checked): r stays in range
+        const std::uint64_t n = std::min<std::uint64_t>(hi - x, payload[r].size - at);
+        spans.push_back(CopySpan{payload[r].data + at, x - image_off, n});
+        x += n;
+        at += n;
+      }
+      if (!spans.empty()) {
+        CopyPlan plan{spans, MemoryKind::kDevice, g->stream.device(), p.size()};
+        Status st = g->executor->scatter_async(plan, pinned_region(p.data(), p.size()), g->stream);
+        if (!st) {
+          g->stream.synchronize().ignore();  // copies already enqueued read the pieces
+          return st;
+        }
+      }
+      image_off = hi;
+    }
+    TIER_RETURN_IF_ERROR(t.done.record(g->stream));
+    t.id = next_ticket_++;
+    t.header = header;
+    tickets_.push_back(std::move(t));
+    return tickets_.back().id;
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "pinned transfer: out of memory");
+  }
+}
+
+Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexcept {
+  auto it = std::find_if(tickets_.begin(), tickets_.end(),
+                         [&](const Ticket& t) { return t.id == ticket; });
+  if (it == tickets_.end()) return Status::invalid("pinned transfer: unknown scatter ticket");
+  Status st;
+  if (wait) {
+    st = it->done.synchronize();
+  } else {
+    auto done = it->done.done();
+    if (done && !*done) return false;
+    st = done.status();
+  }
+  if (st)
+    std::copy(it->stored.begin(), it->stored.end(), it->header.begin());
+  else
+    st = Status(Code::kDeviceError,
+                fmt::format("pinned tier: the copy into device memory failed: {}", st.message()));
+  tickets_.erase(it);
+  if (!st) return st;
+  return true;
+}
+
+void PinnedTransfer::quiesce() noexcept {
+  for (auto& g : gpus_)
+    if (g && !tickets_.empty()) g->stream.synchronize().ignore();
 }
 
 }  // namespace tier::cpu

@@ -12,6 +12,7 @@
 // Errors: NotSupported (no GPU), InvalidArgument, DeviceError; nothing throws or exits.
 // Threads: the tier's owner thread only.
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <span>
@@ -19,6 +20,7 @@
 
 #include "device_transfer.hpp"
 #include "gpu.hpp"
+#include "tier/object.hpp"
 
 namespace tier::cpu {
 
@@ -35,13 +37,35 @@ class PinnedTransfer final : public DeviceTransfer {
                          const ObjectKey& key) noexcept override;
   Status get_to_device(Region dst, std::span<const Piece> pieces,
                        const ObjectKey& key) noexcept override;
+  Result<std::uint64_t> scatter_to_device(std::span<const Piece> pieces,
+                                          std::span<std::byte> header, RegionList payload,
+                                          const ObjectKey& key) noexcept override;
+  Result<bool> scatter_done(std::uint64_t ticket, bool wait) noexcept override;
+  void quiesce() noexcept override;
 
  private:
+  // One GPU's copy resources, created on first use: the stream every transfer to or from that
+  // GPU runs on, and the copy executor of scattered gets (its kernels and staging buffer).
+  struct Gpu {
+    gpu::Stream stream;
+    std::unique_ptr<gpu::DeviceCopyExecutor> executor;
+  };
+  // A scattered get in flight: the event behind its copy, and the header to write when done.
+  struct Ticket {
+    std::uint64_t id = 0;
+    gpu::Event done;
+    std::span<std::byte> header;
+    std::array<std::byte, kObjectHeaderBytes> stored{};
+  };
+
   PinnedTransfer() = default;
+  Result<Gpu*> gpu_for(int device) noexcept;
   Result<gpu::Stream*> stream_for(int device) noexcept;
 
   std::optional<gpu::PinnedRegistration> registration_;
-  std::vector<std::optional<gpu::Stream>> streams_;  // by GPU ordinal
+  std::vector<std::unique_ptr<Gpu>> gpus_;  // by GPU ordinal
+  std::vector<Ticket> tickets_;             // in submission order
+  std::uint64_t next_ticket_ = 1;
 };
 
 }  // namespace tier::cpu

@@ -129,4 +129,12 @@ Status PageCodec::decode(std::span<const std::byte> payload, RegionList dst) con
   }
 }
 
+Status PageCodec::direct(RegionList regions) const noexcept {
+  try {
+    return plan(regions).status();
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "dsv4 PAGE: out of memory building the plan");
+  }
+}
+
 }  // namespace tier::dsv4

@@ -39,9 +39,11 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
   if (r.op == Op::kGet && !r.tail.empty()) {
     if (!b.host_accessible() || b.size != kObjectHeaderBytes)
       return Status::invalid("get: a scattered get's header buffer must be 96 bytes of host memory");
+    if (!tail_on_one_side(r.tail))
+      return Status::invalid(
+          "get: tail regions must be all host memory or all device memory of one GPU");
     for (const Region& t : r.tail) {
       if (t.size == 0) continue;
-      if (!t.host_accessible()) return Status::invalid("get: tail regions must be host memory");
       TIER_RETURN_IF_ERROR(check_buffer(r, t, caps));
     }
   }
@@ -79,6 +81,22 @@ Status verify_header(std::span<const std::byte> image, const ObjectKey& expected
 }
 
 }  // namespace
+
+bool tail_on_one_side(RegionList tail) noexcept {
+  bool host = false, device = false;
+  std::int32_t gpu = -1;
+  for (const Region& t : tail) {
+    if (t.size == 0) continue;
+    if (t.host_accessible()) {
+      host = true;
+    } else {
+      if (device && t.device != gpu) return false;
+      device = true;
+      gpu = t.device;
+    }
+  }
+  return !(host && device);
+}
 
 Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   const Capabilities caps = capabilities();

@@ -58,6 +58,8 @@ Status IdentityCodec::decode(std::span<const std::byte> payload, RegionList dst)
   return Status::ok();
 }
 
+Status IdentityCodec::direct(RegionList regions) const noexcept { return check_host(regions); }
+
 const tier_plugin_v1* identity_codec_plugin() { return &kIdentity; }
 
 }  // namespace tier

@@ -158,6 +158,11 @@ void set_verify_threads(unsigned threads) noexcept {
   detail::VerifyPool::instance().set_threads(threads);
 }
 
+void for_each_on_verify_threads(std::size_t count, void (*fn)(void* ctx, std::size_t i) noexcept,
+                                void* ctx) noexcept {
+  detail::VerifyPool::instance().run(count, fn, ctx);
+}
+
 void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noexcept {
   std::byte* p = image.data();
   std::memset(p, 0, kObjectHeaderBytes);
@@ -318,29 +323,39 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
   return Status::ok();
 }
 
-Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
-                        RegionList payload, const ObjectKey& expected) noexcept {
-  auto want = header.size() == kObjectHeaderBytes ? parse_object_header(header)
-                                                  : Result<ObjectHeader>(Status::invalid(""));
+namespace {
+
+// Visits the bytes [from, end) of an image held as `stored` pieces, piece by piece.
+template <class Fn>
+void each_stored(std::span<const std::span<std::byte>> stored, std::size_t from, Fn&& fn) {
+  std::size_t off = 0;
+  for (const auto& p : stored) {
+    if (off + p.size() > from) {
+      std::size_t skip = from > off ? from - off : 0;
+      fn(p.data() + skip, p.size() - skip);
+    }
+    off += p.size();
+  }
+}
+
+}  // namespace
+
+Status check_scattered(std::span<const std::span<std::byte>> stored,
+                       std::span<const std::byte> expected_header, std::uint64_t payload_bytes,
+                       const ObjectKey& expected, std::span<std::byte> stored_header) noexcept {
+  auto want = expected_header.size() == kObjectHeaderBytes
+                  ? parse_object_header(expected_header)
+                  : Result<ObjectHeader>(Status::invalid(""));
   if (!want) return Status::invalid("scattered get: no expected header in the header buffer");
+  if (stored_header.size() != kObjectHeaderBytes)
+    return Status::invalid("scattered get: the stored header needs 96 bytes");
   std::size_t total = 0;
   for (const auto& p : stored) total += p.size();
   if (total < kObjectHeaderBytes)
     return Status(Code::kChecksumMismatch, "image is shorter than its header");
-  // Visits the stored bytes [from, total) piece by piece.
-  auto each = [&](std::size_t from, auto&& fn) {
-    std::size_t off = 0;
-    for (const auto& p : stored) {
-      if (off + p.size() > from) {
-        std::size_t skip = from > off ? from - off : 0;
-        fn(p.data() + skip, p.size() - skip);
-      }
-      off += p.size();
-    }
-  };
   std::byte head[kObjectHeaderBytes];
   std::size_t got = 0;
-  each(0, [&](const std::byte* p, std::size_t n) {
+  each_stored(stored, 0, [&](const std::byte* p, std::size_t n) {
     std::size_t k = std::min(n, kObjectHeaderBytes - got);
     std::memcpy(head + got, p, k);
     got += k;
@@ -355,15 +370,24 @@ Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<
     return Status::invalid(fmt::format("object has layout {} (stage {}), the caller expects {} ({})",
                                        h->layout_id, h->stage_id, want->layout_id,
                                        want->stage_id));
-  if (h->payload_bytes != total_bytes(payload))
+  if (h->payload_bytes != payload_bytes)
     return Status::invalid(fmt::format("object payload of {} bytes for regions of {}",
-                                       h->payload_bytes, total_bytes(payload)));
+                                       h->payload_bytes, payload_bytes));
   auto piece = [&](std::size_t i) { return std::span<const std::byte>(stored[i]); };
   if (pieces_checksum(stored.size(), piece, kObjectHeaderBytes, h->payload_bytes, h->version) !=
       h->payload_checksum)
     return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  std::memcpy(stored_header.data(), head, kObjectHeaderBytes);
+  return Status::ok();
+}
+
+Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
+                        RegionList payload, const ObjectKey& expected) noexcept {
+  std::byte head[kObjectHeaderBytes];
+  TIER_RETURN_IF_ERROR(check_scattered(stored, header, total_bytes(payload), expected,
+                                       std::span<std::byte>(head, kObjectHeaderBytes)));
   std::size_t r = 0, at = 0;  // the destination region and the offset in it
-  each(kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
+  each_stored(stored, kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
     while (n > 0) {
       while (payload[r].size == at) ++r, at = 0;  // sizes add up: r stays in range
       std::size_t k = std::min(n, payload[r].size - at);

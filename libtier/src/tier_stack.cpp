@@ -535,21 +535,24 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
     }
   // The first tier stores straight from the caller's regions when it copies puts inside submit
   // (gather_puts, any alignment, host regions of kinds it takes), keeps raw payloads, the
-  // payload is the regions' bytes (the identity layout) and no other tier needs an image: only
-  // the header is built here.
+  // payload is the regions' bytes (Codec::direct) and no other tier needs an image: only the
+  // header is built here.
   const Tier& to = tiers_[static_cast<std::size_t>(first)];
   const Capabilities caps = to.backend->capabilities();
   const bool gather =
       caps.gather_puts && caps.io_alignment <= 1 && !to.stage &&
-      codec.layout_id() == kIdentityLayoutId &&
       std::count_if(tiers_.begin(), tiers_.end(), [](const Tier& t) { return t.spec.write; }) == 1;
-  auto accepted = [&](const Region& r) {
-    return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+  auto direct = [&](RegionList src) {
+    return std::all_of(src.begin(), src.end(),
+                       [&](const Region& r) {
+                         return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+                       }) &&
+           codec.direct(src).is_ok();
   };
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.saves.add();
-    if (gather && std::all_of(items[i].src.begin(), items[i].src.end(), accepted))
+    if (gather && direct(items[i].src))
       save_gathered(first, items[i], codec, ids[i], out[i]);
     else
       save_one(first, items[i], codec, ids[i], out[i]);
@@ -599,12 +602,16 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
     if (!tiers_[t].spec.read) continue;
     const int tier = static_cast<int>(t);
     // A tier that takes scattered gets writes the payload straight into the caller's regions
-    // when that is all a hit needs: the identity layout, no stage, nothing to promote into.
+    // (host or device memory) when that is all a hit needs: a codec whose payload is the regions'
+    // bytes (Codec::direct), no stage, nothing to promote into.
     const Capabilities caps = tiers_[t].backend->capabilities();
-    const bool scatter = caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t].stage &&
-                         codec.layout_id() == kIdentityLayoutId && !above_writable;
-    auto accepted = [&](const Region& r) {
-      return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+    const bool scatter =
+        caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t].stage && !above_writable;
+    auto direct = [&](RegionList dst) {
+      return tail_on_one_side(dst) && codec.direct(dst).is_ok() &&
+             std::all_of(dst.begin(), dst.end(), [&](const Region& r) {
+               return r.size == 0 || (caps.memory_kinds & kind_bit(r.kind)) != 0;
+             });
     };
     std::vector<std::uint64_t> ids(items.size(), 0);
     std::vector<Image> bufs(items.size());
@@ -616,8 +623,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       return ids[i] == 0 || (it != pending_.end() && it->second.finished);
     };
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (unserved[i] && scatter && raw_size[i] > 0 &&
-          std::all_of(items[i].dst.begin(), items[i].dst.end(), accepted)) {
+      if (unserved[i] && scatter && raw_size[i] > 0 && direct(items[i].dst)) {
         // The header of what this load accepts; the tier overwrites it with the stored one. It
         // is the pending request's image, so it lives as long as the request (poll reads it),
         // also when the get times out and turns into background work; bufs[i] stays null.

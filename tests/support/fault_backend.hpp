@@ -86,10 +86,14 @@ class FaultInjectingBackend final : public Backend {
         ++n;
         continue;
       }
-      if (r.op == Op::kPut && fc.mutate_put) {
+      if (r.op == Op::kPut && (fc.mutate_put || !r.tail.empty())) {
+        // The whole image, also of a gather put (header in buf, payload in the tail regions),
+        // copied now as gather_puts promises: a held put is submitted later.
         auto copy = std::make_unique<std::vector<std::byte>>(r.buf.data, r.buf.data + r.buf.size);
-        fc.mutate_put(r.key, *copy);
+        for (const Region& t : r.tail) copy->insert(copy->end(), t.data, t.data + t.size);
+        if (fc.mutate_put) fc.mutate_put(r.key, *copy);
         fwd.buf = host_region(*copy);
+        fwd.tail = {};
         copies_[r.user_data] = std::move(copy);
       }
       if (r.op == Op::kPut && fc.hold_put && fc.hold_put(r.key)) {

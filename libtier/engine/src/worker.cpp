@@ -80,6 +80,10 @@ class Serialized final : public Codec {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_.decode(payload, dst);
   }
+  Status direct(RegionList regions) const noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inner_.direct(regions);
+  }
 
  private:
   const Codec& inner_;

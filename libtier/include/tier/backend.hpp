@@ -85,10 +85,16 @@ struct Capabilities {
   // verifies (header, key, payload checksum), has those layout and stage ids and a payload of
   // exactly the tail's size; then the stored header into `buf`. Otherwise it writes nothing there
   // (InvalidArgument for a size or layout mismatch, ChecksumMismatch). Completion::bytes is the
-  // image size. Such a get is done when submit() returns (the tail is not written afterwards);
-  // `buf` is read again by poll(), so it stays valid until the completion is reaped.
+  // image size. The tail regions are all host memory, or all device memory of one GPU when
+  // memory_kinds has kDevice (a pinned tier's copy kernel writes them after the same checks).
+  // The tail may be written until the completion is reaped (a device copy completes in poll());
+  // `buf` is read again by poll(), so both stay valid until then.
   bool scatter_gets = false;
 };
+
+// Whether a scattered get's `tail` (empty regions aside) is all host memory, or all device
+// memory of one GPU: what Capabilities::scatter_gets accepts.
+bool tail_on_one_side(RegionList tail) noexcept;
 
 // A lease's id within one Backend (or one TierStack); 0 is no lease.
 using LeaseId = std::uint64_t;

@@ -35,6 +35,16 @@ class Codec {
   // Decodes `payload` into `dst`. Errors: InvalidArgument (sizes do not match the regions),
   // ChecksumMismatch (a framed payload that fails its own checks). Nothing is written on error.
   virtual Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept = 0;
+  // Whether a tier may move the payload for `regions` itself, without encode() or decode() (a
+  // TierStack then lets a tier that takes scattered gets write a verified payload straight into
+  // the regions, device memory included: docs/object-format.md, "Direct payloads"). Ok when the
+  // payload is exactly the regions' bytes concatenated in order and `regions` pass every check
+  // decode() makes of them (so a refused list fails here as it would there). NotSupported, the
+  // default, for a codec that transforms or frames its bytes.
+  virtual Status direct(RegionList regions) const noexcept {
+    (void)regions;
+    return Status(Code::kNotSupported, "this codec transforms its payload");
+  }
 };
 
 class StageCodec {

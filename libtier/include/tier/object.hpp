@@ -114,6 +114,16 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
 Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
                         RegionList payload, const ObjectKey& expected) noexcept;
 
+// The checks of scatter_verified() without its copy, for a tier that moves the payload itself
+// (a pinned tier's copy kernel into device memory): the stored image held by `stored` against
+// `expected_header` (the caller's layout and stage ids), `expected` key and a payload of exactly
+// `payload_bytes`, payload checksum included. On Ok, `stored_header` holds the stored header's
+// kObjectHeaderBytes. Returns what scatter_verified() returns; nothing is written but
+// `stored_header`.
+Status check_scattered(std::span<const std::span<std::byte>> stored,
+                       std::span<const std::byte> expected_header, std::uint64_t payload_bytes,
+                       const ObjectKey& expected, std::span<std::byte> stored_header) noexcept;
+
 // Overwrites the header so a failed image can never be parsed as valid.
 void scrub_object(std::span<std::byte> image) noexcept;
 
@@ -123,5 +133,12 @@ void scrub_object(std::span<std::byte> image) noexcept;
 // the default again); the benchmarks use it to compare thread counts.
 unsigned verify_threads() noexcept;
 void set_verify_threads(unsigned threads) noexcept;
+
+// Calls fn(ctx, i) once for every i in [0, count) on the verification threads (the caller
+// included) and returns when every call has returned: for codecs that check a large frame in
+// independent pieces (dsv4 AOS1's CRC-32). `fn` must not throw, block on another verification
+// job or call this again.
+void for_each_on_verify_threads(std::size_t count, void (*fn)(void* ctx, std::size_t i) noexcept,
+                                void* ctx) noexcept;
 
 }  // namespace tier

@@ -1,4 +1,4 @@
-/* libtier plugin C ABI, version 1.
+/* libtier plugin C ABI, version 2.
  *
  * A plugin is a shared object that exports
  *
@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define TIER_PLUGIN_ABI_VERSION 1u
+#define TIER_PLUGIN_ABI_VERSION 2u  /* 2: Codec::direct() */
 #define TIER_PLUGIN_ENTRY_SYMBOL "tier_plugin_entry"
 
 enum tier_plugin_kind {

@@ -92,7 +92,7 @@ Completion CpuBackend::put(const IoRequest& r) {
   CpuMode::Outcome o;
   if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
     o = mode_->put_with(
-        r.key, r.buf.size + total_bytes(r.tail),
+        r.key, r.buf.size + r.skip + total_bytes(r.tail),
         [&](std::span<const Piece> pieces) { return gather_into(pieces, r.buf, r.tail); },
         evicted);
   } else if (r.buf.kind == MemoryKind::kDevice) {
@@ -117,9 +117,10 @@ std::optional<Completion> CpuBackend::get(const IoRequest& r) {
     // until this backend's next put or remove (which settle() first), so the copy completes in
     // poll(). A shared segment may change once the hold ends: wait for the copy inside it.
     std::uint64_t ticket = 0;
-    o = mode_->get_with(r.key, r.buf.size + total_bytes(r.tail),
+    o = mode_->get_with(r.key, r.buf.size + r.skip + total_bytes(r.tail),
                         [&](std::span<const Piece> pieces) -> Status {
-                          auto t = device_->scatter_to_device(pieces, r.buf.bytes(), r.tail, r.key);
+                          auto t = device_->scatter_to_device(pieces, r.buf.bytes(), r.tail,
+                                                              r.key, r.skip, r.check);
                           if (!t) return t.status();
                           ticket = *t;
                           if (!mode_->shared()) return Status::ok();
@@ -131,9 +132,10 @@ std::optional<Completion> CpuBackend::get(const IoRequest& r) {
       return std::nullopt;
     }
   } else if (!r.tail.empty()) {  // host memory
-    o = mode_->get_with(r.key, r.buf.size + total_bytes(r.tail),
+    o = mode_->get_with(r.key, r.buf.size + r.skip + total_bytes(r.tail),
                         [&](std::span<const Piece> pieces) {
-                          return scatter_verified(pieces, r.buf.bytes(), r.tail, r.key);
+                          return scatter_verified(pieces, r.buf.bytes(), r.tail, r.key, r.skip,
+                                                  r.check);
                         });
   } else if (r.buf.kind == MemoryKind::kDevice) {
     o = mode_->get_with(r.key, r.buf.size, [&](std::span<const Piece> pieces) {

@@ -44,15 +44,17 @@ class DeviceTransfer {
 
   // A scattered get into device memory (Capabilities::scatter_gets with a tail of kDevice regions
   // of one GPU): first checks the stored image held by `pieces` as check_scattered() does (the
-  // caller's expected header in `header`, `key`, exact length, a payload of exactly the tail's
-  // bytes, the payload checksum on the verification threads); only then enqueues the copy of the
-  // payload into `payload` (one copy-kernel launch per piece, reading the page-locked bytes).
+  // caller's expected header in `header`, `key`, exact length, a payload of exactly `skip` + the
+  // tail's bytes, the payload checksum on the verification threads, then `check`); only then
+  // enqueues the copy of the payload after its first `skip` bytes into `payload` (one
+  // copy-kernel launch per piece, reading the page-locked bytes).
   // Nothing is written when a check fails. Returns a ticket for scatter_done(); the pieces must
   // keep their bytes, and `header` and `payload` stay valid, until it reported the ticket done.
   // Returns: the ticket, InvalidArgument (layout, stage or size), ChecksumMismatch, DeviceError.
   virtual Result<std::uint64_t> scatter_to_device(std::span<const Piece> pieces,
                                                   std::span<std::byte> header, RegionList payload,
-                                                  const ObjectKey& key) noexcept = 0;
+                                                  const ObjectKey& key, std::size_t skip,
+                                                  const PayloadCheck* check) noexcept = 0;
   // Whether the copy of `ticket` has finished (`wait`: blocks until it has). When it has, the
   // stored header is written into the ticket's `header` and the ticket ends: Ok(true). Ok(false):
   // still copying. DeviceError: the copy failed (the payload regions hold unspecified bytes, the

@@ -163,20 +163,23 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
 Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> pieces,
                                                         std::span<std::byte> header,
                                                         RegionList payload,
-                                                        const ObjectKey& key) noexcept {
+                                                        const ObjectKey& key, std::size_t skip,
+                                                        const PayloadCheck* check) noexcept {
   try {
     TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(payload.empty() ? -1 : payload[0].device));
     Ticket t;
-    TIER_RETURN_IF_ERROR(check_scattered(pieces, header, total_bytes(payload), key, t.stored));
+    TIER_RETURN_IF_ERROR(
+        check_scattered(pieces, header, skip + total_bytes(payload), key, t.stored, check));
     TIER_ASSIGN_OR_RETURN(t.done, gpu::Event::create(g->stream.device()));
     // One copy plan per piece: the parts of the payload regions that the piece's bytes fill, with
-    // image offsets relative to the piece (the first piece starts with the object header).
+    // image offsets relative to the piece (the image starts with the object header and `skip`
+    // payload bytes that go nowhere).
     std::vector<CopySpan> spans;
     std::size_t r = 0, at = 0;      // the payload region and the offset in it
     std::uint64_t image_off = 0;    // image offset of the current piece's first byte
     for (const Piece& p : pieces) {
       spans.clear();
-      const std::uint64_t lo = std::max<std::uint64_t>(image_off, kObjectHeaderBytes);
+      const std::uint64_t lo = std::max<std::uint64_t>(image_off, kObjectHeaderBytes + skip);
       const std::uint64_t hi = image_off + p.size();
       for (std::uint64_t x = lo; x < hi;) {
         while (payload[r].size == at) ++r, at = 0;  // sizes add up (checked): r stays in range

@@ -39,7 +39,8 @@ class PinnedTransfer final : public DeviceTransfer {
                        const ObjectKey& key) noexcept override;
   Result<std::uint64_t> scatter_to_device(std::span<const Piece> pieces,
                                           std::span<std::byte> header, RegionList payload,
-                                          const ObjectKey& key) noexcept override;
+                                          const ObjectKey& key, std::size_t skip,
+                                          const PayloadCheck* check) noexcept override;
   Result<bool> scatter_done(std::uint64_t ticket, bool wait) noexcept override;
   void quiesce() noexcept override;
 

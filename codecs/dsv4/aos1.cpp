@@ -126,42 +126,59 @@ Aos1Error finalize_aos1(std::span<std::byte> frame, Aos1Header h) noexcept {
   return Aos1Error::kNone;
 }
 
-Aos1Decoded decode_aos1(std::span<const std::byte> frame, const Aos1Expect& x) noexcept {
-  Aos1Decoded d;
-  auto fail = [&](Aos1Error e) {
-    d.error = e;
-    d.payload = {};
-    return d;
-  };
+Aos1Error check_aos1(std::span<const std::span<std::byte>> frame, const Aos1Expect& x,
+                     Aos1Header& h) noexcept {
+  std::size_t total = 0;
+  for (const auto& p : frame) total += p.size();
   // (1) length, (2) one snapshot of the header: later checks never re-read the source.
-  if (frame.size() < kAos1HeaderBytes) return fail(Aos1Error::kTruncated);
+  if (total < kAos1HeaderBytes) return Aos1Error::kTruncated;
   std::array<std::byte, kAos1HeaderBytes> snap;
-  std::memcpy(snap.data(), frame.data(), kAos1HeaderBytes);
+  std::size_t got = 0;
+  for (const auto& p : frame) {
+    const std::size_t take = std::min(p.size(), snap.size() - got);
+    std::memcpy(snap.data() + got, p.data(), take);
+    got += take;
+    if (got == snap.size()) break;
+  }
   // (3) identity of the format.
-  if (std::memcmp(snap.data(), kMagic, 4) != 0) return fail(Aos1Error::kBadMagic);
-  d.header = read_aos1_header(std::span<const std::byte, kAos1HeaderBytes>(snap));
-  const Aos1Header& h = d.header;
-  if (h.version != kAos1Version) return fail(Aos1Error::kBadVersion);
-  if (h.flags != 0) return fail(Aos1Error::kBadFlags);
+  if (std::memcmp(snap.data(), kMagic, 4) != 0) return Aos1Error::kBadMagic;
+  h = read_aos1_header(std::span<const std::byte, kAos1HeaderBytes>(snap));
+  if (h.version != kAos1Version) return Aos1Error::kBadVersion;
+  if (h.flags != 0) return Aos1Error::kBadFlags;
   if (std::any_of(snap.begin() + 64, snap.end(), [](std::byte b) { return b != std::byte{0}; }))
-    return fail(Aos1Error::kReservedNonZero);
+    return Aos1Error::kReservedNonZero;
   // (4) the expectations.
   if (x.boundary_tokens == 0 || x.payload_bytes == 0 || x.tp_size == 0 || x.tp_rank >= x.tp_size)
-    return fail(Aos1Error::kBadExpectation);
+    return Aos1Error::kBadExpectation;
   // (5) identity of the object, before any size-driven work.
   if (h.boundary_tokens == 0 || h.boundary_tokens != x.boundary_tokens)
-    return fail(Aos1Error::kBoundaryTokens);
-  if (h.boundary_block_hash != x.boundary_block_hash) return fail(Aos1Error::kBoundaryHash);
-  if (h.payload_bytes == 0 || h.payload_bytes != x.payload_bytes)
-    return fail(Aos1Error::kPayloadBytes);
-  if (h.fingerprint != x.fingerprint) return fail(Aos1Error::kFingerprint);
+    return Aos1Error::kBoundaryTokens;
+  if (h.boundary_block_hash != x.boundary_block_hash) return Aos1Error::kBoundaryHash;
+  if (h.payload_bytes == 0 || h.payload_bytes != x.payload_bytes) return Aos1Error::kPayloadBytes;
+  if (h.fingerprint != x.fingerprint) return Aos1Error::kFingerprint;
   if (h.tp_size == 0 || h.tp_rank >= h.tp_size || h.tp_size != x.tp_size || h.tp_rank != x.tp_rank)
-    return fail(Aos1Error::kTpGeometry);
-  // (6) exact total length, (7) CRC.
-  if (frame.size() - kAos1HeaderBytes != x.payload_bytes) return fail(Aos1Error::kLength);
-  auto payload = frame.subspan(kAos1HeaderBytes);
-  if (crc32_of(payload) != h.payload_crc32) return fail(Aos1Error::kCrc);
-  d.payload = payload;
+    return Aos1Error::kTpGeometry;
+  // (6) exact total length, (7) CRC, piece by piece (crc32_combine).
+  if (total - kAos1HeaderBytes != x.payload_bytes) return Aos1Error::kLength;
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  std::size_t off = 0;
+  for (const auto& p : frame) {
+    const std::size_t skip = off < kAos1HeaderBytes ? std::min(kAos1HeaderBytes - off, p.size()) : 0;
+    off += p.size();
+    if (skip == p.size()) continue;
+    const std::size_t n = p.size() - skip;
+    crc = crc32_combine(crc, crc32_of(std::span<const std::byte>(p.data() + skip, n)),
+                        static_cast<z_off_t>(n));
+  }
+  if (static_cast<std::uint32_t>(crc & 0xffffffffu) != h.payload_crc32) return Aos1Error::kCrc;
+  return Aos1Error::kNone;
+}
+
+Aos1Decoded decode_aos1(std::span<const std::byte> frame, const Aos1Expect& x) noexcept {
+  Aos1Decoded d;
+  const std::span<std::byte> whole(const_cast<std::byte*>(frame.data()), frame.size());  // read only
+  d.error = check_aos1(std::span(&whole, 1), x, d.header);
+  if (d.error == Aos1Error::kNone) d.payload = frame.subspan(kAos1HeaderBytes);
   return d;
 }
 

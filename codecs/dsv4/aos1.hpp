@@ -81,6 +81,11 @@ std::string_view aos1_error_name(Aos1Error e) noexcept;
 // ChecksumMismatch "aos1 <name>" (InvalidArgument for kBadExpectation); OK for kNone.
 Status aos1_status(Aos1Error e);
 
+// decode_aos1()'s checks, in its order, over a frame held in pieces (in order: a stored image's
+// blocks); `h` receives the header snapshot. The CRC is combined piece by piece.
+Aos1Error check_aos1(std::span<const std::span<std::byte>> frame, const Aos1Expect& x,
+                     Aos1Header& h) noexcept;
+
 struct Aos1Decoded {
   Aos1Error error = Aos1Error::kNone;
   Aos1Header header;                    // the snapshot (valid when error == kNone)

@@ -129,9 +129,10 @@ Status PageCodec::decode(std::span<const std::byte> payload, RegionList dst) con
   }
 }
 
-Status PageCodec::direct(RegionList regions) const noexcept {
+Result<DirectForm> PageCodec::direct(RegionList regions) const noexcept {
   try {
-    return plan(regions).status();
+    TIER_RETURN_IF_ERROR(plan(regions).status());
+    return DirectForm{};
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "dsv4 PAGE: out of memory building the plan");
   }

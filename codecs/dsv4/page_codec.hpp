@@ -78,7 +78,7 @@ class PageCodec final : public Codec {
   // described blocks: the stored object is not what its key says).
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
   // The PAGE image is the blocks' spans concatenated in plan order: Ok for a list plan() accepts.
-  Status direct(RegionList regions) const noexcept override;
+  Result<DirectForm> direct(RegionList regions) const noexcept override;
 
  private:
   PageCodec(std::vector<BoundRegion> regions, std::uint64_t num_blocks, CopyExecutor* executor);

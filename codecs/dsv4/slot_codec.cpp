@@ -187,4 +187,24 @@ Status SlotBoundaryCodec::decode(std::span<const std::byte> payload,
   }
 }
 
+Result<DirectForm> SlotBoundaryCodec::direct(RegionList regions) const noexcept {
+  try {
+    TIER_RETURN_IF_ERROR(slot_->plan(regions).status());
+    return DirectForm{kAos1HeaderBytes, this};
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "dsv4 SLOT: out of memory building the plan");
+  }
+}
+
+Status SlotBoundaryCodec::check(std::span<const std::span<std::byte>> frame) const noexcept {
+  Aos1Header h;
+  const Aos1Error e = check_aos1(frame, expectations(), h);
+  if (e == Aos1Error::kNone) return Status::ok();
+  try {
+    return aos1_status(e);
+  } catch (...) {
+    return Status(Code::kChecksumMismatch, "aos1 frame refused");
+  }
+}
+
 }  // namespace tier::dsv4

@@ -116,7 +116,7 @@ class SlotCodec {
 };
 
 // payload = AOS1 frame (128-byte header + SLOT image).
-class SlotBoundaryCodec final : public Codec {
+class SlotBoundaryCodec final : public Codec, public PayloadCheck {
  public:
   SlotBoundaryCodec(const SlotCodec& slot, const Boundary& boundary) noexcept
       : slot_(&slot), boundary_(boundary) {}
@@ -130,6 +130,11 @@ class SlotBoundaryCodec final : public Codec {
   Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override;
   // Errors: InvalidArgument (regions), ChecksumMismatch "aos1 <error>" (the frame).
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
+  // The AOS1 header is the framing: a tier may scatter the slot image itself after check()
+  // (this codec) accepted the stored frame.
+  Result<DirectForm> direct(RegionList regions) const noexcept override;
+  // decode()'s frame checks (check_aos1) over a frame held in pieces.
+  Status check(std::span<const std::span<std::byte>> frame) const noexcept override;
 
  private:
   const SlotCodec* slot_;

@@ -33,6 +33,8 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
   if (!r.tail.empty() && !(r.op == Op::kPut && caps.gather_puts) &&
       !(r.op == Op::kGet && caps.scatter_gets))
     return Status::invalid(fmt::format("{}: this tier takes no tail regions", op_name(r.op)));
+  if ((r.skip != 0 || r.check != nullptr) && (r.op != Op::kGet || r.tail.empty()))
+    return Status::invalid(fmt::format("{}: skip and check belong to scattered gets", op_name(r.op)));
   if (r.op != Op::kPut && r.op != Op::kGet) return Status::ok();
   const Region& b = r.buf;
   TIER_RETURN_IF_ERROR(check_buffer(r, b, caps));
@@ -123,7 +125,10 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
       pending_.emplace_back();
     }
     pending_[id] = Pending{reqs[i].user_data, reqs[i].key, reqs[i].buf,
-                           reqs[i].op == Op::kGet ? total_bytes(reqs[i].tail) : 0, reqs[i].op,
+                           reqs[i].op == Op::kGet && !reqs[i].tail.empty()
+                               ? reqs[i].skip + total_bytes(reqs[i].tail)
+                               : 0,
+                           reqs[i].op,
                            true};
     IoRequest inner = reqs[i];
     inner.user_data = id;

@@ -58,7 +58,10 @@ Status IdentityCodec::decode(std::span<const std::byte> payload, RegionList dst)
   return Status::ok();
 }
 
-Status IdentityCodec::direct(RegionList regions) const noexcept { return check_host(regions); }
+Result<DirectForm> IdentityCodec::direct(RegionList regions) const noexcept {
+  TIER_RETURN_IF_ERROR(check_host(regions));
+  return DirectForm{};
+}
 
 const tier_plugin_v1* identity_codec_plugin() { return &kIdentity; }
 

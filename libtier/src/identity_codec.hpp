@@ -15,7 +15,7 @@ class IdentityCodec final : public Codec {
   Result<std::size_t> encoded_size(RegionList src) const noexcept override;
   Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override;
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
-  Status direct(RegionList regions) const noexcept override;
+  Result<DirectForm> direct(RegionList regions) const noexcept override;
 };
 
 const tier_plugin_v1* identity_codec_plugin();

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <new>
+#include <vector>
 
 #include "verify_pool.hpp"
 
@@ -342,7 +344,8 @@ void each_stored(std::span<const std::span<std::byte>> stored, std::size_t from,
 
 Status check_scattered(std::span<const std::span<std::byte>> stored,
                        std::span<const std::byte> expected_header, std::uint64_t payload_bytes,
-                       const ObjectKey& expected, std::span<std::byte> stored_header) noexcept {
+                       const ObjectKey& expected, std::span<std::byte> stored_header,
+                       const PayloadCheck* check) noexcept {
   auto want = expected_header.size() == kObjectHeaderBytes
                   ? parse_object_header(expected_header)
                   : Result<ObjectHeader>(Status::invalid(""));
@@ -377,17 +380,29 @@ Status check_scattered(std::span<const std::span<std::byte>> stored,
   if (pieces_checksum(stored.size(), piece, kObjectHeaderBytes, h->payload_bytes, h->version) !=
       h->payload_checksum)
     return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  if (check != nullptr) {
+    std::vector<std::span<std::byte>> payload;
+    try {
+      each_stored(stored, kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
+        payload.emplace_back(const_cast<std::byte*>(p), n);
+      });
+    } catch (const std::bad_alloc&) {
+      return Status(Code::kNoSpace, "scattered get: out of memory");
+    }
+    TIER_RETURN_IF_ERROR(check->check(payload));
+  }
   std::memcpy(stored_header.data(), head, kObjectHeaderBytes);
   return Status::ok();
 }
 
 Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
-                        RegionList payload, const ObjectKey& expected) noexcept {
+                        RegionList payload, const ObjectKey& expected, std::size_t skip,
+                        const PayloadCheck* check) noexcept {
   std::byte head[kObjectHeaderBytes];
-  TIER_RETURN_IF_ERROR(check_scattered(stored, header, total_bytes(payload), expected,
-                                       std::span<std::byte>(head, kObjectHeaderBytes)));
+  TIER_RETURN_IF_ERROR(check_scattered(stored, header, skip + total_bytes(payload), expected,
+                                       std::span<std::byte>(head, kObjectHeaderBytes), check));
   std::size_t r = 0, at = 0;  // the destination region and the offset in it
-  each_stored(stored, kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
+  each_stored(stored, kObjectHeaderBytes + skip, [&](const std::byte* p, std::size_t n) {
     while (n > 0) {
       while (payload[r].size == at) ++r, at = 0;  // sizes add up: r stays in range
       std::size_t k = std::min(n, payload[r].size - at);

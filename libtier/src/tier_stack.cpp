@@ -1,6 +1,7 @@
 #include "tier/tier_stack.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <array>
 #include <cstring>
 #include <thread>
@@ -206,10 +207,11 @@ Result<TierStack::RawPayload> TierStack::raw_payload(int t, std::span<const std:
 }
 
 Result<std::uint64_t> TierStack::submit_one(int t, Op op, const ObjectKey& key, Region buf,
-                                            Pending p, RegionList tail) {
+                                            Pending p, RegionList tail, std::size_t skip,
+                                            const PayloadCheck* check) {
   Backend& b = *tiers_[static_cast<std::size_t>(t)].backend;
   std::uint64_t id = next_id_++;
-  IoRequest req{op, key, buf, id, tail};
+  IoRequest req{op, key, buf, id, tail, skip, check};
   p.tier = t;
   p.op = op;
   pending_.emplace(id, std::move(p));
@@ -547,7 +549,10 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
                        [&](const Region& r) {
                          return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
                        }) &&
-           codec.direct(src).is_ok();
+           [&] {
+             auto form = codec.direct(src);
+             return form && form->framing == 0;  // a framed payload needs encode()
+           }();
   };
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -607,11 +612,17 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
     const Capabilities caps = tiers_[t].backend->capabilities();
     const bool scatter =
         caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t].stage && !above_writable;
-    auto direct = [&](RegionList dst) {
-      return tail_on_one_side(dst) && codec.direct(dst).is_ok() &&
-             std::all_of(dst.begin(), dst.end(), [&](const Region& r) {
-               return r.size == 0 || (caps.memory_kinds & kind_bit(r.kind)) != 0;
-             });
+    // The codec's direct form for `dst` when this tier can take it: the framing plus the regions
+    // make the whole payload.
+    auto direct = [&](RegionList dst, std::size_t raw) -> std::optional<DirectForm> {
+      if (!tail_on_one_side(dst) ||
+          !std::all_of(dst.begin(), dst.end(), [&](const Region& r) {
+            return r.size == 0 || (caps.memory_kinds & kind_bit(r.kind)) != 0;
+          }))
+        return std::nullopt;
+      auto form = codec.direct(dst);
+      if (!form || form->framing + total_bytes(dst) != raw) return std::nullopt;
+      return *form;
     };
     std::vector<std::uint64_t> ids(items.size(), 0);
     std::vector<Image> bufs(items.size());
@@ -623,7 +634,9 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       return ids[i] == 0 || (it != pending_.end() && it->second.finished);
     };
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (unserved[i] && scatter && raw_size[i] > 0 && direct(items[i].dst)) {
+      std::optional<DirectForm> form;
+      if (unserved[i] && scatter && raw_size[i] > 0) form = direct(items[i].dst, raw_size[i]);
+      if (form) {
         // The header of what this load accepts; the tier overwrites it with the stored one. It
         // is the pending request's image, so it lives as long as the request (poll reads it),
         // also when the get times out and turns into background work; bufs[i] stays null.
@@ -632,7 +645,8 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
         write_object_header(p.image->span(), ObjectHeader{codec.layout_id(), 0, items[i].key,
                                                           raw_size[i], 0});
         const Region head = host_region(p.image->span());
-        ids[i] = submit_one(tier, Op::kGet, items[i].key, head, std::move(p), items[i].dst)
+        ids[i] = submit_one(tier, Op::kGet, items[i].key, head, std::move(p), items[i].dst,
+                            form->framing, form->check)
                      .value_or(0);
         reap(tier, 0, {});
       } else if (unserved[i]) {

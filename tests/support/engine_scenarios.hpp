@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/engine_sim.hpp"
+#include "tier/object.hpp"
 
 namespace tier::engine::test {
 
@@ -201,7 +202,9 @@ inline void foreign_sidecar_fails_whole_load(SimOptions o) {
 }
 
 // "corrupt sidecar bytes fail the load like a foreign one"
-inline void corrupt_sidecar_bytes_fail_the_load(SimOptions o) {
+// `reseal`: the object's header is resealed over the flipped byte, so only the AOS1 CRC (checked
+// by the codec, or by a tier before a direct scattered get) can notice.
+inline void corrupt_sidecar_bytes_fail_the_load(SimOptions o, bool reseal = false) {
   SimEngine sim(o);
   const auto a = tokens(32, 8192 + 8);
   sim.run(1, a);
@@ -218,6 +221,11 @@ inline void corrupt_sidecar_bytes_fail_the_load(SimOptions o) {
     REQUIRE(c.status.is_ok());
     img.resize(c.bytes);
     img[img.size() - 7] ^= std::byte{0x40};
+    if (reseal) {
+      auto h = parse_object_header(img);
+      REQUIRE(h.is_ok());
+      seal_object(img, h->layout_id, h->stage_id, w1.slot_key(b));
+    }
     IoRequest rm{Op::kRemove, w1.slot_key(b), {}, 2};
     REQUIRE(*be.submit(std::span(&rm, 1)) == 1);
     REQUIRE(*be.poll(std::span(&c, 1), 1, std::chrono::microseconds(100000)) == 1);

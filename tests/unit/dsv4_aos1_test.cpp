@@ -78,6 +78,39 @@ TEST_CASE("CRC-32 is zlib's") {
   CHECK(crc32_of({}) == 0);
 }
 
+TEST_CASE("CRC-32 of large inputs, in pieces on the verification threads, is zlib's") {
+  for (std::size_t n : {std::size_t{2} << 20, (std::size_t{2} << 20) + 3, std::size_t{26782720}}) {
+    CAPTURE(n);
+    std::vector<std::byte> data(n);
+    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+    const uLong want = crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()), n);
+    CHECK(crc32_of(data) == static_cast<std::uint32_t>(want));
+  }
+}
+
+TEST_CASE("a frame held in pieces is checked like the contiguous frame") {
+  auto f = frame();
+  // Cuts inside the header, on its end and inside the payload.
+  for (std::size_t cut : {std::size_t{1}, std::size_t{40}, kAos1HeaderBytes, kAos1HeaderBytes + 1,
+                          f.size() - 1}) {
+    CAPTURE(cut);
+    std::span<std::byte> pieces[] = {std::span(f).first(cut), std::span(f).subspan(cut)};
+    Aos1Header h;
+    CHECK(check_aos1(pieces, expect(), h) == Aos1Error::kNone);
+    CHECK(h.payload_bytes == 100);
+    auto bad = f;
+    bad[f.size() - 2] ^= std::byte{1};
+    std::span<std::byte> bad_pieces[] = {std::span(bad).first(cut), std::span(bad).subspan(cut)};
+    CHECK(check_aos1(bad_pieces, expect(), h) == Aos1Error::kCrc);
+    auto x = expect();
+    x.tp_rank = 2;
+    CHECK(check_aos1(pieces, x, h) == Aos1Error::kTpGeometry);
+  }
+  std::span<std::byte> short_pieces[] = {std::span(f).first(64), std::span(f).subspan(64, 60)};
+  Aos1Header h;
+  CHECK(check_aos1(short_pieces, expect(), h) == Aos1Error::kTruncated);
+}
+
 TEST_CASE("each header field is checked") {
   auto base = frame();
   auto mutate = [&](std::size_t off, std::uint8_t x) {

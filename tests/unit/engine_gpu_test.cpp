@@ -2,7 +2,9 @@
 // "device"): the layout's codecs and host access against a host layout holding the same bytes,
 // then scenarios of the simulated engine (tests/support/engine_scenarios.hpp) run with device
 // memory: save and resume bit exact at TP 2 and 8, foreign and corrupt sidecars never resume, the
-// corruption fence, commits rediscovered after a restart. Exits 77 (Meson: SKIP) without a GPU.
+// corruption fence, commits rediscovered after a restart; then again with a pinned CPU tier,
+// whose direct scattered gets write the device KV with its copy kernel. Exits 77 (Meson: SKIP)
+// without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -131,6 +133,35 @@ TEST_CASE("device KV: corrupt sidecar bytes fail the load like a foreign one") {
 
 TEST_CASE("device KV: failed corruption invalidation cannot fake later commit") {
   failed_invalidation_cannot_fake_commit(device_opts());
+}
+
+// With a pinned heap tier, PAGE chunks and SLOT sidecars come back by direct scattered gets:
+// the tier checks the object and the AOS1 frame on the host, then its copy kernel writes the
+// device KV (Codec::direct). The same scenarios hold.
+SimOptions pinned_opts(std::uint32_t tp = 2) {
+  SimOptions o = device_opts(tp);
+  o.profile = [](std::uint32_t) {
+    return Json{{"tiers", Json::array({Json{{"name", "cpu"},
+                                            {"capacity", "256MiB"},
+                                            {"backend", Json{{"type", "cpu"}, {"pinned", true}}}}})}};
+  };
+  return o;
+}
+
+TEST_CASE("device KV, pinned tier: direct restores resume bit exact at TP 2 and TP 8") {
+  resume_bit_exact_on_every_rank(pinned_opts(2));
+  resume_bit_exact_on_every_rank(pinned_opts(8));
+}
+
+TEST_CASE("device KV, pinned tier: foreign and corrupt sidecars never resume") {
+  foreign_sidecar_fails_whole_load(pinned_opts());
+  corrupt_sidecar_bytes_fail_the_load(pinned_opts());
+  corrupt_sidecar_bytes_fail_the_load(pinned_opts(), true);  // only the AOS1 CRC sees it
+}
+
+TEST_CASE("device KV, pinned tier: the hit shrinks to the committed sidecar; restarts") {
+  page_hit_shrinks_to_committed_sidecar(pinned_opts());
+  commits_survive_restart(pinned_opts());
 }
 
 int main(int argc, char** argv) {

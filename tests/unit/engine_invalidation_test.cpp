@@ -18,6 +18,8 @@ TEST_CASE("missing or corrupt sidecar fails whole load and invalidates once") {
 
 TEST_CASE("corrupt sidecar bytes fail the load like a foreign one") {
   corrupt_sidecar_bytes_fail_the_load(sim_options());
+  // Resealed: the cpu tier's direct scattered get runs the AOS1 check before writing a byte.
+  corrupt_sidecar_bytes_fail_the_load(sim_options(), true);
 }
 
 TEST_CASE("failed corruption invalidation cannot fake later commit") {

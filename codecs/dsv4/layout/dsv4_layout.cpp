@@ -20,6 +20,9 @@ class BoundSlotCodec final : public Codec {
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
     return inner_.decode(payload, dst);
   }
+  Result<DirectForm> direct(RegionList regions) const noexcept override {
+    return inner_.direct(regions);
+  }
 
  private:
   dsv4::SlotBoundaryCodec inner_;

@@ -80,7 +80,7 @@ class Serialized final : public Codec {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_.decode(payload, dst);
   }
-  Status direct(RegionList regions) const noexcept override {
+  Result<DirectForm> direct(RegionList regions) const noexcept override {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_.direct(regions);
   }

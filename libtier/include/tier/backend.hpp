@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tier/codec.hpp"
 #include "tier/json.hpp"
 #include "tier/key.hpp"
 #include "tier/metrics.hpp"
@@ -57,6 +58,12 @@ struct IoRequest {
   // goes, `buf` taking the header (see there). Empty: `buf` is the whole image. Any other
   // request must leave it empty.
   RegionList tail = {};
+  // kGet with `tail`: payload bytes before the tail's that go to no region (a codec's framing,
+  // Codec::direct), and the caller's check of the stored payload, called with all of it (framing
+  // included) after its checksum verified and before any tail byte is written; its error fails
+  // the get. Zero and null for any other request.
+  std::size_t skip = 0;
+  const PayloadCheck* check = nullptr;
 };
 
 struct Completion {
@@ -81,9 +88,10 @@ struct Capabilities {
   bool gather_puts = false;
   // Gets may carry IoRequest::tail: `buf` is exactly kObjectHeaderBytes of host memory holding,
   // on submit, a header (write_object_header) whose layout and stage ids the caller accepts. The
-  // backend writes the payload into the tail regions, in order, only when the stored image
-  // verifies (header, key, payload checksum), has those layout and stage ids and a payload of
-  // exactly the tail's size; then the stored header into `buf`. Otherwise it writes nothing there
+  // backend writes the payload, after its first IoRequest::skip bytes, into the tail regions, in
+  // order, only when the stored image verifies (header, key, payload checksum), has those layout
+  // and stage ids and a payload of exactly skip + the tail's size, and IoRequest::check (when
+  // set) accepts the payload; then the stored header into `buf`. Otherwise it writes nothing there
   // (InvalidArgument for a size or layout mismatch, ChecksumMismatch). Completion::bytes is the
   // image size. The tail regions are all host memory, or all device memory of one GPU when
   // memory_kinds has kDevice (a pinned tier's copy kernel writes them after the same checks).
@@ -193,7 +201,7 @@ class Backend {
     std::uint64_t user_data = 0;
     ObjectKey key;
     Region buf;
-    std::size_t tail_bytes = 0;  // a scattered get's payload bytes (buf holds the header)
+    std::size_t tail_bytes = 0;  // a scattered get's payload bytes, skip included (buf: header)
     Op op = Op::kGet;
     bool used = false;
   };

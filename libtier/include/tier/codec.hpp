@@ -22,6 +22,24 @@
 
 namespace tier {
 
+// A codec's check of a stored payload that a tier moves straight into regions (Codec::direct):
+// called with the payload's bytes in pieces, in order (host memory, read only, valid during the
+// call), after the object's checksum verified and before any byte is written. Errors: what
+// decode() returns for the same payload (ChecksumMismatch for a bad frame). Thread-safe.
+class PayloadCheck {
+ public:
+  virtual Status check(std::span<const std::span<std::byte>> payload) const noexcept = 0;
+
+ protected:
+  ~PayloadCheck() = default;
+};
+
+// How a payload relates to the regions a tier may move it into (Codec::direct).
+struct DirectForm {
+  std::size_t framing = 0;              // leading payload bytes that go to no region
+  const PayloadCheck* check = nullptr;  // the codec's check of them (lives as long as the codec)
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -38,10 +56,11 @@ class Codec {
   // Whether a tier may move the payload for `regions` itself, without encode() or decode() (a
   // TierStack then lets a tier that takes scattered gets write a verified payload straight into
   // the regions, device memory included: docs/object-format.md, "Direct payloads"). Ok when the
-  // payload is exactly the regions' bytes concatenated in order and `regions` pass every check
-  // decode() makes of them (so a refused list fails here as it would there). NotSupported, the
-  // default, for a codec that transforms or frames its bytes.
-  virtual Status direct(RegionList regions) const noexcept {
+  // payload is `framing` bytes followed by exactly the regions' bytes concatenated in order, and
+  // `regions` pass every check decode() makes of them (a refused list fails here as it would
+  // there); `check`, when the codec frames its payload, checks a stored payload as decode() would
+  // before the tier writes a byte. NotSupported, the default, for a codec that transforms bytes.
+  virtual Result<DirectForm> direct(RegionList regions) const noexcept {
     (void)regions;
     return Status(Code::kNotSupported, "this codec transforms its payload");
   }

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <span>
 
+#include "tier/codec.hpp"
 #include "tier/key.hpp"
 #include "tier/region.hpp"
 #include "tier/status.hpp"
@@ -111,18 +112,22 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
 // payload is read twice; the second read is from cache for objects that fit there). Returns: Ok,
 // kChecksumMismatch, or kInvalidArgument (another layout or stage, another size, no expected
 // header); nothing is written unless Ok.
+// `skip` payload bytes before the regions' go nowhere; `check`, when set, is called with the
+// whole stored payload (in pieces) after its checksum matched and before anything is written.
 Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
-                        RegionList payload, const ObjectKey& expected) noexcept;
+                        RegionList payload, const ObjectKey& expected, std::size_t skip = 0,
+                        const PayloadCheck* check = nullptr) noexcept;
 
 // The checks of scatter_verified() without its copy, for a tier that moves the payload itself
 // (a pinned tier's copy kernel into device memory): the stored image held by `stored` against
 // `expected_header` (the caller's layout and stage ids), `expected` key and a payload of exactly
-// `payload_bytes`, payload checksum included. On Ok, `stored_header` holds the stored header's
-// kObjectHeaderBytes. Returns what scatter_verified() returns; nothing is written but
-// `stored_header`.
+// `payload_bytes`, payload checksum included, then `check` (when set) over the payload. On Ok,
+// `stored_header` holds the stored header's kObjectHeaderBytes. Returns what scatter_verified()
+// returns; nothing is written but `stored_header`.
 Status check_scattered(std::span<const std::span<std::byte>> stored,
                        std::span<const std::byte> expected_header, std::uint64_t payload_bytes,
-                       const ObjectKey& expected, std::span<std::byte> stored_header) noexcept;
+                       const ObjectKey& expected, std::span<std::byte> stored_header,
+                       const PayloadCheck* check = nullptr) noexcept;
 
 // Overwrites the header so a failed image can never be parsed as valid.
 void scrub_object(std::span<std::byte> image) noexcept;

@@ -226,7 +226,8 @@ class TierStack {
   // Submits one request. Returns its id (never 0), or why the tier refused it (TimedOut: its
   // queue stayed full).
   Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
-                                   RegionList tail = {});
+                                   RegionList tail = {}, std::size_t skip = 0,
+                                   const PayloadCheck* check = nullptr);
   void reap(int t, std::size_t min, std::chrono::microseconds wait);
   void drain_evictions();
   // Waits for foreground ids; on timeout they turn into background requests (TimedOut).

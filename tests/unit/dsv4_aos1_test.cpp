@@ -88,6 +88,25 @@ TEST_CASE("CRC-32 of large inputs, in pieces on the verification threads, is zli
   }
 }
 
+TEST_CASE("CRC-32 of every length and alignment is zlib's") {
+  std::vector<std::byte> data(4096 + 64);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i * 40503u) >> 7);
+  for (std::size_t off : {0, 1, 7, 15}) {
+    for (std::size_t n = 0; n <= 1100; n += (n < 300 ? 1 : 37)) {
+      CAPTURE(off);
+      CAPTURE(n);
+      const uLong want =
+          crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data() + off), n);
+      CHECK(crc32_of(std::span(data).subspan(off, n)) == static_cast<std::uint32_t>(want));
+    }
+  }
+  std::vector<std::byte> ones(777, std::byte{0xff}), zeros(777);
+  for (auto* v : {&ones, &zeros})
+    CHECK(crc32_of(*v) ==
+          static_cast<std::uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0),
+                                             reinterpret_cast<const Bytef*>(v->data()), v->size())));
+}
+
 TEST_CASE("a frame held in pieces is checked like the contiguous frame") {
   auto f = frame();
   // Cuts inside the header, on its end and inside the payload.

@@ -146,7 +146,9 @@ Status DeviceCopyExecutor::Impl::launch(const Stream& s) noexcept {
   }
   const std::size_t bytes = tiles.size() * sizeof(Tile);
   if (slot.host.size() < bytes) {
-    std::size_t cap = std::max<std::size_t>(bytes, 4096);
+    // Room for 2,730 tiles (a 170 MiB image) from the start: growing a slot frees its buffers,
+    // which waits for the whole device, and slots are taken in turn, so each would grow once.
+    std::size_t cap = std::max<std::size_t>(bytes, 64 * 1024);
     TIER_ASSIGN_OR_RETURN(slot.host, PinnedBuffer::allocate(cap));
     TIER_ASSIGN_OR_RETURN(slot.device, DeviceBuffer::allocate(device, cap));
   }

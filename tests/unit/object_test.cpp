@@ -383,6 +383,40 @@ TEST_CASE("scatter_verified checks everything before it writes a byte") {
   CHECK(std::memcmp(b.data(), img.data() + kObjectHeaderBytes + a.size(), b.size()) == 0);
 }
 
+// A codec's framing (Codec::direct): `skip` payload bytes go nowhere, and the check sees the whole
+// stored payload, in its pieces, before anything is written.
+TEST_CASE("scatter_verified skips the framing and runs the caller's check first") {
+  const std::size_t size = 70'000, skip = 128;
+  auto k = key_of(23);
+  auto img = make_image(k, size);
+  const std::span<std::byte> pieces[] = {std::span(img).first(100), std::span(img).subspan(100)};
+  std::vector<std::byte> head(kObjectHeaderBytes);
+  write_object_header(head, ObjectHeader{1, 0, k, size, 0});
+  struct Check final : PayloadCheck {
+    mutable std::size_t seen = 0;
+    mutable std::byte first{};
+    bool refuse = false;
+    Status check(std::span<const std::span<std::byte>> payload) const noexcept override {
+      seen = 0;
+      for (const auto& p : payload) seen += p.size();
+      first = payload.front().front();
+      return refuse ? Status(Code::kChecksumMismatch, "frame refused") : Status::ok();
+    }
+  } check;
+  std::vector<std::byte> a(size - skip, std::byte{0xEE});
+  const Region dst[] = {host_region(a)};
+  check.refuse = true;
+  CHECK(scatter_verified(pieces, head, dst, k, skip, &check).code() == Code::kChecksumMismatch);
+  CHECK(check.seen == size);
+  CHECK(check.first == img[kObjectHeaderBytes]);
+  CHECK(a == std::vector<std::byte>(a.size(), std::byte{0xEE}));
+  // Without the framing the sizes do not add up.
+  CHECK(scatter_verified(pieces, head, dst, k, 0, nullptr).code() == Code::kInvalidArgument);
+  check.refuse = false;
+  REQUIRE(scatter_verified(pieces, head, dst, k, skip, &check).is_ok());
+  CHECK(std::memcmp(a.data(), img.data() + kObjectHeaderBytes + skip, a.size()) == 0);
+}
+
 TEST_CASE("scatter_verified: version 1 images, and version 2 chunks across stored pieces") {
   const ObjectKey k = key_of(23);
   const std::size_t size = 3 * kChecksumChunkBytes + 999;

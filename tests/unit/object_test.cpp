@@ -92,7 +92,8 @@ std::vector<std::byte> from_hex(std::string_view hex) {
 std::vector<std::byte> sealed(std::span<const std::byte> payload, std::uint32_t layout,
                               std::uint32_t stage, const ObjectKey& key, std::uint16_t version) {
   std::vector<std::byte> img(kObjectHeaderBytes + payload.size());
-  std::memcpy(img.data() + kObjectHeaderBytes, payload.data(), payload.size());
+  if (!payload.empty())  // memcpy's source must not be null, even for 0 bytes
+    std::memcpy(img.data() + kObjectHeaderBytes, payload.data(), payload.size());
   seal_object(img, layout, stage, key, version);
   return img;
 }

@@ -217,6 +217,8 @@ class DeviceCopyExecutor final : public CopyExecutor {
   std::string_view name() const noexcept override { return "gpu"; }
   Status gather(const CopyPlan& plan, std::span<std::byte> image) noexcept override;
   Status scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept override;
+  // Synchronizes the executor's stream (which waits for every order_after() given).
+  Status settle() noexcept override { return stream_.synchronize(); }
 
   Status gather_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
   Status scatter_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;

@@ -92,7 +92,7 @@ Completion CpuBackend::put(const IoRequest& r) {
   CpuMode::Outcome o;
   if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
     o = mode_->put_with(
-        r.key, r.buf.size + r.skip + total_bytes(r.tail),
+        r.key, r.buf.size + total_bytes(r.tail),
         [&](std::span<const Piece> pieces) { return gather_into(pieces, r.buf, r.tail); },
         evicted);
   } else if (r.buf.kind == MemoryKind::kDevice) {
@@ -111,7 +111,10 @@ Completion CpuBackend::put(const IoRequest& r) {
 
 std::optional<Completion> CpuBackend::get(const IoRequest& r) {
   CpuMode::Outcome o;
-  if (!r.tail.empty() && !r.tail.front().host_accessible()) {
+  const bool device_tail = std::any_of(r.tail.begin(), r.tail.end(), [](const Region& t) {
+    return t.size > 0 && !t.host_accessible();
+  });
+  if (device_tail) {
     // Device memory of one GPU (Backend::submit checked; only a pinned mode accepts it). The
     // copy kernel reads the stored pieces after they verified; a heap mode's pieces stay put
     // until this backend's next put or remove (which settle() first), so the copy completes in

@@ -166,7 +166,9 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
                                                         const ObjectKey& key, std::size_t skip,
                                                         const PayloadCheck* check) noexcept {
   try {
-    TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(payload.empty() ? -1 : payload[0].device));
+    // The GPU of the payload's regions (one, Backend::submit checked; empty ones name none).
+    auto first = std::find_if(payload.begin(), payload.end(), [](const Region& x) { return x.size > 0; });
+    TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(first == payload.end() ? -1 : first->device));
     Ticket t;
     TIER_RETURN_IF_ERROR(
         check_scattered(pieces, header, skip + total_bytes(payload), key, t.stored, check));

@@ -57,10 +57,13 @@ bool process_alive(std::int32_t pid, std::uint64_t start_time) {
 Status Recovery::lock(std::uint32_t me) noexcept {
   // Lock sections are short (index work, never copies); one that lasts kLockPatience is a
   // stopped holder or a corrupt lock word, and waiting longer would only hang this process too.
+  // pthread_mutex_timedlock (a CLOCK_REALTIME deadline) rather than pthread_mutex_clocklock: a
+  // wall-clock step can only stretch or shorten the bound, and ThreadSanitizer knows this call
+  // (it does not intercept clocklock, and then reports every unlock as one of an unlocked mutex).
   timespec deadline{};
-  ::clock_gettime(CLOCK_MONOTONIC, &deadline);
+  ::clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += kLockPatience.count();
-  int rc = pthread_mutex_clocklock(&t_.h->mutex, CLOCK_MONOTONIC, &deadline);
+  int rc = pthread_mutex_timedlock(&t_.h->mutex, &deadline);
   if (rc == EOWNERDEAD) {
     rebuild();
     reap_dead(me);

@@ -131,7 +131,9 @@ Status PageCodec::decode(std::span<const std::byte> payload, RegionList dst) con
 
 Result<DirectForm> PageCodec::direct(RegionList regions) const noexcept {
   try {
-    TIER_RETURN_IF_ERROR(plan(regions).status());
+    TIER_ASSIGN_OR_RETURN(PagePlan p, plan(regions));
+    // A tier writes device regions on its own stream: first let the caller's order pass.
+    if (p.plan().engine_kind == MemoryKind::kDevice) TIER_RETURN_IF_ERROR(executor_->settle());
     return DirectForm{};
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "dsv4 PAGE: out of memory building the plan");

@@ -77,7 +77,8 @@ class PageCodec final : public Codec {
   // Errors: InvalidArgument (regions), ChecksumMismatch (payload size is not the image of the
   // described blocks: the stored object is not what its key says).
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
-  // The PAGE image is the blocks' spans concatenated in plan order: Ok for a list plan() accepts.
+  // The PAGE image is the blocks' spans concatenated in plan order: Ok for a list plan() accepts;
+  // for device regions, after the executor settled (the caller's order has passed).
   Result<DirectForm> direct(RegionList regions) const noexcept override;
 
  private:

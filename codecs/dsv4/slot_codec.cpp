@@ -189,7 +189,10 @@ Status SlotBoundaryCodec::decode(std::span<const std::byte> payload,
 
 Result<DirectForm> SlotBoundaryCodec::direct(RegionList regions) const noexcept {
   try {
-    TIER_RETURN_IF_ERROR(slot_->plan(regions).status());
+    TIER_ASSIGN_OR_RETURN(SlotPlan p, slot_->plan(regions));
+    // A tier writes device regions on its own stream: first let the caller's order pass.
+    if (p.plan().engine_kind == MemoryKind::kDevice)
+      TIER_RETURN_IF_ERROR(slot_->executor().settle());
     return DirectForm{kAos1HeaderBytes, this};
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "dsv4 SLOT: out of memory building the plan");

@@ -1,9 +1,9 @@
 #include "tier/tier_stack.hpp"
 
 #include <algorithm>
-#include <optional>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -545,14 +545,12 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
       caps.gather_puts && caps.io_alignment <= 1 && !to.stage &&
       std::count_if(tiers_.begin(), tiers_.end(), [](const Tier& t) { return t.spec.write; }) == 1;
   auto direct = [&](RegionList src) {
-    return std::all_of(src.begin(), src.end(),
-                       [&](const Region& r) {
-                         return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
-                       }) &&
-           [&] {
-             auto form = codec.direct(src);
-             return form && form->framing == 0;  // a framed payload needs encode()
-           }();
+    if (!std::all_of(src.begin(), src.end(), [&](const Region& r) {
+          return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
+        }))
+      return false;
+    auto form = codec.direct(src);
+    return form && form->framing == 0;  // a framed payload is written by encode()
   };
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {

@@ -6,6 +6,7 @@
 // order. Register once with register_faulty_backend(); all instances share fault_control().
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,9 +36,16 @@ struct FaultControl {
   std::function<void(const ObjectKey&, std::vector<std::byte>&)> mutate_put;
   // Called with every request the tier takes, in submission order.
   std::function<void(Op, const ObjectKey&)> observe;
-  std::array<std::uint64_t, kOpCount> ops{};  // requests seen, per op
-  void reset() { *this = FaultControl{}; }
-  std::uint64_t count(Op op) const { return ops[static_cast<std::size_t>(op)]; }
+  // Requests seen, per op: counted by every rank's thread (engine tests run ranks as threads).
+  std::array<std::atomic<std::uint64_t>, kOpCount> ops{};
+  void reset() {
+    fail_remove = false;
+    fail_put = fail_get = drop_put = hide = hold_put = nullptr;
+    mutate_put = nullptr;
+    observe = nullptr;
+    for (auto& n : ops) n = 0;
+  }
+  std::uint64_t count(Op op) const { return ops[static_cast<std::size_t>(op)].load(); }
 };
 
 inline FaultControl& fault_control() {

@@ -42,6 +42,9 @@ disk::DiskOptions store_options(const std::string& path) {
 // The child: puts keys [base, base + kPerChild) at queue depth 8; writes each acknowledged key to
 // `ack_fd`. Never returns.
 [[noreturn]] void child(const std::string& path, std::uint64_t base, int ack_fd) {
+  // No verification workers in the forked child: it starts no thread (ThreadSanitizer cannot
+  // follow threads started after a multi-threaded process forked), the caller verifies alone.
+  set_verify_threads(1);
   auto b = open_disk(store_options(path));
   if (!b) ::_exit(3);
   std::vector<AlignedImage> imgs;

@@ -30,8 +30,8 @@ struct DeviceRank {
   std::unique_ptr<Worker> worker;
   gpu::Stream caller = require_value(gpu::Stream::create(0));
 
-  DeviceRank() {
-    auto profile = parse_profile(cpu_profile(), Registry::global(), "<async>");
+  explicit DeviceRank(Json tiers = cpu_profile()) {
+    auto profile = parse_profile(tiers, Registry::global(), "<async>");
     REQUIRE_MESSAGE(profile.is_ok(), profile.status().to_string());
     stack = require_value(TierStack::open(*profile));
     Dsv4LayoutOptions o;
@@ -156,6 +156,24 @@ TEST_CASE("async device: a load ordered after the caller's stream restores the s
   CHECK(d.holds(require_value(d.layout->page_regions(ids_from(24))), 0x3c));
   CHECK(d.holds(require_value(d.layout->slot_regions(2)), 0x3c ^ 0xff));
   CHECK(d.holds(require_value(d.layout->page_regions(ids_from(8))), 0x77));
+}
+
+TEST_CASE("async device: a direct load from a pinned tier waits for the caller's stream") {
+  // The pinned tier's copy kernel writes the device KV on the tier's own stream, not the
+  // layout's: the load still follows the caller's order. The caller's late writes to blocks
+  // 16..23 (behind a 200 ms kernel) come before the load, which must win.
+  DeviceRank d(Json{{"tiers", Json::array({Json{{"name", "cpu"},
+                                                {"capacity", "64MiB"},
+                                                {"backend", Json{{"type", "cpu"},
+                                                                 {"pinned", true}}}}})}});
+  d.forward(0, 0, 0x5a);
+  require_ok(d.caller.synchronize());
+  check_all_ok(d.run(save_plan(1, 0, 0), {}), 2);
+  d.forward(16, 1, 0x99);  // the blocks' previous user, still running
+  check_all_ok(d.run(load_plan(1, 2, 16, 1), DeviceOrder{d.caller.handle(), nullptr}), 1);
+  require_ok(d.caller.synchronize());
+  CHECK(d.holds(require_value(d.layout->page_regions(ids_from(16))), 0x5a));
+  CHECK(d.holds(require_value(d.layout->slot_regions(1)), 0x5a ^ 0xff));
 }
 
 int main(int argc, char** argv) {

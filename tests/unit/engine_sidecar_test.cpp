@@ -497,7 +497,7 @@ TEST_CASE("malformed load operations are refused before any tier is asked") {
     CHECK(r.reason == outcome_name(WorkerOutcome::kPageUnavailable));
   }
   std::uint64_t total = 0;
-  for (auto n : fault_control().ops) total += n;
+  for (const auto& n : fault_control().ops) total += n.load();
   CHECK(total == 0);
 }
 

@@ -38,6 +38,11 @@ class CopyExecutor {
   virtual Status gather(const CopyPlan& plan, std::span<std::byte> image) noexcept = 0;
   // Image -> engine.
   virtual Status scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept = 0;
+  // Returns once every transfer this executor enqueued, and every ordering it was given (a
+  // caller's event its transfers follow), has passed: a host wait. A codec calls it before a tier
+  // moves the codec's engine memory by other means (Codec::direct), so that move keeps the
+  // order this executor's transfers would have kept. Errors: DeviceError.
+  virtual Status settle() noexcept { return Status::ok(); }
 };
 
 // memcpy executor for host-kind plans. Errors: NotSupported for device plans.

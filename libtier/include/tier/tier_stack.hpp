@@ -5,12 +5,15 @@
 //  - save: encode once, put into the first writable tier and wait for it; write through to the
 //    other writable tiers in the background, with bounded in-flight bytes. A write-through that
 //    does not fit is dropped and counted (the caller never stalls on lower tiers). When the only
-//    writable tier takes gather puts and the codec is the identity, nothing is encoded: the tier
-//    copies a header and the caller's regions (Capabilities::gather_puts).
+//    writable tier takes gather puts and the codec's payload is the host regions' bytes
+//    (Codec::direct, no framing), nothing is encoded: the tier copies a header and the caller's
+//    regions (Capabilities::gather_puts).
 //  - load: from the fastest readable tier that holds the key; verified; decoded; promoted into
 //    faster writable tiers on hit (in the background, same bound). A tier with no writable tier
-//    above it that takes scattered gets writes an identity payload straight into the caller's
-//    regions, verified before the first byte is written (Capabilities::scatter_gets).
+//    above it that takes scattered gets writes a direct payload (Codec::direct: the regions'
+//    bytes after the codec's framing, checked by its PayloadCheck) straight into the caller's
+//    regions, host or device memory, verified before the first byte is written
+//    (Capabilities::scatter_gets; docs/object-format.md, "Direct payloads").
 //  - lease: a lookup that will be followed by a load holds the keys it found against eviction
 //    until it releases them or a bounded lease time passes (docs/leases.md).
 //  - eviction: a tier that evicts for capacity hands the object to the stack, which demotes it

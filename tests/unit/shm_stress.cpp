@@ -114,7 +114,10 @@ int worker(const std::string& segment, const Options& o, std::uint64_t seed, Cou
 
 pid_t spawn(const std::string& segment, const Options& o, std::uint64_t seed, Counters& c) {
   pid_t pid = ::fork();
-  if (pid == 0) ::_exit(worker(segment, o, seed, c));
+  if (pid == 0) {
+    set_verify_threads(1);  // a forked child starts no thread (ThreadSanitizer cannot follow it)
+    ::_exit(worker(segment, o, seed, c));
+  }
   return pid;
 }
 

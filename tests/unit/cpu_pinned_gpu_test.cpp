@@ -8,10 +8,7 @@
 // through arena compaction. Exits 77 (Meson: SKIP) on a machine without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -230,6 +227,14 @@ TEST_CASE("pinned heap tier: a corrupt stored payload is a checksum failure, nev
   }
 }
 
+// Flips one byte of the stored image of `good` in the segment file, through a separate mapping:
+// the byte at image offset `off`, found by a window of the image around it that lies within one
+// block (images start at a block boundary, so block boundaries are multiples of `block`).
+void flip_in_segment(const Segment& seg, const std::vector<std::byte>& good, std::size_t off,
+                     std::size_t block) {
+  flip_stored_byte("/dev/shm/" + seg.name, good, off, block);
+}
+
 TEST_CASE("pinned shm tier: a flipped byte in the segment is a checksum failure, never data") {
   Segment seg;
   auto be = open_tier(4u << 20, seg.options());
@@ -237,31 +242,8 @@ TEST_CASE("pinned shm tier: a flipped byte in the segment is a checksum failure,
   const auto good = make_image(k, 1u << 20, 5);
   DeviceBuffer src = upload(good);
   REQUIRE(run(*be, Op::kPut, k, src.region()).status);
-  {  // Flip one payload byte through a separate mapping of the segment file.
-    int fd = ::open(("/dev/shm/" + seg.name).c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    struct stat st {};
-    REQUIRE(::fstat(fd, &st) == 0);
-    auto* m = static_cast<std::byte*>(::mmap(nullptr, static_cast<std::size_t>(st.st_size),
-                                             PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    ::close(fd);
-    REQUIRE(m != MAP_FAILED);
-    const std::byte* needle = good.data() + kObjectHeaderBytes + 1000;
-    std::byte* end = m + st.st_size;
-    std::byte* at = std::search(m, end, needle, needle + 256);
-    REQUIRE(at != end);
-    at[100] ^= std::byte{0x01};
-    ::munmap(m, static_cast<std::size_t>(st.st_size));
-  }
+  flip_in_segment(seg, good, kObjectHeaderBytes + 1100, 16384);  // a separate mapping
   corrupt_gets_fail(*be, k, good);
-}
-
-// Flips one byte of the stored image of `good` in the segment file, through a separate mapping:
-// the byte at image offset `off`, found by a window of the image around it that lies within one
-// block (images start at a block boundary, so block boundaries are multiples of `block`).
-void flip_in_segment(const Segment& seg, const std::vector<std::byte>& good, std::size_t off,
-                     std::size_t block) {
-  flip_stored_byte("/dev/shm/" + seg.name, good, off, block);
 }
 
 // Object format version 2 (docs/object-format.md): the payload is verified in 64 KiB chunks while

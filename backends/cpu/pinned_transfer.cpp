@@ -46,14 +46,7 @@ std::size_t total_size(std::span<const Piece> pieces) {
 // min(kObjectHeaderBytes, image) bytes, gathered from the pieces).
 Result<ObjectHeader> header_of(std::span<const Piece> pieces) noexcept {
   std::array<std::byte, kObjectHeaderBytes> head;
-  std::size_t n = 0;
-  for (const Piece& p : pieces) {
-    const std::size_t take = std::min(p.size(), head.size() - n);
-    std::copy_n(p.data(), take, head.data() + n);
-    n += take;
-    if (n == head.size()) break;
-  }
-  return parse_object_header({head.data(), n});
+  return parse_object_header({head.data(), copy_head(pieces, head)});
 }
 
 }  // namespace

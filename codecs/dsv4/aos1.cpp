@@ -218,13 +218,7 @@ Aos1Error check_aos1(std::span<const std::span<std::byte>> frame, const Aos1Expe
   // (1) length, (2) one snapshot of the header: later checks never re-read the source.
   if (total < kAos1HeaderBytes) return Aos1Error::kTruncated;
   std::array<std::byte, kAos1HeaderBytes> snap;
-  std::size_t got = 0;
-  for (const auto& p : frame) {
-    const std::size_t take = std::min(p.size(), snap.size() - got);
-    std::memcpy(snap.data() + got, p.data(), take);
-    got += take;
-    if (got == snap.size()) break;
-  }
+  copy_head(frame, snap);
   // (3) identity of the format.
   if (std::memcmp(snap.data(), kMagic, 4) != 0) return Aos1Error::kBadMagic;
   h = read_aos1_header(std::span<const std::byte, kAos1HeaderBytes>(snap));

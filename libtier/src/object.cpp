@@ -342,6 +342,18 @@ void each_stored(std::span<const std::span<std::byte>> stored, std::size_t from,
 
 }  // namespace
 
+std::size_t copy_head(std::span<const std::span<std::byte>> pieces,
+                      std::span<std::byte> out) noexcept {
+  std::size_t got = 0;
+  for (const auto& p : pieces) {
+    if (got == out.size()) break;
+    const std::size_t take = std::min(p.size(), out.size() - got);
+    std::memcpy(out.data() + got, p.data(), take);
+    got += take;
+  }
+  return got;
+}
+
 Status check_scattered(std::span<const std::span<std::byte>> stored,
                        std::span<const std::byte> expected_header, std::uint64_t payload_bytes,
                        const ObjectKey& expected, std::span<std::byte> stored_header,
@@ -357,12 +369,7 @@ Status check_scattered(std::span<const std::span<std::byte>> stored,
   if (total < kObjectHeaderBytes)
     return Status(Code::kChecksumMismatch, "image is shorter than its header");
   std::byte head[kObjectHeaderBytes];
-  std::size_t got = 0;
-  each_stored(stored, 0, [&](const std::byte* p, std::size_t n) {
-    std::size_t k = std::min(n, kObjectHeaderBytes - got);
-    std::memcpy(head + got, p, k);
-    got += k;
-  });
+  copy_head(stored, head);
   auto h = parse_object_header(std::span<const std::byte>(head, kObjectHeaderBytes));
   if (!h) return h.status();
   if (!(h->key == expected))

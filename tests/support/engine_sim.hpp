@@ -67,10 +67,13 @@ T require_value(Result<T> r) {
   return std::move(r).value();
 }
 
-inline Json cpu_profile(const std::string& capacity = "256MiB") {
-  return Json{{"tiers",
-               Json::array({Json{
-                   {"name", "cpu"}, {"capacity", capacity}, {"backend", Json{{"type", "cpu"}}}}})}};
+// `pinned`: the tier's storage in page-locked memory (needs a GPU), which restores into device
+// KV by direct scattered gets.
+inline Json cpu_profile(const std::string& capacity = "256MiB", bool pinned = false) {
+  Json backend{{"type", "cpu"}};
+  if (pinned) backend["pinned"] = true;
+  return Json{{"tiers", Json::array({Json{
+                            {"name", "cpu"}, {"capacity", capacity}, {"backend", backend}}})}};
 }
 // A mock tier (tests/plugins) that fails every request of `op`.
 inline Json failing_profile(const std::string& op) {

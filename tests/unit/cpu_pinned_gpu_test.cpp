@@ -6,14 +6,12 @@
 // version 1 images still read; a device image
 // whose header does not name the key is refused; LRU and exact capacity as in the heap mode,
 // through arena compaction. Exits 77 (Meson: SKIP) on a machine without a GPU.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -507,13 +505,4 @@ TEST_CASE("pinned heap tier: exact capacity, LRU eviction and compaction as in t
   REQUIRE(d81);
   REQUIRE(run(*big, Op::kGet, key_of(81), d81->region()).status);
   CHECK(download(*d81, 200) == v[1]);
-}
-
-int main(int argc, char** argv) {
-  if (device_count() == 0) {
-    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(api_name()).c_str());
-    return tier::test::kSkip;
-  }
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
 }

@@ -4,11 +4,8 @@
 // the bytes the caller's stream wrote, and a load restores them. Without the order the save
 // would read the memory while the caller's kernel still runs (it would capture the old bytes).
 // Exits 77 (Meson: SKIP) without a GPU.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <cstdio>
-#include <string>
 #include <vector>
 
 #include "gpu.hpp"
@@ -162,10 +159,7 @@ TEST_CASE("async device: a direct load from a pinned tier waits for the caller's
   // The pinned tier's copy kernel writes the device KV on the tier's own stream, not the
   // layout's: the load still follows the caller's order. The caller's late writes to blocks
   // 16..23 (behind a 200 ms kernel) come before the load, which must win.
-  DeviceRank d(Json{{"tiers", Json::array({Json{{"name", "cpu"},
-                                                {"capacity", "64MiB"},
-                                                {"backend", Json{{"type", "cpu"},
-                                                                 {"pinned", true}}}}})}});
+  DeviceRank d(cpu_profile("64MiB", true));
   d.forward(0, 0, 0x5a);
   require_ok(d.caller.synchronize());
   check_all_ok(d.run(save_plan(1, 0, 0), {}), 2);
@@ -174,13 +168,4 @@ TEST_CASE("async device: a direct load from a pinned tier waits for the caller's
   require_ok(d.caller.synchronize());
   CHECK(d.holds(require_value(d.layout->page_regions(ids_from(16))), 0x5a));
   CHECK(d.holds(require_value(d.layout->slot_regions(1)), 0x5a ^ 0xff));
-}
-
-int main(int argc, char** argv) {
-  if (gpu::device_count() == 0) {
-    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(gpu::api_name()).c_str());
-    return tier::test::kSkip;
-  }
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
 }

@@ -3,11 +3,9 @@
 // PAGE chunks and then its SLOT in that order on the layout's stream and has finished both when
 // progress() returns, and a failed device transfer (a stream sync that fails) fails its operation
 // without taking a valid sidecar for a corrupt one. Exits 77 (Meson: SKIP) without a GPU.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <array>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -213,13 +211,4 @@ TEST_CASE("device KV: a failed snapshot or restore sync fails only its operation
   CHECK(sim.run(4, a).match.tokens == 0);  // de-committed by the failure, republished here
   auto resumed = sim.run(5, a);
   CHECK(resumed.loaded);
-}
-
-int main(int argc, char** argv) {
-  if (gpu::device_count() == 0) {
-    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(gpu::api_name()).c_str());
-    return tier::test::kSkip;
-  }
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
 }

@@ -5,11 +5,8 @@
 // corruption fence, commits rediscovered after a restart; then again with a pinned CPU tier,
 // whose direct scattered gets write the device KV with its copy kernel. Exits 77 (Meson: SKIP)
 // without a GPU.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <cstdio>
-#include <string>
 #include <vector>
 
 #include "gpu.hpp"
@@ -140,11 +137,7 @@ TEST_CASE("device KV: failed corruption invalidation cannot fake later commit") 
 // device KV (Codec::direct). The same scenarios hold.
 SimOptions pinned_opts(std::uint32_t tp = 2) {
   SimOptions o = device_opts(tp);
-  o.profile = [](std::uint32_t) {
-    return Json{{"tiers", Json::array({Json{{"name", "cpu"},
-                                            {"capacity", "256MiB"},
-                                            {"backend", Json{{"type", "cpu"}, {"pinned", true}}}}})}};
-  };
+  o.profile = [](std::uint32_t) { return cpu_profile("256MiB", true); };
   return o;
 }
 
@@ -162,13 +155,4 @@ TEST_CASE("device KV, pinned tier: foreign and corrupt sidecars never resume") {
 TEST_CASE("device KV, pinned tier: the hit shrinks to the committed sidecar; restarts") {
   page_hit_shrinks_to_committed_sidecar(pinned_opts());
   commits_survive_restart(pinned_opts());
-}
-
-int main(int argc, char** argv) {
-  if (gpu::device_count() == 0) {
-    std::fprintf(stderr, "no %s GPU here: skipping\n", std::string(gpu::api_name()).c_str());
-    return tier::test::kSkip;
-  }
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
 }

@@ -118,6 +118,10 @@ Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<
                         RegionList payload, const ObjectKey& expected, std::size_t skip = 0,
                         const PayloadCheck* check = nullptr) noexcept;
 
+// Copies the first min(out.size(), their total) bytes of `pieces` (in order) into `out`; returns
+// how many. For headers of images and frames held in several pieces.
+std::size_t copy_head(std::span<const std::span<std::byte>> pieces, std::span<std::byte> out) noexcept;
+
 // The checks of scatter_verified() without its copy, for a tier that moves the payload itself
 // (a pinned tier's copy kernel into device memory): the stored image held by `stored` against
 // `expected_header` (the caller's layout and stage ids), `expected` key and a payload of exactly

@@ -2,8 +2,9 @@
 //
 // A transfer becomes a list of tiles: pieces of at most kTileBytes of one span, each with its
 // source and destination address already resolved (engine memory, and the image: device memory,
-// mapped pinned host memory, or the staging buffer). The tile list goes to the device with one
-// async copy from a pinned descriptor slot, then one launch moves every tile: each block takes
+// mapped pinned host memory, or the staging buffer). The tile list is written to a pinned
+// descriptor slot that the kernel reads in place (mapped: no copy engine, so a launch never
+// queues behind another stream's DMA), and one launch moves every tile: each block takes
 // tiles in a grid-stride loop; threads copy 16-byte words (kUnroll loads in flight before their
 // stores, for latency over PCIe) when source and destination share their 16-byte alignment, and
 // bytes otherwise; a misaligned head and the tail of a tile go byte by byte.
@@ -21,7 +22,7 @@ constexpr std::uint64_t kTileBytes = 64u << 10;
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 constexpr int kBlocksPerSm = 8;
-constexpr std::size_t kDescriptorSlots = 8;
+constexpr std::size_t kDescriptorSlots = 32;
 
 struct Tile {
   const unsigned char* src;
@@ -29,8 +30,11 @@ struct Tile {
   unsigned long long bytes;
 };
 
+// With `gate` set, the launch copies only if *gate == kVerdictMatch (a verified payload).
 __global__ void __launch_bounds__(kThreads) copy_tiles(const Tile* __restrict__ tiles,
-                                                       unsigned int count) {
+                                                       unsigned int count,
+                                                       const unsigned int* gate) {
+  if (gate != nullptr && *gate != kVerdictMatch) return;
   for (unsigned int t = blockIdx.x; t < count; t += gridDim.x) {
     const Tile tile = tiles[t];
     const unsigned char* s = tile.src;
@@ -112,12 +116,13 @@ void build_tiles(const CopyPlan& plan, std::uint64_t lo, std::uint64_t hi, std::
 
 }  // namespace
 
-// Descriptor slots (pinned host + device copies of a tile list), reused round robin once the
-// launch that read them has completed; and the staging buffer of staged transfers.
+// Descriptor slots (mapped pinned memory holding a tile list, and its device address), reused
+// round robin once the launch that read them has completed; and the staging buffer of staged
+// transfers.
 struct DeviceCopyExecutor::Impl {
   struct Slot {
     PinnedBuffer host;
-    DeviceBuffer device;
+    const Tile* mapped = nullptr;  // host's device address
     Event done;
     bool in_use = false;
   };
@@ -132,11 +137,11 @@ struct DeviceCopyExecutor::Impl {
   Event done;   // behind each gather() / scatter() on the executor's stream
   void* staging_stream = nullptr;  // the stream of the last staged transfer
 
-  Status launch(const Stream& s) noexcept;
+  Status launch(const Stream& s, const std::uint32_t* gate = nullptr) noexcept;
   Status claim_staging(const Stream& s, std::size_t bytes) noexcept;
 };
 
-Status DeviceCopyExecutor::Impl::launch(const Stream& s) noexcept {
+Status DeviceCopyExecutor::Impl::launch(const Stream& s, const std::uint32_t* gate) noexcept {
   if (tiles.empty()) return Status::ok();
   Slot& slot = slots[next_slot];
   next_slot = (next_slot + 1) % slots.size();
@@ -146,19 +151,21 @@ Status DeviceCopyExecutor::Impl::launch(const Stream& s) noexcept {
   }
   const std::size_t bytes = tiles.size() * sizeof(Tile);
   if (slot.host.size() < bytes) {
-    // Room for 2,730 tiles (a 170 MiB image) from the start: growing a slot frees its buffers,
+    // Room for 2,730 tiles (a 170 MiB image) from the start: growing a slot frees its buffer,
     // which waits for the whole device, and slots are taken in turn, so each would grow once.
     std::size_t cap = std::max<std::size_t>(bytes, 64 * 1024);
+    slot.mapped = nullptr;
     TIER_ASSIGN_OR_RETURN(slot.host, PinnedBuffer::allocate(cap));
-    TIER_ASSIGN_OR_RETURN(slot.device, DeviceBuffer::allocate(device, cap));
+    slot.mapped = static_cast<const Tile*>(rt::mapped_device_pointer(slot.host.data()));
+    if (slot.mapped == nullptr)
+      return Status(Code::kDeviceError, "copy executor: descriptor slot is not mapped");
   }
   std::memcpy(slot.host.data(), tiles.data(), bytes);
-  TIER_GPU_TRY(rt::memcpy_async(slot.device.data(), slot.host.data(), bytes, stream_of(s)));
   const auto count = static_cast<unsigned int>(tiles.size());
   const unsigned int grid =
       std::min<unsigned int>(count, static_cast<unsigned int>(multiprocessors * kBlocksPerSm));
   copy_tiles<<<grid, kThreads, 0, stream_of(s)>>>(
-      reinterpret_cast<const Tile*>(slot.device.data()), count);
+      slot.mapped, count, gate);
   TIER_GPU_TRY(rt::clear_last_error());
   TIER_RETURN_IF_ERROR(slot.done.record(s));
   slot.in_use = true;
@@ -219,7 +226,7 @@ ImagePath DeviceCopyExecutor::path_for(MemoryKind kind, std::size_t bytes,
 }
 
 Status DeviceCopyExecutor::run(const CopyPlan& plan, Region image, const Stream& s,
-                               bool gather) noexcept {
+                               bool gather, const std::uint32_t* gate) noexcept {
   if (plan.engine_kind != MemoryKind::kDevice)
     return Status::invalid("the GPU executor moves device-kind plans only");
   if (image.data == nullptr || image.size < plan.image_bytes)
@@ -244,8 +251,9 @@ Status DeviceCopyExecutor::run(const CopyPlan& plan, Region image, const Stream&
   ImagePath path = path_for(kind, plan.image_bytes, gather);
   if (path == ImagePath::kZeroCopy) {
     build_tiles(plan, 0, plan.image_bytes, window, gather, im.tiles);
-    return im.launch(s);
+    return im.launch(s, gate);
   }
+  if (gate != nullptr) return Status::invalid("a gated scatter needs its image in device memory");
 
   const std::size_t chunk = std::min<std::size_t>(opts_.staging_bytes, plan.image_bytes);
   TIER_RETURN_IF_ERROR(im.claim_staging(s, chunk));
@@ -268,9 +276,9 @@ Status DeviceCopyExecutor::gather_async(const CopyPlan& plan, Region image,
   return run(plan, image, s, true);
 }
 
-Status DeviceCopyExecutor::scatter_async(const CopyPlan& plan, Region image,
-                                         const Stream& s) noexcept {
-  return run(plan, image, s, false);
+Status DeviceCopyExecutor::scatter_async(const CopyPlan& plan, Region image, const Stream& s,
+                                         const std::uint32_t* gate) noexcept {
+  return run(plan, image, s, false, gate);
 }
 
 Status DeviceCopyExecutor::order_after(void* stream, void* event) noexcept {

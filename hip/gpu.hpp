@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "tier/codec.hpp"
 #include "tier/copy_plan.hpp"
 #include "tier/region.hpp"
 #include "tier/status.hpp"
@@ -221,7 +222,10 @@ class DeviceCopyExecutor final : public CopyExecutor {
   Status settle() noexcept override { return stream_.synchronize(); }
 
   Status gather_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
-  Status scatter_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
+  // With `gate` (device memory, e.g. verify_payload_async's verdict), the copy happens only if
+  // *gate == kVerdictMatch when the kernel runs; otherwise it writes nothing.
+  Status scatter_async(const CopyPlan& plan, Region image, const Stream& s,
+                       const std::uint32_t* gate = nullptr) noexcept;
 
   // Makes the transfers of gather() and scatter() from now on start after a caller's work: the
   // event `event` when set, else everything enqueued on `stream` so far (opaque runtime handles,
@@ -235,12 +239,32 @@ class DeviceCopyExecutor final : public CopyExecutor {
  private:
   struct Impl;
   DeviceCopyExecutor(ExecutorOptions opts, Stream stream, std::unique_ptr<Impl> impl);
-  Status run(const CopyPlan& plan, Region image, const Stream& s, bool gather) noexcept;
+  Status run(const CopyPlan& plan, Region image, const Stream& s, bool gather,
+             const std::uint32_t* gate = nullptr) noexcept;
 
   ExecutorOptions opts_;
   Stream stream_;
   std::unique_ptr<Impl> impl_;
 };
+
+// Object format version 2 payload verification on the device (docs/object-format.md): the
+// XXH3-64 of every 64 KiB chunk of `payload` (device memory, 8-byte aligned), the XXH3-64 of
+// their list, compared with `expected` (the header's payload checksum). Enqueued on `s` (two
+// launches, nothing waits); the verdict, kVerdictMatch or kVerdictMismatch, is written to the
+// first 4 bytes of `scratch` (device memory, 8-byte aligned, at least verify_scratch_bytes()
+// bytes; the chunk list follows) and, when `host_verdict` is set (mapped pinned host memory), to
+// *host_verdict as well: read it after an event recorded behind this on `s` has completed.
+// With `crc` (a codec's CrcClaim, PayloadCheck::check_head), the verdict is a match only if the
+// payload's bytes from crc->from to its end also have CRC-32 crc->crc (computed in 256-byte pieces
+// by as many threads and combined, hip/crc32.hpp).
+// Errors: InvalidArgument (memory kinds, alignment, scratch size, unmapped host verdict, a claim
+// past the payload), DeviceError.
+inline constexpr std::uint32_t kVerdictMatch = 1;
+inline constexpr std::uint32_t kVerdictMismatch = 2;
+std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept;
+Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
+                            std::uint32_t* host_verdict, const Stream& s,
+                            const CrcClaim* crc = nullptr) noexcept;
 
 // Whether `p` is page-locked host memory mapped for the devices (cudaHostAlloc'd or registered).
 bool is_mapped_pinned(const void* p) noexcept;

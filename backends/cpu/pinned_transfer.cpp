@@ -13,6 +13,15 @@ namespace tier::cpu {
 
 namespace {
 
+// The staging ring of gets verified on the device, per GPU: payloads up to this size (with their
+// chunk lists) are checked there; larger ones, and version 1 payloads, on the host.
+constexpr std::uint64_t kRingBytes = 64u << 20;
+constexpr std::uint64_t kRingAlign = 256;
+// Host words for the verdicts of device-verified gets in flight (4 bytes each).
+constexpr std::size_t kVerdicts = 1024;
+
+std::uint64_t round_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
+
 Region pinned_region(std::byte* p, std::size_t n) {
   return Region{p, n, MemoryKind::kPinnedHost, -1};
 }
@@ -80,12 +89,13 @@ Result<PinnedTransfer::Gpu*> PinnedTransfer::gpu_for(int device) noexcept {
   if (device < 0 || device >= gpu::device_count())
     return Status::invalid(fmt::format("device region names GPU {}, which does not exist", device));
   TIER_ASSIGN_OR_RETURN(gpu::Stream s, gpu::Stream::create(device));
+  TIER_ASSIGN_OR_RETURN(gpu::Stream dma, gpu::Stream::create(device));
   gpu::ExecutorOptions opts;
   opts.device = device;
   TIER_ASSIGN_OR_RETURN(auto executor, gpu::DeviceCopyExecutor::create(opts));
   try {
     if (gpus_.size() <= d) gpus_.resize(d + 1);
-    gpus_[d] = std::make_unique<Gpu>(Gpu{std::move(s), std::move(executor)});
+    gpus_[d] = std::make_unique<Gpu>(Gpu{std::move(s), std::move(dma), std::move(executor)});
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "pinned transfer: out of memory");
   }
@@ -153,6 +163,81 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
   return fail(verified);
 }
 
+Result<bool> PinnedTransfer::enqueue_device_check(Gpu& g, std::span<const Piece> pieces,
+                                                  const ObjectHeader& h, const CrcClaim* crc,
+                                                  Ticket& t) noexcept {
+  const std::uint64_t n = h.payload_bytes;
+  const std::uint64_t scratch_at = round_up(n, kRingAlign);
+  const std::uint64_t need = scratch_at + round_up(gpu::verify_scratch_bytes(n), kRingAlign);
+  if (h.version < 2 || need > kRingBytes || g.ring_failed) return false;
+  if (verdicts_.data() == nullptr) {
+    TIER_ASSIGN_OR_RETURN(verdicts_, gpu::PinnedBuffer::allocate(kVerdicts * sizeof(std::uint32_t)));
+    verdict_used_.assign(kVerdicts, false);
+  }
+  auto free_word = std::find(verdict_used_.begin(), verdict_used_.end(), false);
+  if (free_word == verdict_used_.end()) return false;
+  if (g.ring.data() == nullptr) {
+    auto ring = gpu::DeviceBuffer::allocate(g.stream.device(), kRingBytes);
+    if (!ring) {
+      g.ring_failed = true;  // device memory is short: every get verifies on the host
+      return false;
+    }
+    g.ring = std::move(*ring);
+  }
+  // The ring range: after the previous get's, or from the start when it does not fit. The DMA
+  // into it waits (on the device) for every get still using part of it.
+  std::uint64_t lo = g.ring_head + need <= kRingBytes ? g.ring_head : 0;
+  for (const Ticket& o : tickets_)
+    if (o.device == t.device && o.ring_lo < lo + need && lo < o.ring_hi)
+      TIER_RETURN_IF_ERROR(gpu::stream_wait_event(g.dma, o.done.handle()));
+  TIER_ASSIGN_OR_RETURN(t.landed, gpu::Event::create(t.device));
+  const Region staged{g.ring.data() + lo, n, MemoryKind::kDevice, t.device};
+  const Region scratch{g.ring.data() + lo + scratch_at, need - scratch_at, MemoryKind::kDevice,
+                       t.device};
+  Status st;
+  std::uint64_t image_off = 0;  // the payload's bytes of each piece, to the same payload offsets
+  for (const Piece& p : pieces) {
+    const std::uint64_t from = std::max<std::uint64_t>(image_off, kObjectHeaderBytes);
+    const std::uint64_t to = image_off + p.size();
+    if (st && from < to)
+      st = gpu::copy_async(staged.slice(from - kObjectHeaderBytes, to - from),
+                           pinned_region(p.data() + (from - image_off), to - from), g.dma);
+    image_off = to;
+  }
+  if (st) st = t.landed.record(g.dma);
+  if (st) st = gpu::stream_wait_event(g.stream, t.landed.handle());
+  auto* word = reinterpret_cast<std::uint32_t*>(verdicts_.data()) + (free_word - verdict_used_.begin());
+  *word = 0;
+  if (st) st = gpu::verify_payload_async(staged, h.payload_checksum, scratch, word, g.stream, crc);
+  if (!st) {
+    g.dma.synchronize().ignore();  // copies already enqueued read the pieces
+    g.stream.synchronize().ignore();
+    return st;
+  }
+  *free_word = true;
+  t.verdict = static_cast<int>(free_word - verdict_used_.begin());
+  t.ring_lo = lo;
+  t.ring_hi = lo + need;
+  g.ring_head = lo + need;
+  return true;
+}
+
+void PinnedTransfer::release(Ticket& t) noexcept {
+  if (t.verdict >= 0) verdict_used_[static_cast<std::size_t>(t.verdict)] = false;
+  t.verdict = -1;
+}
+
+// A scattered get, checked one of two ways before any byte reaches `payload`:
+// - on the device (version 2 payloads that fit the ring): header, key, layout and length on the
+//   host, and the codec's check_head() (an AOS1 frame's fields: everything but its CRC), then the
+//   payload's DMA into the GPU's staging ring (the `dma` stream) and, on `stream` after it, the
+//   chunk checksums, their list, the codec's CRC claim and the verdict (verify_payload_async),
+//   and a copy kernel gated by the verdict: it writes the regions only if the bytes that landed
+//   are the bytes that were stored and the codec's frame is whole. scatter_done() reads the
+//   verdict. No host thread reads the payload, so the DMAs of a batch run back to back. (A codec
+//   without check_head() is checked whole on the host while the DMA runs.)
+// - on the host otherwise (check_scattered: the chunk checksums on the verification threads), then
+//   one copy-kernel launch per piece, reading the page-locked bytes.
 Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> pieces,
                                                         std::span<std::byte> header,
                                                         RegionList payload,
@@ -163,37 +248,76 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
     auto first = std::find_if(payload.begin(), payload.end(), [](const Region& x) { return x.size > 0; });
     TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(first == payload.end() ? -1 : first->device));
     Ticket t;
-    TIER_RETURN_IF_ERROR(
-        check_scattered(pieces, header, skip + total_bytes(payload), key, t.stored, check));
-    TIER_ASSIGN_OR_RETURN(t.done, gpu::Event::create(g->stream.device()));
-    // One copy plan per piece: the parts of the payload regions that the piece's bytes fill, with
-    // image offsets relative to the piece (the image starts with the object header and `skip`
-    // payload bytes that go nowhere).
-    std::vector<CopySpan> spans;
-    std::size_t r = 0, at = 0;      // the payload region and the offset in it
-    std::uint64_t image_off = 0;    // image offset of the current piece's first byte
-    for (const Piece& p : pieces) {
-      spans.clear();
-      const std::uint64_t lo = std::max<std::uint64_t>(image_off, kObjectHeaderBytes + skip);
-      const std::uint64_t hi = image_off + p.size();
-      for (std::uint64_t x = lo; x < hi;) {
-        while (payload[r].size == at) ++r, at = 0;  // sizes add up (checked): r stays in range
-        const std::uint64_t n = std::min<std::uint64_t>(hi - x, payload[r].size - at);
-        spans.push_back(CopySpan{payload[r].data + at, x - image_off, n});
-        x += n;
-        at += n;
-      }
-      if (!spans.empty()) {
-        CopyPlan plan{spans, MemoryKind::kDevice, g->stream.device(), p.size()};
-        Status st = g->executor->scatter_async(plan, pinned_region(p.data(), p.size()), g->stream);
-        if (!st) {
-          g->stream.synchronize().ignore();  // copies already enqueued read the pieces
-          return st;
-        }
-      }
-      image_off = hi;
+    t.device = g->stream.device();
+    TIER_ASSIGN_OR_RETURN(ObjectHeader h, check_scattered_header(pieces, header,
+                                                                 skip + total_bytes(payload), key));
+    TIER_ASSIGN_OR_RETURN(t.done, gpu::Event::create(t.device));
+    // The codec's check: its fields now, when it leaves the CRC to the GPU.
+    std::optional<CrcClaim> claim;
+    if (h.version >= 2 && check != nullptr) {
+      TIER_ASSIGN_OR_RETURN(claim, check_stored_payload(pieces, check, true));
     }
-    TIER_RETURN_IF_ERROR(t.done.record(g->stream));
+    TIER_ASSIGN_OR_RETURN(bool on_device,
+                          enqueue_device_check(*g, pieces, h, claim ? &*claim : nullptr, t));
+    std::vector<CopySpan> spans;
+    if (on_device) {
+      Status st = claim ? Status::ok() : check_stored_payload(pieces, check).status();
+      if (st) {
+        std::uint64_t at = skip;
+        for (const Region& r : payload) {
+          if (r.size > 0) spans.push_back(CopySpan{r.data, at, r.size});
+          at += r.size;
+        }
+        const Region staged{g->ring.data() + t.ring_lo, h.payload_bytes, MemoryKind::kDevice,
+                            t.device};
+        CopyPlan plan{spans, MemoryKind::kDevice, t.device, h.payload_bytes};
+        st = g->executor->scatter_async(
+            plan, staged, g->stream,
+            reinterpret_cast<const std::uint32_t*>(g->ring.data() + t.ring_lo +
+                                                   round_up(h.payload_bytes, kRingAlign)));
+      }
+      if (!st) {
+        g->stream.synchronize().ignore();  // the ring range is in use until its kernels ran
+        release(t);
+        return st;
+      }
+    } else {
+      TIER_RETURN_IF_ERROR(check_scattered(pieces, header, skip + total_bytes(payload), key,
+                                           t.stored, check));
+      // One copy plan per piece: the parts of the payload regions that the piece's bytes fill,
+      // with image offsets relative to the piece (the image starts with the object header and
+      // `skip` payload bytes that go nowhere).
+      std::size_t r = 0, at = 0;      // the payload region and the offset in it
+      std::uint64_t image_off = 0;    // image offset of the current piece's first byte
+      for (const Piece& p : pieces) {
+        spans.clear();
+        const std::uint64_t lo = std::max<std::uint64_t>(image_off, kObjectHeaderBytes + skip);
+        const std::uint64_t hi = image_off + p.size();
+        for (std::uint64_t x = lo; x < hi;) {
+          while (payload[r].size == at) ++r, at = 0;  // sizes add up (checked): r stays in range
+          const std::uint64_t n = std::min<std::uint64_t>(hi - x, payload[r].size - at);
+          spans.push_back(CopySpan{payload[r].data + at, x - image_off, n});
+          x += n;
+          at += n;
+        }
+        if (!spans.empty()) {
+          CopyPlan plan{spans, MemoryKind::kDevice, t.device, p.size()};
+          Status st = g->executor->scatter_async(plan, pinned_region(p.data(), p.size()), g->stream);
+          if (!st) {
+            g->stream.synchronize().ignore();  // copies already enqueued read the pieces
+            return st;
+          }
+        }
+        image_off = hi;
+      }
+    }
+    copy_head(pieces, t.stored);
+    Status st = t.done.record(g->stream);
+    if (!st) {
+      g->stream.synchronize().ignore();
+      release(t);
+      return st;
+    }
     t.id = next_ticket_++;
     t.header = header;
     tickets_.push_back(std::move(t));
@@ -215,19 +339,32 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
     if (done && !*done) return false;
     st = done.status();
   }
-  if (st)
-    std::copy(it->stored.begin(), it->stored.end(), it->header.begin());
-  else
+  if (!st) {
     st = Status(Code::kDeviceError,
                 fmt::format("pinned tier: the copy into device memory failed: {}", st.message()));
+  } else if (it->verdict >= 0) {
+    const std::uint32_t v =
+        *reinterpret_cast<volatile const std::uint32_t*>(verdicts_.data() + 4 * it->verdict);
+    if (v == gpu::kVerdictMismatch)
+      st = Status(Code::kChecksumMismatch,
+                  "object payload checksum mismatch (verified on the GPU; nothing written)");
+    else if (v != gpu::kVerdictMatch)
+      st = Status(Code::kDeviceError, "pinned tier: the GPU verification left no verdict");
+  }
+  if (st) std::copy(it->stored.begin(), it->stored.end(), it->header.begin());
+  release(*it);
   tickets_.erase(it);
   if (!st) return st;
   return true;
 }
 
 void PinnedTransfer::quiesce() noexcept {
+  if (tickets_.empty()) return;
   for (auto& g : gpus_)
-    if (g && !tickets_.empty()) g->stream.synchronize().ignore();
+    if (g) {
+      g->dma.synchronize().ignore();
+      g->stream.synchronize().ignore();
+    }
 }
 
 }  // namespace tier::cpu

@@ -46,26 +46,48 @@ class PinnedTransfer final : public DeviceTransfer {
 
  private:
   // One GPU's copy resources, created on first use: the stream every transfer to or from that
-  // GPU runs on, and the copy executor of scattered gets (its kernels and staging buffer).
+  // GPU runs on (and the verification and copy kernels of scattered gets), the stream of the
+  // scattered gets' DMA into the staging ring, the copy executor of scattered gets (its kernels),
+  // and the ring itself (device memory, allocated by the first get verified on the device).
   struct Gpu {
     gpu::Stream stream;
+    gpu::Stream dma;
     std::unique_ptr<gpu::DeviceCopyExecutor> executor;
+    gpu::DeviceBuffer ring;
+    std::uint64_t ring_head = 0;
+    bool ring_failed = false;  // the ring could not be allocated: verify on the host
   };
   // A scattered get in flight: the event behind its copy, and the header to write when done.
+  // Verified on the device: its ring range (in use until `done`), the event behind its DMA, and
+  // the host word its verdict lands in.
   struct Ticket {
     std::uint64_t id = 0;
+    int device = -1;
     gpu::Event done;
+    gpu::Event landed;
     std::span<std::byte> header;
     std::array<std::byte, kObjectHeaderBytes> stored{};
+    std::uint64_t ring_lo = 0, ring_hi = 0;
+    int verdict = -1;  // index into verdicts_, or -1: verified on the host
   };
 
   PinnedTransfer() = default;
   Result<Gpu*> gpu_for(int device) noexcept;
   Result<gpu::Stream*> stream_for(int device) noexcept;
+  // Device verification of a version 2 payload (see scatter_to_device in the .cpp): enqueues the
+  // payload's DMA into `g`'s ring and its verification behind it, filling `t`'s ring range and
+  // verdict. Ok(false): nothing enqueued, verify on the host (too large for the ring, no
+  // verdict word free, no ring).
+  // With `crc`, the verification also owes that claim of the codec's check.
+  Result<bool> enqueue_device_check(Gpu& g, std::span<const Piece> pieces, const ObjectHeader& h,
+                                    const CrcClaim* crc, Ticket& t) noexcept;
+  void release(Ticket& t) noexcept;
 
   std::optional<gpu::PinnedRegistration> registration_;
   std::vector<std::unique_ptr<Gpu>> gpus_;  // by GPU ordinal
   std::vector<Ticket> tickets_;             // in submission order
+  gpu::PinnedBuffer verdicts_;              // kVerdicts host words the kernels write verdicts to
+  std::vector<bool> verdict_used_;
   std::uint64_t next_ticket_ = 1;
 };
 

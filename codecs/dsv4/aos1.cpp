@@ -211,8 +211,8 @@ Aos1Error finalize_aos1(std::span<std::byte> frame, Aos1Header h) noexcept {
   return Aos1Error::kNone;
 }
 
-Aos1Error check_aos1(std::span<const std::span<std::byte>> frame, const Aos1Expect& x,
-                     Aos1Header& h) noexcept {
+Aos1Error check_aos1_fields(std::span<const std::span<std::byte>> frame, const Aos1Expect& x,
+                            Aos1Header& h) noexcept {
   std::size_t total = 0;
   for (const auto& p : frame) total += p.size();
   // (1) length, (2) one snapshot of the header: later checks never re-read the source.
@@ -237,8 +237,15 @@ Aos1Error check_aos1(std::span<const std::span<std::byte>> frame, const Aos1Expe
   if (h.fingerprint != x.fingerprint) return Aos1Error::kFingerprint;
   if (h.tp_size == 0 || h.tp_rank >= h.tp_size || h.tp_size != x.tp_size || h.tp_rank != x.tp_rank)
     return Aos1Error::kTpGeometry;
-  // (6) exact total length, (7) CRC, piece by piece (crc32_combine).
+  // (6) exact total length.
   if (total - kAos1HeaderBytes != x.payload_bytes) return Aos1Error::kLength;
+  return Aos1Error::kNone;
+}
+
+Aos1Error check_aos1(std::span<const std::span<std::byte>> frame, const Aos1Expect& x,
+                     Aos1Header& h) noexcept {
+  if (const Aos1Error e = check_aos1_fields(frame, x, h); e != Aos1Error::kNone) return e;
+  // (7) CRC, piece by piece (crc32_combine).
   uLong crc = crc32_z(0L, Z_NULL, 0);
   std::size_t off = 0;
   for (const auto& p : frame) {

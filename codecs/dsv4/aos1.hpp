@@ -83,6 +83,10 @@ Status aos1_status(Aos1Error e);
 
 // decode_aos1()'s checks, in its order, over a frame held in pieces (in order: a stored image's
 // blocks); `h` receives the header snapshot. The CRC is combined piece by piece.
+// check_aos1_fields() is every check but the last, the CRC (h.payload_crc32 over the frame's
+// bytes after the header), for a caller that computes the CRC elsewhere.
+Aos1Error check_aos1_fields(std::span<const std::span<std::byte>> frame, const Aos1Expect& x,
+                            Aos1Header& h) noexcept;
 Aos1Error check_aos1(std::span<const std::span<std::byte>> frame, const Aos1Expect& x,
                      Aos1Header& h) noexcept;
 

@@ -199,6 +199,18 @@ Result<DirectForm> SlotBoundaryCodec::direct(RegionList regions) const noexcept 
   }
 }
 
+Result<std::optional<CrcClaim>> SlotBoundaryCodec::check_head(
+    std::span<const std::span<std::byte>> frame) const noexcept {
+  Aos1Header h;
+  const Aos1Error e = check_aos1_fields(frame, expectations(), h);
+  if (e == Aos1Error::kNone) return std::optional<CrcClaim>(CrcClaim{kAos1HeaderBytes, h.payload_crc32});
+  try {
+    return aos1_status(e);
+  } catch (...) {
+    return Status(Code::kChecksumMismatch, "aos1 frame refused");
+  }
+}
+
 Status SlotBoundaryCodec::check(std::span<const std::span<std::byte>> frame) const noexcept {
   Aos1Header h;
   const Aos1Error e = check_aos1(frame, expectations(), h);

@@ -133,8 +133,11 @@ class SlotBoundaryCodec final : public Codec, public PayloadCheck {
   // The AOS1 header is the framing: a tier may scatter the slot image itself after check()
   // (this codec) accepted the stored frame.
   Result<DirectForm> direct(RegionList regions) const noexcept override;
-  // decode()'s frame checks (check_aos1) over a frame held in pieces.
+  // decode()'s frame checks (check_aos1) over a frame held in pieces; check_head(): all but the
+  // CRC, which it claims over the frame's bytes after the AOS1 header.
   Status check(std::span<const std::span<std::byte>> frame) const noexcept override;
+  Result<std::optional<CrcClaim>> check_head(
+      std::span<const std::span<std::byte>> frame) const noexcept override;
 
  private:
   const SlotCodec* slot_;

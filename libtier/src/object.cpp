@@ -354,16 +354,14 @@ std::size_t copy_head(std::span<const std::span<std::byte>> pieces,
   return got;
 }
 
-Status check_scattered(std::span<const std::span<std::byte>> stored,
-                       std::span<const std::byte> expected_header, std::uint64_t payload_bytes,
-                       const ObjectKey& expected, std::span<std::byte> stored_header,
-                       const PayloadCheck* check) noexcept {
+Result<ObjectHeader> check_scattered_header(std::span<const std::span<std::byte>> stored,
+                                            std::span<const std::byte> expected_header,
+                                            std::uint64_t payload_bytes,
+                                            const ObjectKey& expected) noexcept {
   auto want = expected_header.size() == kObjectHeaderBytes
                   ? parse_object_header(expected_header)
                   : Result<ObjectHeader>(Status::invalid(""));
   if (!want) return Status::invalid("scattered get: no expected header in the header buffer");
-  if (stored_header.size() != kObjectHeaderBytes)
-    return Status::invalid("scattered get: the stored header needs 96 bytes");
   std::size_t total = 0;
   for (const auto& p : stored) total += p.size();
   if (total < kObjectHeaderBytes)
@@ -383,22 +381,40 @@ Status check_scattered(std::span<const std::span<std::byte>> stored,
   if (h->payload_bytes != payload_bytes)
     return Status::invalid(fmt::format("object payload of {} bytes for regions of {}",
                                        h->payload_bytes, payload_bytes));
-  auto piece = [&](std::size_t i) { return std::span<const std::byte>(stored[i]); };
-  if (pieces_checksum(stored.size(), piece, kObjectHeaderBytes, h->payload_bytes, h->version) !=
-      h->payload_checksum)
-    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
-  if (check != nullptr) {
-    std::vector<std::span<std::byte>> payload;
-    try {
-      each_stored(stored, kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
-        payload.emplace_back(const_cast<std::byte*>(p), n);
-      });
-    } catch (const std::bad_alloc&) {
-      return Status(Code::kNoSpace, "scattered get: out of memory");
-    }
-    TIER_RETURN_IF_ERROR(check->check(payload));
+  return *h;
+}
+
+Result<std::optional<CrcClaim>> check_stored_payload(std::span<const std::span<std::byte>> stored,
+                                                     const PayloadCheck* check,
+                                                     bool split) noexcept {
+  if (check == nullptr) return std::optional<CrcClaim>{};
+  std::vector<std::span<std::byte>> payload;
+  try {
+    each_stored(stored, kObjectHeaderBytes, [&](const std::byte* p, std::size_t n) {
+      payload.emplace_back(const_cast<std::byte*>(p), n);
+    });
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "scattered get: out of memory");
   }
-  std::memcpy(stored_header.data(), head, kObjectHeaderBytes);
+  if (split) return check->check_head(payload);
+  TIER_RETURN_IF_ERROR(check->check(payload));
+  return std::optional<CrcClaim>{};
+}
+
+Status check_scattered(std::span<const std::span<std::byte>> stored,
+                       std::span<const std::byte> expected_header, std::uint64_t payload_bytes,
+                       const ObjectKey& expected, std::span<std::byte> stored_header,
+                       const PayloadCheck* check) noexcept {
+  if (stored_header.size() != kObjectHeaderBytes)
+    return Status::invalid("scattered get: the stored header needs 96 bytes");
+  TIER_ASSIGN_OR_RETURN(ObjectHeader h,
+                        check_scattered_header(stored, expected_header, payload_bytes, expected));
+  auto piece = [&](std::size_t i) { return std::span<const std::byte>(stored[i]); };
+  if (pieces_checksum(stored.size(), piece, kObjectHeaderBytes, h.payload_bytes, h.version) !=
+      h.payload_checksum)
+    return Status(Code::kChecksumMismatch, "object payload checksum mismatch");
+  TIER_RETURN_IF_ERROR(check_stored_payload(stored, check).status());
+  copy_head(stored, stored_header);
   return Status::ok();
 }
 

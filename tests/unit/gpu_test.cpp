@@ -4,6 +4,8 @@
 // and device images. Exits 77 (Meson: SKIP) on a machine without a GPU.
 #include <doctest/doctest.h>
 
+#include <zlib.h>
+
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -509,4 +511,84 @@ TEST_CASE("TierStack: device PAGE blocks saved and loaded through a gpu tier ove
       std::memcpy(expect[i].data() + off, src.host[i].data() + off, sp.bytes);
     }
   for (std::size_t i = 0; i < dst.bufs.size(); ++i) CHECK(download(dst.bufs[i], s) == expect[i]);
+}
+
+TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; a gated copy "
+          "writes only verified bytes") {
+  auto s = Stream::create(0);
+  REQUIRE(s);
+  auto verdicts = PinnedBuffer::allocate(4096);
+  REQUIRE(verdicts);
+  auto* word = reinterpret_cast<std::uint32_t*>(verdicts->data());
+  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
+  REQUIRE(exec);
+  // Every XXH3 length class for the last chunk and for the chunk list (0 to 40 chunks), at a
+  // payload start that is 8-byte but not 16-byte aligned.
+  for (std::size_t n : {0u, 1u, 3u, 8u, 16u, 100u, 240u, 241u, 1024u, 1025u, 65535u, 65536u,
+                        65537u, 3u * 65536u + 100u, 31u * 65536u, 40u * 65536u + 7u}) {
+    CAPTURE(n);
+    auto bytes = pattern(n, n + 1);
+    const std::uint64_t want = payload_checksum(bytes, 2);
+    auto payload = DeviceBuffer::allocate(0, n + 8);
+    auto scratch = DeviceBuffer::allocate(0, verify_scratch_bytes(n));
+    auto dst = DeviceBuffer::allocate(0, n + 8);
+    REQUIRE((payload && scratch && dst));
+    const Region staged = payload->region().slice(8, n);
+    if (n > 0) REQUIRE(copy_async(staged, host_region(bytes), *s));
+    REQUIRE(fill_async(dst->region(), 0xee, s->handle()));
+    const auto* gate = reinterpret_cast<const std::uint32_t*>(scratch->data());
+    std::vector<CopySpan> spans{CopySpan{dst->data(), 0, n}};
+    const CopyPlan plan{spans, MemoryKind::kDevice, 0, n};
+    for (std::uint64_t expected : {want + 1, want}) {  // a wrong checksum first: nothing written
+      *word = 0;
+      REQUIRE(verify_payload_async(staged, expected, scratch->region(), word, *s));
+      REQUIRE((*exec)->scatter_async(plan, staged, *s, gate));
+      REQUIRE(s->synchronize());
+      CHECK(*word == (expected == want ? kVerdictMatch : kVerdictMismatch));
+      auto got = download(*dst, *s);
+      got.resize(n);
+      CHECK(got == (expected == want ? bytes : std::vector<std::byte>(n, std::byte{0xee})));
+    }
+    // A codec's CRC claim over the bytes after the first 128 (an AOS1 frame's): owed too.
+    const std::size_t from = std::min<std::size_t>(n, 128);
+    const auto crc = static_cast<std::uint32_t>(
+        crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()) + from, n - from));
+    for (std::uint32_t claimed : {crc ^ 0x100u, crc}) {
+      const CrcClaim claim{from, claimed};
+      *word = 0;
+      REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *s, &claim));
+      REQUIRE(s->synchronize());
+      CHECK(*word == (claimed == crc ? kVerdictMatch : kVerdictMismatch));
+    }
+    // One flipped bit in the first, a middle and the last byte fails.
+    for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+      if (n == 0) break;
+      CAPTURE(at);
+      auto bad = bytes;
+      bad[at] ^= std::byte{0x10};
+      REQUIRE(copy_async(staged, host_region(bad), *s));
+      *word = 0;
+      REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *s));
+      REQUIRE(s->synchronize());
+      CHECK(*word == kVerdictMismatch);
+    }
+  }
+  // Refusals: host memory, misalignment, a short scratch, an unmapped host word.
+  auto payload = DeviceBuffer::allocate(0, 1 << 20);  // 16 chunks: 136 scratch bytes
+  auto scratch = DeviceBuffer::allocate(0, 64);
+  REQUIRE((payload && scratch));
+  std::vector<std::byte> host(64);
+  std::uint32_t plain = 0;
+  CHECK(verify_payload_async(host_region(host), 0, scratch->region(), nullptr, *s).code() ==
+        Code::kInvalidArgument);
+  CHECK(verify_payload_async(payload->region().slice(1, 100), 0, scratch->region(), nullptr, *s)
+            .code() == Code::kInvalidArgument);
+  CHECK(verify_payload_async(payload->region(), 0, scratch->region(), nullptr, *s).code() ==
+        Code::kInvalidArgument);
+  CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), &plain, *s)
+            .code() == Code::kInvalidArgument);
+  const CrcClaim past{101, 0};
+  CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), nullptr, *s,
+                             &past)
+            .code() == Code::kInvalidArgument);
 }

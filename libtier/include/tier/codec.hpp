@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -26,9 +27,25 @@ namespace tier {
 // called with the payload's bytes in pieces, in order (host memory, read only, valid during the
 // call), after the object's checksum verified and before any byte is written. Errors: what
 // decode() returns for the same payload (ChecksumMismatch for a bad frame). Thread-safe.
+//
+// check_head() splits check() for a tier that computes CRC-32 where it moves the payload (a
+// pinned tier, on the GPU): it checks everything check() checks except one CRC-32 (zlib's) over
+// the payload from `CrcClaim::from` to its end, and returns the value those bytes must have; the
+// tier then owes exactly that CRC before writing. Ok(nullopt), the default: no such split, the
+// tier calls check(). Same errors and threads as check().
+struct CrcClaim {
+  std::uint64_t from = 0;
+  std::uint32_t crc = 0;
+};
+
 class PayloadCheck {
  public:
   virtual Status check(std::span<const std::span<std::byte>> payload) const noexcept = 0;
+  virtual Result<std::optional<CrcClaim>> check_head(
+      std::span<const std::span<std::byte>> payload) const noexcept {
+    (void)payload;
+    return std::optional<CrcClaim>{};
+  }
 
  protected:
   ~PayloadCheck() = default;

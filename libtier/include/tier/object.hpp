@@ -133,6 +133,23 @@ Status check_scattered(std::span<const std::span<std::byte>> stored,
                        const ObjectKey& expected, std::span<std::byte> stored_header,
                        const PayloadCheck* check = nullptr) noexcept;
 
+// check_scattered() in two parts, for a tier that verifies the payload checksum elsewhere (a
+// pinned tier, on the GPU where the bytes land):
+//   check_scattered_header  everything before the payload's bytes are read: the stored header,
+//                           `expected` key, exact length, the caller's layout and stage ids and
+//                           a payload of `payload_bytes`; returns the stored header.
+//   check_stored_payload    `check` (when set) over the stored payload, in pieces: its check(),
+//                           or with `split` its check_head(), whose claim (when it makes one)
+//                           the caller then owes (Ok(nullopt) otherwise).
+// Both return what check_scattered() returns and write nothing.
+Result<ObjectHeader> check_scattered_header(std::span<const std::span<std::byte>> stored,
+                                            std::span<const std::byte> expected_header,
+                                            std::uint64_t payload_bytes,
+                                            const ObjectKey& expected) noexcept;
+Result<std::optional<CrcClaim>> check_stored_payload(std::span<const std::span<std::byte>> stored,
+                                                     const PayloadCheck* check,
+                                                     bool split = false) noexcept;
+
 // Overwrites the header so a failed image can never be parsed as valid.
 void scrub_object(std::span<std::byte> image) noexcept;
 

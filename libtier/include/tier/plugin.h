@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define TIER_PLUGIN_ABI_VERSION 2u  /* 2: Codec::direct() */
+#define TIER_PLUGIN_ABI_VERSION 3u  /* 2: Codec::direct(); 3: PayloadCheck::check_head() */
 #define TIER_PLUGIN_ENTRY_SYMBOL "tier_plugin_entry"
 
 enum tier_plugin_kind {

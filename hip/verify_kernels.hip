@@ -1,0 +1,229 @@
+// Version 2 payload verification on the device (gpu.hpp: verify_payload_async).
+//
+// Two launches on the caller's stream. chunk_hashes: one thread block per 64 KiB chunk. XXH3's
+// long path is a chain over 1,024-byte blocks (each block's stripe sums are added to the eight
+// accumulators, which are then scrambled), but the sums themselves are independent: 512
+// threads, one per (block, accumulator lane), load their lane's word of the block's 16 stripes
+// (8-byte aligned: chunks start at multiples of 64 KiB of an aligned payload) and add them up
+// at once; the partner lane's word sum comes through shared memory; then eight threads run the
+// cheap chain of scrambles over the 64 rows and thread 0 merges. list_verdict: one thread block
+// hashes the chunk list the same way (64 rows per pass), compares it with the header's payload
+// checksum and writes the verdict to device memory (for the gated copy that follows) and to
+// mapped host memory (for the poller). Inputs of at most 240 bytes take xxh3::short_hash64.
+// With a codec's CRC claim, more blocks of the first launch compute it meanwhile (crc_pieces: a
+// thread per 256-byte piece, a tree per block, one atomic xor per block); list_verdict finishes
+// the CRC and requires it too.
+#include "gpu.hpp"
+#include "gpu_runtime.hpp"
+#include "tier/object.hpp"
+#include "crc32.hpp"
+#include "xxh3.hpp"
+
+namespace tier::gpu {
+namespace {
+
+using xxh3::u64;
+using xxh3::u8;
+
+constexpr unsigned kRows = 64;               // XXH3 blocks summed per pass
+constexpr unsigned kThreads = kRows * 8;     // one per (block, accumulator lane)
+
+// Per thread block: the secret, the rows' word and stripe sums, the final accumulators.
+struct Shared {
+  alignas(8) u8 secret[xxh3::kSecretBytes];
+  u64 words[kRows][8];
+  u64 sums[kRows][8];
+  u64 acc[8];
+};
+
+__device__ void load_secret(Shared& sh, const xxh3::Secret& secret) {
+  if (threadIdx.x < xxh3::kSecretBytes / 8)
+    reinterpret_cast<u64*>(sh.secret)[threadIdx.x] =
+        reinterpret_cast<const u64*>(secret.bytes)[threadIdx.x];
+  __syncthreads();
+}
+
+// XXH3-64 (seed 0) of `len` bytes at `p` (8-byte aligned), by all kThreads threads of the
+// block (every one with the same arguments, the secret already in `sh`); thread 0 returns it.
+__device__ u64 block_hash(const u8* p, u64 len, Shared& sh) {
+  if (len <= xxh3::kMidsizeMax) return xxh3::short_hash64(p, len, sh.secret);
+  const unsigned lane = threadIdx.x % 8, row = threadIdx.x / 8;
+  const u64 blocks = (len - 1) / xxh3::kBlockBytes;  // full blocks, each followed by a scramble
+  const unsigned stripes =
+      static_cast<unsigned>(((len - 1) - blocks * xxh3::kBlockBytes) / xxh3::kStripeBytes);
+  u64 acc = xxh3::acc_init(lane);  // the chain's state, in threads 0..7
+  const u64 scramble_key = xxh3::load64_aligned(sh.secret + xxh3::kScrambleAt + 8 * lane);
+  for (u64 first = 0; first <= blocks; first += kRows) {
+    const u64 b = first + row;
+    u64 words = 0, products = 0;
+    if (b <= blocks) {
+      // Block b: 16 stripes, or the partial block's stripes and the input's last 64 bytes.
+      const unsigned n = b < blocks ? xxh3::kStripesPerBlock : stripes;
+      const u8* at = p + b * xxh3::kBlockBytes + 8 * lane;
+#pragma unroll
+      for (unsigned s = 0; s < xxh3::kStripesPerBlock; ++s) {
+        if (s < n) {
+          const u64 v = xxh3::load64_aligned(at + s * xxh3::kStripeBytes);
+          words += v;
+          products +=
+              xxh3::stripe_product(v, xxh3::load64_aligned(sh.secret + 8 * s + 8 * lane));
+        }
+      }
+      if (b == blocks) {
+        const u64 v = xxh3::load64(p + len - xxh3::kStripeBytes + 8 * lane);
+        words += v;
+        products += xxh3::stripe_product(v, xxh3::read64(sh.secret + xxh3::kLastStripeAt + 8 * lane));
+      }
+    }
+    sh.words[row][lane] = words;
+    __syncthreads();
+    sh.sums[row][lane] = products + sh.words[row][lane ^ 1];  // acc[i ^ 1] gets lane i's words
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      for (unsigned r = 0; r < kRows && first + r <= blocks; ++r) {
+        acc += sh.sums[r][lane];
+        if (first + r < blocks) acc = xxh3::scramble(acc, scramble_key);
+      }
+    }
+    __syncthreads();  // the rows are refilled by the next pass
+  }
+  if (threadIdx.x < 8) sh.acc[lane] = acc;
+  __syncthreads();
+  return threadIdx.x == 0 ? xxh3::merge(sh.acc, len, sh.secret) : 0;
+}
+
+constexpr u64 kCrcPiece = 256;
+constexpr u64 kCrcSpan = kCrcPiece * kThreads;  // bytes per CRC block
+
+// The raw CRC register of the `len` bytes at `data`, xor-ed into *acc by CRC block `block`. The
+// bytes are right-aligned in whole blocks of kCrcSpan (leading zeros leave a raw register from
+// 0 unchanged), so every piece and every block has its full size: a thread's 256-byte piece,
+// then a tree over the block's pieces whose level k multiplies the left half by x^(8 * 256 *
+// 2^k), then one shift of the block past the blocks after it.
+__device__ void crc_pieces(const u8* __restrict__ data, u64 len, u64 block, u64 blocks,
+                           unsigned int* acc) {
+  __shared__ crc32::u32 table[256];
+  __shared__ crc32::u32 part[kThreads];
+  __shared__ crc32::u32 factor[16];  // x^(8 * kCrcPiece * 2^k)
+  if (threadIdx.x < 256) table[threadIdx.x] = crc32::table_entry(threadIdx.x);
+  if (threadIdx.x == 0) {
+    factor[0] = crc32::shift_factor(kCrcPiece);
+    for (int k = 1; k < 16; ++k) factor[k] = crc32::multiply(factor[k - 1], factor[k - 1]);
+  }
+  __syncthreads();
+  const u64 pad = blocks * kCrcSpan - len;                 // leading zeros
+  const u64 vlo = block * kCrcSpan + threadIdx.x * kCrcPiece;  // the piece, padded coordinates
+  crc32::u32 c = 0;
+  if (vlo + kCrcPiece > pad) {
+    const u64 lo = vlo > pad ? vlo - pad : 0, hi = vlo + kCrcPiece - pad;
+    const u8* p = data + lo;
+    const u64 n = hi - lo;
+    u64 i = 0;
+    if ((reinterpret_cast<unsigned long long>(p) & 7u) == 0) {
+      for (; i + 8 <= n; i += 8) {  // eight bytes per load
+        const u64 w = xxh3::load64_aligned(p + i);
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          c = table[(c ^ static_cast<crc32::u32>(w >> (8 * k))) & 0xffu] ^ (c >> 8);
+      }
+    }
+    c = crc32::raw_update(c, p + i, n - i, table);
+  }
+  part[threadIdx.x] = c;
+  __syncthreads();
+  for (unsigned k = 0, stride = 1; stride < kThreads; ++k, stride <<= 1) {
+    if (threadIdx.x % (2 * stride) == 0)
+      part[threadIdx.x] = crc32::multiply(part[threadIdx.x], factor[k]) ^ part[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && part[0] != 0)
+    atomicXor(acc, crc32::multiply(part[0], crc32::shift_factor((blocks - 1 - block) * kCrcSpan)));
+}
+
+// Blocks [0, chunks) hash one chunk each; the blocks after them (when crc_len > 0) compute the
+// CRC of the `crc_len` bytes at `crc_data`: both at once, on different multiprocessors.
+__global__ void __launch_bounds__(kThreads)
+    chunk_hashes(const u8* __restrict__ payload, u64 bytes, u64 chunks, u64* __restrict__ out,
+                 xxh3::Secret secret, const u8* __restrict__ crc_data, u64 crc_len,
+                 unsigned int* crc_acc) {
+  if (blockIdx.x >= chunks) {
+    crc_pieces(crc_data, crc_len, blockIdx.x - chunks, gridDim.x - chunks, crc_acc);
+    return;
+  }
+  __shared__ Shared sh;
+  load_secret(sh, secret);
+  const u64 lo = static_cast<u64>(blockIdx.x) * kChecksumChunkBytes;
+  const u64 len = bytes - lo < kChecksumChunkBytes ? bytes - lo : kChecksumChunkBytes;
+  const u64 h = block_hash(payload + lo, len, sh);
+  if (threadIdx.x == 0) out[blockIdx.x] = h;
+}
+
+// `crc_len` bytes' raw CRC register in *crc_acc must finish to `crc` (when with_crc).
+__global__ void __launch_bounds__(kThreads)
+    list_verdict(const u64* __restrict__ list, u64 chunks, u64 expected, unsigned int* verdict,
+                 unsigned int* host_verdict, xxh3::Secret secret, bool with_crc, u64 crc_len,
+                 unsigned int crc, const unsigned int* crc_acc) {
+  __shared__ Shared sh;
+  load_secret(sh, secret);
+  const u64 h = block_hash(reinterpret_cast<const u8*>(list), chunks * 8, sh);
+  if (threadIdx.x == 0) {
+    const bool crc_ok = !with_crc || crc32::finish(*crc_acc, crc_len) == crc;
+    const unsigned int v = h == expected && crc_ok ? kVerdictMatch : kVerdictMismatch;
+    *verdict = v;
+    if (host_verdict != nullptr) *host_verdict = v;
+  }
+}
+
+}  // namespace
+
+// Scratch: the verdict (4 bytes), the CRC accumulator (4 bytes), then the chunk list.
+std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept {
+  return 8 + 8 * checksum_chunk_count(payload_bytes);
+}
+
+Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
+                            std::uint32_t* host_verdict, const Stream& s,
+                            const CrcClaim* crc) noexcept {
+  if (payload.kind != MemoryKind::kDevice || scratch.kind != MemoryKind::kDevice)
+    return Status::invalid("verify_payload_async: payload and scratch must be device memory");
+  if (reinterpret_cast<std::uintptr_t>(payload.data) % 8 != 0 ||
+      reinterpret_cast<std::uintptr_t>(scratch.data) % 8 != 0)
+    return Status::invalid("verify_payload_async: payload and scratch must be 8-byte aligned");
+  if (scratch.size < verify_scratch_bytes(payload.size))
+    return Status::invalid("verify_payload_async: scratch smaller than verify_scratch_bytes()");
+  if (crc != nullptr && crc->from > payload.size)
+    return Status::invalid("verify_payload_async: CRC claim past the payload's end");
+  unsigned int* mapped = nullptr;
+  if (host_verdict != nullptr) {
+    mapped = static_cast<unsigned int*>(rt::mapped_device_pointer(host_verdict));
+    if (mapped == nullptr)
+      return Status::invalid("verify_payload_async: the host verdict is not mapped pinned memory");
+  }
+  DeviceGuard guard(s.device());
+  TIER_RETURN_IF_ERROR(guard.status());
+  static const xxh3::Secret secret = xxh3::default_secret();
+  const u64 chunks = checksum_chunk_count(payload.size);
+  auto* verdict = reinterpret_cast<unsigned int*>(scratch.data);
+  auto* crc_acc = reinterpret_cast<unsigned int*>(scratch.data + 4);
+  auto* list = reinterpret_cast<u64*>(scratch.data + 8);
+  auto stream = static_cast<rt::StreamHandle>(s.handle());
+  const u64 crc_len = crc != nullptr ? payload.size - crc->from : 0;
+  const u64 crc_blocks = (crc_len + kCrcSpan - 1) / kCrcSpan;
+  if (chunks + crc_blocks > 0x7fffffffu)
+    return Status::invalid("verify_payload_async: payload of more than 2^31 chunks");
+  if (crc != nullptr) TIER_GPU_TRY(rt::memset_async(crc_acc, 0, 4, stream));
+  if (chunks + crc_blocks > 0) {
+    chunk_hashes<<<static_cast<unsigned>(chunks + crc_blocks), kThreads, 0, stream>>>(
+        reinterpret_cast<const u8*>(payload.data), payload.size, chunks, list, secret,
+        reinterpret_cast<const u8*>(payload.data) + (crc != nullptr ? crc->from : 0), crc_len,
+        crc_acc);
+    TIER_GPU_TRY(rt::clear_last_error());
+  }
+  list_verdict<<<1, kThreads, 0, stream>>>(list, chunks, expected, verdict, mapped, secret,
+                                           crc != nullptr, crc_len,
+                                           crc != nullptr ? crc->crc : 0u, crc_acc);
+  TIER_GPU_TRY(rt::clear_last_error());
+  return Status::ok();
+}
+
+}  // namespace tier::gpu

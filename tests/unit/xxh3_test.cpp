@@ -1,0 +1,71 @@
+// hip/xxh3.hpp built for the host: the reference the GPU's chunk verification is checked against
+// (verify_kernels.hip; the GPU tests compare the device with it). Every length class of XXH3-64
+// (0, 1-3, 4-8, 9-16, 17-128, 129-240, long with and without a partial block) at every alignment
+// against libxxhash, and version 2's payload checksum rebuilt from it.
+#include "xxh3.hpp"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tier/object.hpp"
+
+using namespace tier::gpu;
+
+namespace {
+
+std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<unsigned char> v(n);
+  for (auto& b : v) b = static_cast<unsigned char>(rng());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the default secret is libxxhash's") {
+  const xxh3::Secret s = xxh3::default_secret();
+  CHECK(std::memcmp(s.bytes, XXH3_kSecret, xxh3::kSecretBytes) == 0);
+}
+
+TEST_CASE("hash64 equals XXH3_64bits for every length up to 2,100 at every alignment") {
+  const xxh3::Secret s = xxh3::default_secret();
+  const auto data = random_bytes(2200, 1);
+  for (std::size_t len = 0; len <= 2100; ++len)
+    for (std::size_t at = 0; at < 8; ++at) {
+      const unsigned char* p = data.data() + at;
+      INFO("length ", len, " offset ", at);
+      REQUIRE(xxh3::hash64(p, len, s.bytes) == XXH3_64bits(p, len));
+    }
+}
+
+TEST_CASE("hash64 equals XXH3_64bits for chunk-sized and large inputs") {
+  const xxh3::Secret s = xxh3::default_secret();
+  const auto data = random_bytes((1u << 20) + 64, 2);
+  for (std::size_t len : {4095u, 4096u, 4097u, 65535u, 65536u, 65537u, 100000u, 1u << 20}) {
+    INFO("length ", len);
+    CHECK(xxh3::hash64(data.data(), len, s.bytes) == XXH3_64bits(data.data(), len));
+    CHECK(xxh3::hash64(data.data() + 3, len, s.bytes) == XXH3_64bits(data.data() + 3, len));
+  }
+}
+
+TEST_CASE("version 2's payload checksum is hash64 of the chunks' hash64 list") {
+  const xxh3::Secret s = xxh3::default_secret();
+  for (std::size_t n : {0u, 1u, 240u, 65536u, 3u * 65536u + 100u, 40u * 65536u}) {
+    const auto payload = random_bytes(n, 3);
+    std::vector<unsigned long long> list;
+    for (std::size_t lo = 0; lo < n; lo += tier::kChecksumChunkBytes)
+      list.push_back(xxh3::hash64(payload.data() + lo,
+                                  std::min<std::size_t>(tier::kChecksumChunkBytes, n - lo), s.bytes));
+    const auto want = tier::payload_checksum(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()), n), 2);
+    INFO("payload ", n);
+    CHECK(xxh3::hash64(reinterpret_cast<const unsigned char*>(list.data()), 8 * list.size(),
+                       s.bytes) == want);
+  }
+}

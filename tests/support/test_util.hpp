@@ -6,6 +6,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <random>
 #include <vector>
 
 #include "tier/backend.hpp"
@@ -18,6 +19,14 @@ namespace tier::test {
 
 // Meson's exit code for a skipped test.
 inline constexpr int kSkip = 77;
+
+// `n` bytes from a fixed generator seeded with `seed` (inputs for hash and CRC checks).
+inline std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<unsigned char> v(n);
+  for (auto& b : v) b = static_cast<unsigned char>(rng());
+  return v;
+}
 
 inline ObjectKey key_of(std::uint64_t n, std::uint64_t ns = 1, std::uint32_t rank = 0) {
   return ObjectKey{Key128{ns, ns * 31}, Key128{n, n ^ 0xabcdef}, rank};

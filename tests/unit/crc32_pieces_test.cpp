@@ -6,19 +6,14 @@
 #include <doctest/doctest.h>
 #include <zlib.h>
 
-#include <random>
 #include <vector>
 
+#include "support/test_util.hpp"
+
 using namespace tier::gpu;
+using tier::test::random_bytes;
 
 namespace {
-
-std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<unsigned char> v(n);
-  for (auto& b : v) b = static_cast<unsigned char>(rng());
-  return v;
-}
 
 std::vector<crc32::u32> table() {
   std::vector<crc32::u32> t(256);

@@ -10,23 +10,13 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "support/test_util.hpp"
 #include "tier/object.hpp"
 
 using namespace tier::gpu;
-
-namespace {
-
-std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<unsigned char> v(n);
-  for (auto& b : v) b = static_cast<unsigned char>(rng());
-  return v;
-}
-
-}  // namespace
+using tier::test::random_bytes;
 
 TEST_CASE("the default secret is libxxhash's") {
   const xxh3::Secret s = xxh3::default_secret();

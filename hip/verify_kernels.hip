@@ -95,21 +95,25 @@ __device__ u64 block_hash(const u8* p, u64 len, Shared& sh) {
 constexpr u64 kCrcPiece = 256;
 constexpr u64 kCrcSpan = kCrcPiece * kThreads;  // bytes per CRC block
 
+// Shift factors the host computes once per payload (a GF(2) power is a long chain of dependent
+// steps: slow on one GPU thread): x^(8 * kCrcPiece * 2^k) for the tree's levels, x^(8 *
+// kCrcSpan * 2^k) for the blocks' shifts, and the term the initial value adds over the range.
+struct CrcConsts {
+  crc32::u32 level[16];
+  crc32::u32 span[48];
+  crc32::u32 finish;
+};
+
 // The raw CRC register of the `len` bytes at `data`, xor-ed into *acc by CRC block `block`. The
 // bytes are right-aligned in whole blocks of kCrcSpan (leading zeros leave a raw register from
 // 0 unchanged), so every piece and every block has its full size: a thread's 256-byte piece,
 // then a tree over the block's pieces whose level k multiplies the left half by x^(8 * 256 *
 // 2^k), then one shift of the block past the blocks after it.
 __device__ void crc_pieces(const u8* __restrict__ data, u64 len, u64 block, u64 blocks,
-                           unsigned int* acc) {
+                           const CrcConsts& consts, unsigned int* acc) {
   __shared__ crc32::u32 table[256];
   __shared__ crc32::u32 part[kThreads];
-  __shared__ crc32::u32 factor[16];  // x^(8 * kCrcPiece * 2^k)
   if (threadIdx.x < 256) table[threadIdx.x] = crc32::table_entry(threadIdx.x);
-  if (threadIdx.x == 0) {
-    factor[0] = crc32::shift_factor(kCrcPiece);
-    for (int k = 1; k < 16; ++k) factor[k] = crc32::multiply(factor[k - 1], factor[k - 1]);
-  }
   __syncthreads();
   const u64 pad = blocks * kCrcSpan - len;                 // leading zeros
   const u64 vlo = block * kCrcSpan + threadIdx.x * kCrcPiece;  // the piece, padded coordinates
@@ -133,11 +137,16 @@ __device__ void crc_pieces(const u8* __restrict__ data, u64 len, u64 block, u64 
   __syncthreads();
   for (unsigned k = 0, stride = 1; stride < kThreads; ++k, stride <<= 1) {
     if (threadIdx.x % (2 * stride) == 0)
-      part[threadIdx.x] = crc32::multiply(part[threadIdx.x], factor[k]) ^ part[threadIdx.x + stride];
+      part[threadIdx.x] =
+          crc32::multiply(part[threadIdx.x], consts.level[k]) ^ part[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0 && part[0] != 0)
-    atomicXor(acc, crc32::multiply(part[0], crc32::shift_factor((blocks - 1 - block) * kCrcSpan)));
+  if (threadIdx.x == 0 && part[0] != 0) {
+    crc32::u32 shifted = part[0];  // past the blocks after this one
+    for (u64 m = blocks - 1 - block, k = 0; m != 0; m >>= 1, ++k)
+      if ((m & 1u) != 0) shifted = crc32::multiply(shifted, consts.span[k]);
+    atomicXor(acc, shifted);
+  }
 }
 
 // Blocks [0, chunks) hash one chunk each; the blocks after them (when crc_len > 0) compute the
@@ -145,9 +154,9 @@ __device__ void crc_pieces(const u8* __restrict__ data, u64 len, u64 block, u64 
 __global__ void __launch_bounds__(kThreads)
     chunk_hashes(const u8* __restrict__ payload, u64 bytes, u64 chunks, u64* __restrict__ out,
                  xxh3::Secret secret, const u8* __restrict__ crc_data, u64 crc_len,
-                 unsigned int* crc_acc) {
+                 CrcConsts consts, unsigned int* crc_acc) {
   if (blockIdx.x >= chunks) {
-    crc_pieces(crc_data, crc_len, blockIdx.x - chunks, gridDim.x - chunks, crc_acc);
+    crc_pieces(crc_data, crc_len, blockIdx.x - chunks, gridDim.x - chunks, consts, crc_acc);
     return;
   }
   __shared__ Shared sh;
@@ -158,16 +167,17 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[blockIdx.x] = h;
 }
 
-// `crc_len` bytes' raw CRC register in *crc_acc must finish to `crc` (when with_crc).
+// The raw CRC register in *crc_acc, xor `finish` (CrcConsts::finish), must be `crc` (when
+// with_crc).
 __global__ void __launch_bounds__(kThreads)
     list_verdict(const u64* __restrict__ list, u64 chunks, u64 expected, unsigned int* verdict,
-                 unsigned int* host_verdict, xxh3::Secret secret, bool with_crc, u64 crc_len,
-                 unsigned int crc, const unsigned int* crc_acc) {
+                 unsigned int* host_verdict, xxh3::Secret secret, bool with_crc,
+                 unsigned int finish, unsigned int crc, const unsigned int* crc_acc) {
   __shared__ Shared sh;
   load_secret(sh, secret);
   const u64 h = block_hash(reinterpret_cast<const u8*>(list), chunks * 8, sh);
   if (threadIdx.x == 0) {
-    const bool crc_ok = !with_crc || crc32::finish(*crc_acc, crc_len) == crc;
+    const bool crc_ok = !with_crc || (*crc_acc ^ finish) == crc;
     const unsigned int v = h == expected && crc_ok ? kVerdictMatch : kVerdictMismatch;
     *verdict = v;
     if (host_verdict != nullptr) *host_verdict = v;
@@ -211,16 +221,24 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   const u64 crc_blocks = (crc_len + kCrcSpan - 1) / kCrcSpan;
   if (chunks + crc_blocks > 0x7fffffffu)
     return Status::invalid("verify_payload_async: payload of more than 2^31 chunks");
-  if (crc != nullptr) TIER_GPU_TRY(rt::memset_async(crc_acc, 0, 4, stream));
+  CrcConsts consts{};
+  if (crc != nullptr) {
+    consts.level[0] = crc32::shift_factor(kCrcPiece);
+    for (int k = 1; k < 16; ++k) consts.level[k] = crc32::multiply(consts.level[k - 1], consts.level[k - 1]);
+    consts.span[0] = crc32::shift_factor(kCrcSpan);
+    for (int k = 1; k < 48; ++k) consts.span[k] = crc32::multiply(consts.span[k - 1], consts.span[k - 1]);
+    consts.finish = crc32::finish(0, crc_len);
+    TIER_GPU_TRY(rt::memset_async(crc_acc, 0, 4, stream));
+  }
   if (chunks + crc_blocks > 0) {
     chunk_hashes<<<static_cast<unsigned>(chunks + crc_blocks), kThreads, 0, stream>>>(
         reinterpret_cast<const u8*>(payload.data), payload.size, chunks, list, secret,
         reinterpret_cast<const u8*>(payload.data) + (crc != nullptr ? crc->from : 0), crc_len,
-        crc_acc);
+        consts, crc_acc);
     TIER_GPU_TRY(rt::clear_last_error());
   }
   list_verdict<<<1, kThreads, 0, stream>>>(list, chunks, expected, verdict, mapped, secret,
-                                           crc != nullptr, crc_len,
+                                           crc != nullptr, consts.finish,
                                            crc != nullptr ? crc->crc : 0u, crc_acc);
   TIER_GPU_TRY(rt::clear_last_error());
   return Status::ok();

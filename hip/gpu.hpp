@@ -262,9 +262,18 @@ class DeviceCopyExecutor final : public CopyExecutor {
 inline constexpr std::uint32_t kVerdictMatch = 1;
 inline constexpr std::uint32_t kVerdictMismatch = 2;
 std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept;
+// With `landings` (growing prefixes of the payload, each on the device once its event has
+// completed; the last one the whole payload), `s` waits for each in turn and the chunks and CRC
+// pieces of each part are checked as soon as it has landed, so little is left after the last
+// byte; without, the caller has ordered `s` after the whole payload.
+struct Landing {
+  std::uint64_t bytes = 0;
+  const Event* event = nullptr;
+};
 Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
                             std::uint32_t* host_verdict, const Stream& s,
-                            const CrcClaim* crc = nullptr) noexcept;
+                            const CrcClaim* crc = nullptr,
+                            std::span<const Landing> landings = {}) noexcept;
 
 // Whether `p` is page-locked host memory mapped for the devices (cudaHostAlloc'd or registered).
 bool is_mapped_pinned(const void* p) noexcept;

@@ -13,6 +13,8 @@
 // With a codec's CRC claim, more blocks of the first launch compute it meanwhile (crc_pieces: a
 // thread per 256-byte piece, a tree per block, one atomic xor per block); list_verdict finishes
 // the CRC and requires it too.
+#include <algorithm>
+
 #include "gpu.hpp"
 #include "gpu_runtime.hpp"
 #include "tier/object.hpp"
@@ -149,22 +151,30 @@ __device__ void crc_pieces(const u8* __restrict__ data, u64 len, u64 block, u64 
   }
 }
 
-// Blocks [0, chunks) hash one chunk each; the blocks after them (when crc_len > 0) compute the
-// CRC of the `crc_len` bytes at `crc_data`: both at once, on different multiprocessors.
+// Which chunks and CRC blocks one launch takes: `chunk_count` chunks from `chunk_first`, then
+// `crc_count` of the `crc_blocks` CRC blocks from `crc_first`.
+struct Units {
+  u64 chunk_first, chunk_count, crc_first, crc_count, crc_blocks;
+};
+
+// Its first blocks hash one chunk each, the blocks after them compute CRC blocks of the
+// `crc_len` bytes at `crc_data`: both at once, on different multiprocessors.
 __global__ void __launch_bounds__(kThreads)
-    chunk_hashes(const u8* __restrict__ payload, u64 bytes, u64 chunks, u64* __restrict__ out,
+    chunk_hashes(const u8* __restrict__ payload, u64 bytes, Units u, u64* __restrict__ out,
                  xxh3::Secret secret, const u8* __restrict__ crc_data, u64 crc_len,
                  CrcConsts consts, unsigned int* crc_acc) {
-  if (blockIdx.x >= chunks) {
-    crc_pieces(crc_data, crc_len, blockIdx.x - chunks, gridDim.x - chunks, consts, crc_acc);
+  if (blockIdx.x >= u.chunk_count) {
+    crc_pieces(crc_data, crc_len, u.crc_first + (blockIdx.x - u.chunk_count), u.crc_blocks,
+               consts, crc_acc);
     return;
   }
   __shared__ Shared sh;
   load_secret(sh, secret);
-  const u64 lo = static_cast<u64>(blockIdx.x) * kChecksumChunkBytes;
+  const u64 chunk = u.chunk_first + blockIdx.x;
+  const u64 lo = chunk * kChecksumChunkBytes;
   const u64 len = bytes - lo < kChecksumChunkBytes ? bytes - lo : kChecksumChunkBytes;
   const u64 h = block_hash(payload + lo, len, sh);
-  if (threadIdx.x == 0) out[blockIdx.x] = h;
+  if (threadIdx.x == 0) out[chunk] = h;
 }
 
 // The raw CRC register in *crc_acc, xor `finish` (CrcConsts::finish), must be `crc` (when
@@ -192,8 +202,8 @@ std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept {
 }
 
 Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
-                            std::uint32_t* host_verdict, const Stream& s,
-                            const CrcClaim* crc) noexcept {
+                            std::uint32_t* host_verdict, const Stream& s, const CrcClaim* crc,
+                            std::span<const Landing> landings) noexcept {
   if (payload.kind != MemoryKind::kDevice || scratch.kind != MemoryKind::kDevice)
     return Status::invalid("verify_payload_async: payload and scratch must be device memory");
   if (reinterpret_cast<std::uintptr_t>(payload.data) % 8 != 0 ||
@@ -203,6 +213,12 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
     return Status::invalid("verify_payload_async: scratch smaller than verify_scratch_bytes()");
   if (crc != nullptr && crc->from > payload.size)
     return Status::invalid("verify_payload_async: CRC claim past the payload's end");
+  for (std::size_t i = 0; i < landings.size(); ++i)
+    if (landings[i].event == nullptr || landings[i].bytes > payload.size ||
+        (i > 0 && landings[i].bytes < landings[i - 1].bytes))
+      return Status::invalid("verify_payload_async: landings must grow within the payload");
+  if (!landings.empty() && landings.back().bytes != payload.size)
+    return Status::invalid("verify_payload_async: the last landing must be the whole payload");
   unsigned int* mapped = nullptr;
   if (host_verdict != nullptr) {
     mapped = static_cast<unsigned int*>(rt::mapped_device_pointer(host_verdict));
@@ -230,12 +246,32 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
     consts.finish = crc32::finish(0, crc_len);
     TIER_GPU_TRY(rt::memset_async(crc_acc, 0, 4, stream));
   }
-  if (chunks + crc_blocks > 0) {
-    chunk_hashes<<<static_cast<unsigned>(chunks + crc_blocks), kThreads, 0, stream>>>(
-        reinterpret_cast<const u8*>(payload.data), payload.size, chunks, list, secret,
+  // Launches the chunks and CRC blocks that lie wholly in the payload's first `landed` bytes
+  // and no earlier launch took. CRC block b covers the claim's bytes [b * span - pad,
+  // (b + 1) * span - pad) (right-aligned: crc_pieces).
+  const u64 pad = crc_blocks * kCrcSpan - crc_len;
+  Units u{0, 0, 0, 0, crc_blocks};
+  auto launch_landed = [&](u64 landed) -> Status {
+    const u64 chunk_to = landed == payload.size ? chunks : landed / kChecksumChunkBytes;
+    u64 crc_to = 0;
+    if (crc != nullptr && landed >= crc->from)
+      crc_to = std::min<u64>(crc_blocks, (landed - crc->from + pad) / kCrcSpan);
+    u.chunk_first += u.chunk_count;
+    u.crc_first += u.crc_count;
+    u.chunk_count = chunk_to > u.chunk_first ? chunk_to - u.chunk_first : 0;
+    u.crc_count = crc_to > u.crc_first ? crc_to - u.crc_first : 0;
+    if (u.chunk_count + u.crc_count == 0) return Status::ok();
+    chunk_hashes<<<static_cast<unsigned>(u.chunk_count + u.crc_count), kThreads, 0, stream>>>(
+        reinterpret_cast<const u8*>(payload.data), payload.size, u, list, secret,
         reinterpret_cast<const u8*>(payload.data) + (crc != nullptr ? crc->from : 0), crc_len,
         consts, crc_acc);
     TIER_GPU_TRY(rt::clear_last_error());
+    return Status::ok();
+  };
+  if (landings.empty()) TIER_RETURN_IF_ERROR(launch_landed(payload.size));
+  for (const Landing& l : landings) {
+    TIER_RETURN_IF_ERROR(stream_wait_event(s, l.event->handle()));
+    TIER_RETURN_IF_ERROR(launch_landed(l.bytes));
   }
   list_verdict<<<1, kThreads, 0, stream>>>(list, chunks, expected, verdict, mapped, secret,
                                            crc != nullptr, consts.finish,

@@ -19,6 +19,8 @@ constexpr std::uint64_t kRingBytes = 64u << 20;
 constexpr std::uint64_t kRingAlign = 256;
 // Host words for the verdicts of device-verified gets in flight (4 bytes each).
 constexpr std::size_t kVerdicts = 1024;
+// A device-verified payload's DMA goes in parts of this size, each checked as soon as it lands.
+constexpr std::uint64_t kLandingBytes = 8u << 20;
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -26,16 +28,17 @@ Region pinned_region(std::byte* p, std::size_t n) {
   return Region{p, n, MemoryKind::kPinnedHost, -1};
 }
 
-// Enqueues the copy of image bytes [begin, end) between `pieces` and the same offsets of `dev`:
-// device to pieces when `to_host`, pieces to device otherwise.
+// Enqueues the copy of image bytes [begin, end) between `pieces` and `dev`, whose first byte is
+// image byte `dev_at` (0: the whole image): device to pieces when `to_host`, pieces to device
+// otherwise.
 Status enqueue_range(std::span<const Piece> pieces, Region dev, std::size_t begin, std::size_t end,
-                     bool to_host, const gpu::Stream& s) noexcept {
+                     bool to_host, const gpu::Stream& s, std::size_t dev_at = 0) noexcept {
   std::size_t off = 0;
   for (const Piece& p : pieces) {
     const std::size_t lo = std::max(begin, off), hi = std::min(end, off + p.size());
     if (lo < hi) {
       Region host = pinned_region(p.data() + (lo - off), hi - lo);
-      Region device = dev.slice(lo, hi - lo);
+      Region device = dev.slice(lo - dev_at, hi - lo);
       if (device.data == nullptr) return Status::invalid("device region shorter than the image");
       TIER_RETURN_IF_ERROR(to_host ? gpu::copy_async(host, device, s)
                                    : gpu::copy_async(device, host, s));
@@ -190,25 +193,30 @@ Result<bool> PinnedTransfer::enqueue_device_check(Gpu& g, std::span<const Piece>
   for (const Ticket& o : tickets_)
     if (o.device == t.device && o.ring_lo < lo + need && lo < o.ring_hi)
       TIER_RETURN_IF_ERROR(gpu::stream_wait_event(g.dma, o.done.handle()));
-  TIER_ASSIGN_OR_RETURN(t.landed, gpu::Event::create(t.device));
   const Region staged{g.ring.data() + lo, n, MemoryKind::kDevice, t.device};
   const Region scratch{g.ring.data() + lo + scratch_at, need - scratch_at, MemoryKind::kDevice,
                        t.device};
-  Status st;
-  std::uint64_t image_off = 0;  // the payload's bytes of each piece, to the same payload offsets
-  for (const Piece& p : pieces) {
-    const std::uint64_t from = std::max<std::uint64_t>(image_off, kObjectHeaderBytes);
-    const std::uint64_t to = image_off + p.size();
-    if (st && from < to)
-      st = gpu::copy_async(staged.slice(from - kObjectHeaderBytes, to - from),
-                           pinned_region(p.data() + (from - image_off), to - from), g.dma);
-    image_off = to;
+  // The DMA in parts of kLandingBytes, each behind an event, so the GPU checks a part while the
+  // next one lands (one part for most objects).
+  const std::uint64_t parts = std::max<std::uint64_t>(1, (n + kLandingBytes - 1) / kLandingBytes);
+  std::vector<gpu::Landing> landings;
+  while (t.landed.size() < parts) {
+    TIER_ASSIGN_OR_RETURN(gpu::Event e, take_event(g));
+    t.landed.push_back(std::move(e));
   }
-  if (st) st = t.landed.record(g.dma);
-  if (st) st = gpu::stream_wait_event(g.stream, t.landed.handle());
+  Status st;
+  for (std::uint64_t k = 0; k < parts && st; ++k) {
+    const std::uint64_t hi = std::min(n, (k + 1) * kLandingBytes);
+    st = enqueue_range(pieces, staged, kObjectHeaderBytes + k * kLandingBytes,
+                       kObjectHeaderBytes + hi, false, g.dma, kObjectHeaderBytes);
+    if (st) st = t.landed[k].record(g.dma);
+    landings.push_back(gpu::Landing{hi, &t.landed[k]});
+  }
   auto* word = reinterpret_cast<std::uint32_t*>(verdicts_.data()) + (free_word - verdict_used_.begin());
   *word = 0;
-  if (st) st = gpu::verify_payload_async(staged, h.payload_checksum, scratch, word, g.stream, crc);
+  if (st)
+    st = gpu::verify_payload_async(staged, h.payload_checksum, scratch, word, g.stream, crc,
+                                   landings);
   if (!st) {
     g.dma.synchronize().ignore();  // copies already enqueued read the pieces
     g.stream.synchronize().ignore();
@@ -220,6 +228,13 @@ Result<bool> PinnedTransfer::enqueue_device_check(Gpu& g, std::span<const Piece>
   t.ring_hi = lo + need;
   g.ring_head = lo + need;
   return true;
+}
+
+Result<gpu::Event> PinnedTransfer::take_event(Gpu& g) noexcept {
+  if (g.spare.empty()) return gpu::Event::create(g.stream.device());
+  gpu::Event e = std::move(g.spare.back());
+  g.spare.pop_back();
+  return e;
 }
 
 void PinnedTransfer::release(Ticket& t) noexcept {
@@ -251,7 +266,7 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
     t.device = g->stream.device();
     TIER_ASSIGN_OR_RETURN(ObjectHeader h, check_scattered_header(pieces, header,
                                                                  skip + total_bytes(payload), key));
-    TIER_ASSIGN_OR_RETURN(t.done, gpu::Event::create(t.device));
+    TIER_ASSIGN_OR_RETURN(t.done, take_event(*g));
     // The codec's check: its fields now, when it leaves the CRC to the GPU.
     std::optional<CrcClaim> claim;
     if (h.version >= 2 && check != nullptr) {
@@ -353,6 +368,15 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
   }
   if (st) std::copy(it->stored.begin(), it->stored.end(), it->header.begin());
   release(*it);
+  if (it->device >= 0 && (st || st.code() == Code::kChecksumMismatch)) {
+    // Completed events go back to their GPU's spares (after a device error they are dropped).
+    Gpu& g = *gpus_[static_cast<std::size_t>(it->device)];
+    try {
+      g.spare.push_back(std::move(it->done));
+      for (gpu::Event& e : it->landed) g.spare.push_back(std::move(e));
+    } catch (const std::bad_alloc&) {
+    }
+  }
   tickets_.erase(it);
   if (!st) return st;
   return true;

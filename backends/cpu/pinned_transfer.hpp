@@ -56,15 +56,16 @@ class PinnedTransfer final : public DeviceTransfer {
     gpu::DeviceBuffer ring;
     std::uint64_t ring_head = 0;
     bool ring_failed = false;  // the ring could not be allocated: verify on the host
+    std::vector<gpu::Event> spare;  // events of reported tickets, completed, for reuse
   };
   // A scattered get in flight: the event behind its copy, and the header to write when done.
-  // Verified on the device: its ring range (in use until `done`), the event behind its DMA, and
-  // the host word its verdict lands in.
+  // Verified on the device: its ring range (in use until `done`), the events behind the parts of
+  // its DMA, and the host word its verdict lands in.
   struct Ticket {
     std::uint64_t id = 0;
     int device = -1;
     gpu::Event done;
-    gpu::Event landed;
+    std::vector<gpu::Event> landed;  // behind each part of its DMA
     std::span<std::byte> header;
     std::array<std::byte, kObjectHeaderBytes> stored{};
     std::uint64_t ring_lo = 0, ring_hi = 0;
@@ -82,6 +83,8 @@ class PinnedTransfer final : public DeviceTransfer {
   Result<bool> enqueue_device_check(Gpu& g, std::span<const Piece> pieces, const ObjectHeader& h,
                                     const CrcClaim* crc, Ticket& t) noexcept;
   void release(Ticket& t) noexcept;
+  // An event of `g`'s GPU: a spare one, or a new one.
+  Result<gpu::Event> take_event(Gpu& g) noexcept;
 
   std::optional<gpu::PinnedRegistration> registration_;
   std::vector<std::unique_ptr<Gpu>> gpus_;  // by GPU ordinal

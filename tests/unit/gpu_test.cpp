@@ -560,6 +560,35 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
       REQUIRE(s->synchronize());
       CHECK(*word == (claimed == crc ? kVerdictMatch : kVerdictMismatch));
     }
+    // Landing in three parts on another stream, checked part by part: the same verdicts.
+    {
+      auto dma = Stream::create(0);
+      REQUIRE(dma);
+      REQUIRE(fill_async(payload->region(), 0, s->handle()));  // stale bytes until each part lands
+      REQUIRE(s->synchronize());
+      std::vector<Event> events;
+      std::vector<Landing> landings;
+      for (std::size_t k = 0; k < 3; ++k) events.push_back(std::move(Event::create(0)).value());
+      for (std::size_t k = 0; k < 3; ++k) {
+        const std::size_t lo = n * k / 3, hi = n * (k + 1) / 3;
+        if (hi > lo)
+          REQUIRE(copy_async(staged.slice(lo, hi - lo), host_region(bytes).slice(lo, hi - lo),
+                             *dma));
+        REQUIRE(events[k].record(*dma));
+        landings.push_back(Landing{hi, &events[k]});
+      }
+      for (std::uint32_t claimed : {crc ^ 0x100u, crc}) {
+        const CrcClaim claim{from, claimed};
+        *word = 0;
+        REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *s, &claim, landings));
+        REQUIRE(s->synchronize());
+        CHECK(*word == (claimed == crc ? kVerdictMatch : kVerdictMismatch));
+      }
+      const Landing short_of_it[] = {Landing{n / 2, &events[0]}};
+      if (n > 1)
+        CHECK(verify_payload_async(staged, want, scratch->region(), word, *s, nullptr, short_of_it)
+                  .code() == Code::kInvalidArgument);
+    }
     // One flipped bit in the first, a middle and the last byte fails.
     for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
       if (n == 0) break;

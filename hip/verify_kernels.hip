@@ -1,6 +1,7 @@
 // Version 2 payload verification on the device (gpu.hpp: verify_payload_async).
 //
-// Two launches on the caller's stream. chunk_hashes: one thread block per 64 KiB chunk. XXH3's
+// Launches on the caller's stream: chunk_hashes (one per landed part of the payload, or one for
+// all of it), then list_verdict. chunk_hashes: one thread block per 64 KiB chunk. XXH3's
 // long path is a chain over 1,024-byte blocks (each block's stripe sums are added to the eight
 // accumulators, which are then scrambled), but the sums themselves are independent: 512
 // threads, one per (block, accumulator lane), load their lane's word of the block's 16 stripes
@@ -15,10 +16,10 @@
 // the CRC and requires it too.
 #include <algorithm>
 
+#include "crc32.hpp"
 #include "gpu.hpp"
 #include "gpu_runtime.hpp"
 #include "tier/object.hpp"
-#include "crc32.hpp"
 #include "xxh3.hpp"
 
 namespace tier::gpu {

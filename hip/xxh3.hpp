@@ -7,8 +7,8 @@
 //
 // The scalar forms here (hash64 for any length) are the reference: tests/unit/xxh3_test checks
 // them against libxxhash for every length class on the host. verify_kernels.hip computes the
-// long path (> 240 bytes) with a warp per input from the same primitives and falls back to
-// short_hash64 for short inputs; the GPU tests check it against the host.
+// long path (> 240 bytes) with a thread block per input from the same primitives and falls back
+// to short_hash64 for short inputs; the GPU tests check it against the host.
 //
 // Reads are byte-wise unless the caller knows its addresses are 8-byte aligned (load64_aligned);
 // little-endian hosts and GPUs only (x86-64, NVIDIA, AMD).

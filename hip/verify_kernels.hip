@@ -107,6 +107,16 @@ struct CrcConsts {
   crc32::u32 finish;
 };
 
+// CrcConsts' tables (finish left 0): squares of x^(8 * kCrcPiece) and of x^(8 * kCrcSpan).
+CrcConsts crc_powers() {
+  CrcConsts c{};
+  c.level[0] = crc32::shift_factor(kCrcPiece);
+  for (int k = 1; k < 16; ++k) c.level[k] = crc32::multiply(c.level[k - 1], c.level[k - 1]);
+  c.span[0] = crc32::shift_factor(kCrcSpan);
+  for (int k = 1; k < 48; ++k) c.span[k] = crc32::multiply(c.span[k - 1], c.span[k - 1]);
+  return c;
+}
+
 // The raw CRC register of the `len` bytes at `data`, xor-ed into *acc by CRC block `block`. The
 // bytes are right-aligned in whole blocks of kCrcSpan (leading zeros leave a raw register from
 // 0 unchanged), so every piece and every block has its full size: a thread's 256-byte piece,
@@ -238,12 +248,9 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   const u64 crc_blocks = (crc_len + kCrcSpan - 1) / kCrcSpan;
   if (chunks + crc_blocks > 0x7fffffffu)
     return Status::invalid("verify_payload_async: payload of more than 2^31 chunks");
-  CrcConsts consts{};
+  static const CrcConsts powers = crc_powers();  // the same for every payload
+  CrcConsts consts = powers;
   if (crc != nullptr) {
-    consts.level[0] = crc32::shift_factor(kCrcPiece);
-    for (int k = 1; k < 16; ++k) consts.level[k] = crc32::multiply(consts.level[k - 1], consts.level[k - 1]);
-    consts.span[0] = crc32::shift_factor(kCrcSpan);
-    for (int k = 1; k < 48; ++k) consts.span[k] = crc32::multiply(consts.span[k - 1], consts.span[k - 1]);
     consts.finish = crc32::finish(0, crc_len);
     TIER_GPU_TRY(rt::memset_async(crc_acc, 0, 4, stream));
   }

@@ -249,8 +249,8 @@ class DeviceCopyExecutor final : public CopyExecutor {
 
 // Object format version 2 payload verification on the device (docs/object-format.md): the
 // XXH3-64 of every 64 KiB chunk of `payload` (device memory, 8-byte aligned), the XXH3-64 of
-// their list, compared with `expected` (the header's payload checksum). Enqueued on `s` (two
-// launches, nothing waits); the verdict, kVerdictMatch or kVerdictMismatch, is written to the
+// their list, compared with `expected` (the header's payload checksum). Enqueued on `s` (nothing
+// waits on the host); the verdict, kVerdictMatch or kVerdictMismatch, is written to the
 // first 4 bytes of `scratch` (device memory, 8-byte aligned, at least verify_scratch_bytes()
 // bytes; the chunk list follows) and, when `host_verdict` is set (mapped pinned host memory), to
 // *host_verdict as well: read it after an event recorded behind this on `s` has completed.

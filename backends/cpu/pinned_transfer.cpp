@@ -169,6 +169,7 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
 Result<bool> PinnedTransfer::enqueue_device_check(Gpu& g, std::span<const Piece> pieces,
                                                   const ObjectHeader& h, const CrcClaim* crc,
                                                   Ticket& t) noexcept {
+  const int dev = g.stream.device();
   const std::uint64_t n = h.payload_bytes;
   const std::uint64_t scratch_at = round_up(n, kRingAlign);
   const std::uint64_t need = scratch_at + round_up(gpu::verify_scratch_bytes(n), kRingAlign);
@@ -191,11 +192,11 @@ Result<bool> PinnedTransfer::enqueue_device_check(Gpu& g, std::span<const Piece>
   // into it waits (on the device) for every get still using part of it.
   std::uint64_t lo = g.ring_head + need <= kRingBytes ? g.ring_head : 0;
   for (const Ticket& o : tickets_)
-    if (o.device == t.device && o.ring_lo < lo + need && lo < o.ring_hi)
+    if (o.done.device() == dev && o.ring_lo < lo + need && lo < o.ring_hi)
       TIER_RETURN_IF_ERROR(gpu::stream_wait_event(g.dma, o.done.handle()));
-  const Region staged{g.ring.data() + lo, n, MemoryKind::kDevice, t.device};
+  const Region staged{g.ring.data() + lo, n, MemoryKind::kDevice, dev};
   const Region scratch{g.ring.data() + lo + scratch_at, need - scratch_at, MemoryKind::kDevice,
-                       t.device};
+                       dev};
   // The DMA in parts of kLandingBytes, each behind an event, so the GPU checks a part while the
   // next one lands (one part for most objects).
   const std::uint64_t parts = std::max<std::uint64_t>(1, (n + kLandingBytes - 1) / kLandingBytes);
@@ -263,7 +264,7 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
     auto first = std::find_if(payload.begin(), payload.end(), [](const Region& x) { return x.size > 0; });
     TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(first == payload.end() ? -1 : first->device));
     Ticket t;
-    t.device = g->stream.device();
+    const int dev = g->stream.device();
     TIER_ASSIGN_OR_RETURN(ObjectHeader h, check_scattered_header(pieces, header,
                                                                  skip + total_bytes(payload), key));
     TIER_ASSIGN_OR_RETURN(t.done, take_event(*g));
@@ -283,9 +284,8 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
           if (r.size > 0) spans.push_back(CopySpan{r.data, at, r.size});
           at += r.size;
         }
-        const Region staged{g->ring.data() + t.ring_lo, h.payload_bytes, MemoryKind::kDevice,
-                            t.device};
-        CopyPlan plan{spans, MemoryKind::kDevice, t.device, h.payload_bytes};
+        const Region staged{g->ring.data() + t.ring_lo, h.payload_bytes, MemoryKind::kDevice, dev};
+        CopyPlan plan{spans, MemoryKind::kDevice, dev, h.payload_bytes};
         st = g->executor->scatter_async(
             plan, staged, g->stream,
             reinterpret_cast<const std::uint32_t*>(g->ring.data() + t.ring_lo +
@@ -316,7 +316,7 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
           at += n;
         }
         if (!spans.empty()) {
-          CopyPlan plan{spans, MemoryKind::kDevice, t.device, p.size()};
+          CopyPlan plan{spans, MemoryKind::kDevice, dev, p.size()};
           Status st = g->executor->scatter_async(plan, pinned_region(p.data(), p.size()), g->stream);
           if (!st) {
             g->stream.synchronize().ignore();  // copies already enqueued read the pieces
@@ -368,9 +368,9 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
   }
   if (st) std::copy(it->stored.begin(), it->stored.end(), it->header.begin());
   release(*it);
-  if (it->device >= 0 && (st || st.code() == Code::kChecksumMismatch)) {
+  if (st || st.code() == Code::kChecksumMismatch) {
     // Completed events go back to their GPU's spares (after a device error they are dropped).
-    Gpu& g = *gpus_[static_cast<std::size_t>(it->device)];
+    Gpu& g = *gpus_[static_cast<std::size_t>(it->done.device())];
     try {
       g.spare.push_back(std::move(it->done));
       for (gpu::Event& e : it->landed) g.spare.push_back(std::move(e));

@@ -63,7 +63,6 @@ class PinnedTransfer final : public DeviceTransfer {
   // its DMA, and the host word its verdict lands in.
   struct Ticket {
     std::uint64_t id = 0;
-    int device = -1;
     gpu::Event done;
     std::vector<gpu::Event> landed;  // behind each part of its DMA
     std::span<std::byte> header;

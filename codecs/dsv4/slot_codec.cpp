@@ -199,11 +199,10 @@ Result<DirectForm> SlotBoundaryCodec::direct(RegionList regions) const noexcept 
   }
 }
 
-Result<std::optional<CrcClaim>> SlotBoundaryCodec::check_head(
-    std::span<const std::span<std::byte>> frame) const noexcept {
-  Aos1Header h;
-  const Aos1Error e = check_aos1_fields(frame, expectations(), h);
-  if (e == Aos1Error::kNone) return std::optional<CrcClaim>(CrcClaim{kAos1HeaderBytes, h.payload_crc32});
+namespace {
+
+// aos1_status() for the noexcept checks: a refusal whose message cannot be built is still one.
+Status refused(Aos1Error e) noexcept {
   try {
     return aos1_status(e);
   } catch (...) {
@@ -211,15 +210,20 @@ Result<std::optional<CrcClaim>> SlotBoundaryCodec::check_head(
   }
 }
 
+}  // namespace
+
+Result<std::optional<CrcClaim>> SlotBoundaryCodec::check_head(
+    std::span<const std::span<std::byte>> frame) const noexcept {
+  Aos1Header h;
+  const Aos1Error e = check_aos1_fields(frame, expectations(), h);
+  if (e != Aos1Error::kNone) return refused(e);
+  return std::optional<CrcClaim>(CrcClaim{kAos1HeaderBytes, h.payload_crc32});
+}
+
 Status SlotBoundaryCodec::check(std::span<const std::span<std::byte>> frame) const noexcept {
   Aos1Header h;
   const Aos1Error e = check_aos1(frame, expectations(), h);
-  if (e == Aos1Error::kNone) return Status::ok();
-  try {
-    return aos1_status(e);
-  } catch (...) {
-    return Status(Code::kChecksumMismatch, "aos1 frame refused");
-  }
+  return e == Aos1Error::kNone ? Status::ok() : refused(e);
 }
 
 }  // namespace tier::dsv4

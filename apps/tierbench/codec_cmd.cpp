@@ -15,9 +15,9 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
-#include "dsv4/geometry.hpp"
-#include "dsv4/page_codec.hpp"
-#include "dsv4/slot_codec.hpp"
+#include "tier/dsv4/geometry.hpp"
+#include "tier/dsv4/page_codec.hpp"
+#include "tier/dsv4/slot_codec.hpp"
 #include "tier/options.hpp"
 #include "tier/registry.hpp"
 
@@ -70,7 +70,7 @@ tier::Result<Bench> set_up(const std::string& preset, std::uint64_t blocks) {
     b.backing.push_back(synthetic_bytes(b.geometry.backings[i].bytes, i + 1));
     regions.push_back(tier::host_region(b.backing.back()));
   }
-  TIER_ASSIGN_OR_RETURN(auto layout, tier::dsv4::bind_layout(b.geometry, regions));
+  TIER_ASSIGN_OR_RETURN(auto layout, tier::dsv4::bind_memory(b.geometry, regions));
   TIER_ASSIGN_OR_RETURN(b.page, tier::dsv4::PageCodec::create(layout.page, config.num_blocks));
   tier::dsv4::SlotIdentity id{
       tier::dsv4::slot_fingerprint(b.geometry, tier::Key128{1, 2}, 1, 0), 1, 0};

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "dsv4/geometry.hpp"
-#include "dsv4/layout/dsv4_layout.hpp"
+#include "tier/dsv4/geometry.hpp"
+#include "tier/dsv4/kv_layout.hpp"
 #include "gpu.hpp"
 #include "tier/engine/worker.hpp"
 #include "tier/profile.hpp"
@@ -172,10 +172,10 @@ int run_forward(cli::Args& args) {
   if (!profile) return cli::fail(profile.status().to_string(), 2);
   auto stack = TierStack::open(*profile);
   if (!stack) return cli::fail(stack.status().to_string());
-  Dsv4LayoutOptions lo;
-  lo.memory = KvMemoryKind::kDevice;
+  dsv4::Dsv4LayoutOptions lo;
+  lo.memory = dsv4::KvMemoryKind::kDevice;
   lo.device = device;
-  auto layout = Dsv4Layout::create(*geo, cfg.page_namespace, 1, 0, lo);
+  auto layout = dsv4::Dsv4Layout::create(*geo, cfg.page_namespace, 1, 0, lo);
   if (!layout) return cli::fail(layout.status().to_string());
   auto worker = Worker::create(cfg, 0, **stack, **layout);
   if (!worker) return cli::fail(worker.status().to_string());
@@ -268,7 +268,7 @@ int run_forward(cli::Args& args) {
     LoadOp op;
     op.id = OperationId{gen, gen};
     ++gen;
-    op.lmc_tokens = prefix_tokens;
+    op.page_end = prefix_tokens;
     op.chunk_keys = save.chunk_keys;
     op.block_ids = dst;
     op.slot = save.slot;

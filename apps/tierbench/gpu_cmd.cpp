@@ -33,8 +33,8 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
-#include "dsv4/geometry.hpp"
-#include "dsv4/page_codec.hpp"
+#include "tier/dsv4/geometry.hpp"
+#include "tier/dsv4/page_codec.hpp"
 #include "gpu.hpp"
 #include "tier/object.hpp"
 #include "tier/registry.hpp"
@@ -297,7 +297,7 @@ Result<DeviceLayout> engine_layout(const dsv4::Geometry& geo, int device) {
     regions.push_back(buf.region());
     out.buffers.push_back(std::move(buf));
   }
-  TIER_ASSIGN_OR_RETURN(auto layout, dsv4::bind_layout(geo, regions));
+  TIER_ASSIGN_OR_RETURN(auto layout, dsv4::bind_memory(geo, regions));
   out.page = std::move(layout.page);
   return out;
 }

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "bench_util.hpp"
-#include "dsv4/geometry.hpp"
-#include "dsv4/layout/dsv4_layout.hpp"
-#include "support/kv_content.hpp"
+#include "tier/dsv4/geometry.hpp"
+#include "tier/dsv4/kv_layout.hpp"
+#include "kv_content.hpp"
 #include "tier/engine/export.hpp"
 #include "tier/engine/scheduler.hpp"
 #include "tier/engine/worker.hpp"
@@ -168,7 +168,7 @@ Result<ScaledGeometry> scaled_geometry(const std::string& preset, std::uint64_t 
 // the scheduler over them.
 struct Ranks {
   std::vector<std::unique_ptr<TierStack>> stacks;
-  std::vector<std::unique_ptr<engine::Dsv4Layout>> layouts;
+  std::vector<std::unique_ptr<dsv4::Dsv4Layout>> layouts;
   std::vector<std::unique_ptr<engine::Worker>> workers;
   std::unique_ptr<engine::Scheduler> sched;
 
@@ -182,14 +182,14 @@ struct Ranks {
 // `cfg` must outlive the ranks.
 Result<Ranks> open_ranks(const std::string& profile_path, const engine::EngineConfig& cfg,
                          const dsv4::Geometry& geometry,
-                         const engine::Dsv4LayoutOptions& layout_opts) {
+                         const dsv4::Dsv4LayoutOptions& layout_opts) {
   ConfigErrors errors;
   TIER_ASSIGN_OR_RETURN(auto profile, load_profile(profile_path, Registry::global(), &errors));
   Ranks ranks;
   for (std::uint32_t r = 0; r < cfg.tp_size; ++r) {
     TIER_ASSIGN_OR_RETURN(auto stack, TierStack::open(profile));
     ranks.stacks.push_back(std::move(stack));
-    TIER_ASSIGN_OR_RETURN(auto layout, engine::Dsv4Layout::create(geometry, cfg.page_namespace,
+    TIER_ASSIGN_OR_RETURN(auto layout, dsv4::Dsv4Layout::create(geometry, cfg.page_namespace,
                                                                   cfg.tp_size, r, layout_opts));
     ranks.layouts.push_back(std::move(layout));
     TIER_ASSIGN_OR_RETURN(
@@ -215,7 +215,7 @@ struct ReplayResult {
 // Drives every request through the engine as an inference engine would: add_request, lookup,
 // after_alloc, the load (if any) and its check, a chunked prefill cut at SLOT boundaries with a
 // step per chunk, and finish. The KV a forward pass writes is a function of the prefix
-// (tests/support/kv_content.hpp), so restores are checked bit for bit.
+// (kv_content.hpp), so restores are checked bit for bit.
 class EngineReplay {
  public:
   EngineReplay(const engine::EngineConfig& cfg, Ranks& ranks, std::uint64_t num_blocks,
@@ -387,7 +387,7 @@ struct ReportContext {
   const std::string& preset;
   const ScaledGeometry& geometry;
   const engine::EngineConfig& cfg;
-  const engine::Dsv4LayoutOptions& layout_opts;
+  const dsv4::Dsv4LayoutOptions& layout_opts;
   std::size_t requests;
   std::uint64_t prompt_tokens;
 };
@@ -464,7 +464,7 @@ void print_report(const ReportContext& ctx, const Json& out) {
       "{}\n",
       format_size(ctx.geometry.page_bytes_per_block), format_size(ctx.geometry.slot_bytes),
       ctx.cfg.chunk_tokens, ctx.cfg.checkpoint_interval_tokens,
-      ctx.layout_opts.memory == engine::KvMemoryKind::kDevice
+      ctx.layout_opts.memory == dsv4::KvMemoryKind::kDevice
           ? fmt::format("GPU {} memory", ctx.layout_opts.device)
           : std::string("host memory"));
   fmt::print("hit rate {:.2f}% (loaded tokens / prompt tokens); PAGE prefix found {:.2f}%\n",
@@ -514,7 +514,7 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
   if (!a.profile_path) return cli::fail(kUsage, 2);
   if (a.tp == 0 || a.tp > 64) return cli::fail("--tp must be in [1, 64]", 2);
   auto layout_opts =
-      engine::Dsv4LayoutOptions::from_json(Json{{"memory", a.kv_memory}, {"device", a.device}});
+      dsv4::Dsv4LayoutOptions::from_json(Json{{"memory", a.kv_memory}, {"device", a.device}});
   if (!layout_opts)
     return cli::fail(fmt::format("--kv-memory {} --device {}: {}", a.kv_memory, a.device,
                                  layout_opts.status().message()),

@@ -1,6 +1,6 @@
 #pragma once
 // tierbench replay --engine dsv4: the replay driven through the offload engine's per-step API
-// (libtier/engine) instead of the raw tier stack. See docs/engine.md.
+// (engine/) instead of the raw tier stack. See docs/engine.md.
 
 #include <string>
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "disk_layout.hpp"
+#include "disk_format.hpp"
 #include "tier/object.hpp"
 #include "tier/options.hpp"
 

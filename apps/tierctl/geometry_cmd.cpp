@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
-#include "dsv4/geometry.hpp"
+#include "tier/dsv4/geometry.hpp"
 #include "tier/options.hpp"
 
 namespace {

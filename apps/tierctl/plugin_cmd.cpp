@@ -1,6 +1,6 @@
 // tierctl plugins / tierctl options TYPE [--kind K] [--json | --markdown]
 // What a profile can name: every registered and loadable backend, codec and stage, and the option
-// schema each declares (tier_plugin_v1::options_json). The option tables in the backend and codec
+// schema each declares (tier_plugin::options_json). The option tables in the backend and codec
 // READMEs are this command's --markdown output (tests/cli/option_tables_test.sh compares them).
 #include <fmt/format.h>
 

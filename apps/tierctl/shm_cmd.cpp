@@ -5,7 +5,7 @@
 #include <map>
 
 #include "cli.hpp"
-#include "shm_store.hpp"
+#include "shm/store.hpp"
 #include "tier/json.hpp"
 #include "tier/options.hpp"
 

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
-#include "dsv4/slot_codec.hpp"
+#include "tier/dsv4/slot_codec.hpp"
 
 namespace {
 

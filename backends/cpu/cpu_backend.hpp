@@ -5,7 +5,7 @@
 //    payload) exactly, so a tier of capacity C holds floor(C / image size) equal-sized objects.
 //    Freed buffers are kept for reuse (bounded by the capacity) so a warm cache does not
 //    page-fault on every put.
-//  - "shm": objects in a named shared-memory segment (shm_store.hpp, docs/shm.md) that every
+//  - "shm": objects in a named shared-memory segment (shm/store.hpp, docs/shm.md) that every
 //    process opening the same segment shares and that outlives the process. Capacity is counted
 //    in whole blocks; evicted objects are reported by key only (they are dropped, not demoted).
 //

@@ -4,7 +4,7 @@
 //
 //  - HeapMode (heap_mode.hpp): this process's heap, exact LRU;
 //  - PinnedHeapMode (pinned_heap_mode.hpp; GPU builds): one page-locked arena, exact LRU;
-//  - ShmMode (shm_mode.hpp; builds with Boost.Interprocess): a named shared-memory segment,
+//  - ShmMode (shm/mode.hpp; builds with Boost.Interprocess): a named shared-memory segment,
 //    optionally registered as page-locked memory.
 // make_cpu_mode() (cpu_mode_factory.cpp) picks one from the options; it is the only place that
 // knows which modes this build has.

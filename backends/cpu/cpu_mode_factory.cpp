@@ -11,7 +11,7 @@
 #include "cpu_mode.hpp"
 #include "heap_mode.hpp"
 #if TIER_CPU_SHM
-#include "shm_mode.hpp"
+#include "shm/mode.hpp"
 #endif
 #if TIER_CPU_PINNED
 #include "pinned_heap_mode.hpp"

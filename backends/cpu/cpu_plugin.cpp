@@ -19,7 +19,7 @@ constexpr const char kCpuOptions[] = R"JSON([
   {"name": "pinned", "type": "bool", "default": false,
    "doc": "both modes: keep the tier's storage in page-locked host memory from the GPU runtime (heap: one pinned arena of exactly the capacity, allocated at creation; shm: this process's mapping of the segment is registered) and accept device-memory buffers for put and get, moved by GPU DMA and verified like every get; needs libtier built with a GPU runtime and a GPU (NotSupported otherwise, so an optional tier is skipped)"}
 ])JSON";
-constexpr tier_plugin_v1 kCpu = tier::make_backend_plugin<tier::cpu::CpuBackend>(
+constexpr tier_plugin kCpu = tier::make_backend_plugin<tier::cpu::CpuBackend>(
     "cpu", "host-memory tier with LRU eviction, in the heap or in shared memory, optionally pinned for GPU DMA", kCpuOptions);
 }  // namespace
 

@@ -1,7 +1,7 @@
 #pragma once
 // DeviceTransfer: how a pinned mode moves images between its page-locked pieces and device memory
 // (kind kDevice regions). The interface needs no GPU runtime header, so the tier's host side
-// (cpu_backend.cpp, shm_mode.cpp) calls it in every build; PinnedTransfer (pinned_transfer.hpp)
+// (cpu_backend.cpp, shm/mode.cpp) calls it in every build; PinnedTransfer (pinned_transfer.hpp)
 // implements it, in builds with a GPU runtime only.
 //
 // Errors: NotSupported, InvalidArgument, ChecksumMismatch, DeviceError; nothing throws. Threads:

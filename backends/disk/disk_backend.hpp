@@ -1,6 +1,6 @@
 #pragma once
 // The disk tier: object images in a directory on a local file system, through io_uring with
-// O_DIRECT, persistent across restarts and kill -9 (layout: disk_layout.hpp, docs/disk.md).
+// O_DIRECT, persistent across restarts and kill -9 (layout: disk_format.hpp, docs/disk.md).
 //
 // Requests: buffers must be aligned to the block size (capabilities().io_alignment); a put's
 // buffer holds the image padded to a whole number of blocks, a get's buffer must be at least the
@@ -41,7 +41,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "disk_layout.hpp"
+#include "disk_format.hpp"
 #include "tier/backend.hpp"
 #include "tier/lease.hpp"
 
@@ -114,7 +114,7 @@ class DiskBackend final : public Backend {
   // kResetting: its new header is being written; writes into it wait. kReady: writable. Whether a
   // ready region is open or sealed is said by open_ and sealed_.
   enum class RegionState : std::uint8_t { kFree, kResetting, kReady };
-  // One region of the data file (disk_layout.hpp): the unit of allocation and eviction. Not a
+  // One region of the data file (disk_format.hpp): the unit of allocation and eviction. Not a
   // tier::Region, which is a span of memory.
   struct DiskRegion {
     RegionState state = RegionState::kFree;

@@ -21,7 +21,7 @@ constexpr const char kDiskOptions[] = R"JSON([
   {"name": "mode", "type": "enum", "default": "0600", "choices": ["0600", "0640", "0644"],
    "doc": "permission bits of the store's files, set whatever the umask (the directory, when the tier creates it, adds x where r is set: 0700, 0750, 0755). 0600: only the owner reads the cache; 0640/0644 let the group/everyone read it (the cached KV can be inverted into the users' text). Files and directories of another user are refused in every mode"}
 ])JSON";
-constexpr tier_plugin_v1 kDisk = tier::make_backend_plugin<tier::disk::DiskBackend>(
+constexpr tier_plugin kDisk = tier::make_backend_plugin<tier::disk::DiskBackend>(
     "disk", "persistent io_uring disk tier (O_DIRECT, log-structured regions)", kDiskOptions);
 }  // namespace
 

@@ -1,4 +1,4 @@
-// Registration of the gpu backend (built in when a GPU compiler is found; see hip/meson.build).
+// Registration of the gpu backend (built in when a GPU compiler is found; see backends/gpu/meson.build).
 #include "gpu_backend.hpp"
 #include "tier/plugin.hpp"
 
@@ -11,7 +11,7 @@ constexpr const char kGpuOptions[] = R"JSON([
   {"name": "pinned_staging_buffers", "type": "uint", "default": 4, "max": 1024,
    "doc": "number of pinned bounce buffers (0: pageable buffers are copied by the runtime)"}
 ])JSON";
-constexpr tier_plugin_v1 kGpu = tier::make_backend_plugin<tier::gpu::GpuBackend>(
+constexpr tier_plugin kGpu = tier::make_backend_plugin<tier::gpu::GpuBackend>(
     "gpu", "device-memory tier with exact LRU eviction, moved by GPU DMA", kGpuOptions);
 }  // namespace
 

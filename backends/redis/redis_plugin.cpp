@@ -47,7 +47,7 @@ constexpr const char kRedisOptions[] = R"JSON([
   {"name": "tls_server_name", "type": "string", "default": "",
    "doc": "rediss:// only: name sent as SNI and required in the server's certificate; empty: the host of each connection (the url's, or the address a cluster announces)"}
 ])JSON";
-constexpr tier_plugin_v1 kRedis = tier::make_backend_plugin<tier::redis::RedisBackend>(
+constexpr tier_plugin kRedis = tier::make_backend_plugin<tier::redis::RedisBackend>(
     "redis", "Redis / Redis Cluster tier over Boost.Asio (shared by many nodes)", kRedisOptions);
 }  // namespace
 

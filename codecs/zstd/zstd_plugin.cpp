@@ -9,7 +9,7 @@ constexpr const char kZstdOptions[] = R"JSON([
   {"name": "max_raw_bytes", "type": "size", "default": "16GiB",
    "doc": "largest raw payload accepted; a stored object declaring more is treated as corrupt"}
 ])JSON";
-constexpr tier_plugin_v1 kZstd = tier::make_stage_plugin<tier::zstd::ZstdStage>(
+constexpr tier_plugin kZstd = tier::make_stage_plugin<tier::zstd::ZstdStage>(
     "zstd", "lossless zstd stage; records the inner layout id and raw size", kZstdOptions);
 }  // namespace
 

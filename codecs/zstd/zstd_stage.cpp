@@ -45,7 +45,7 @@ std::size_t ZstdStage::max_encoded_size(std::size_t raw_bytes) const noexcept {
   return kZstdHeaderBytes + ZSTD_compressBound(raw_bytes);
 }
 
-Result<std::size_t> ZstdStage::encode(std::uint32_t inner_layout_id,
+Result<std::size_t> ZstdStage::encode(std::uint32_t inner_format_id,
                                       std::span<const std::byte> raw,
                                       std::span<std::byte> dst) const noexcept {
   if (raw.size() > max_raw_)
@@ -64,19 +64,19 @@ Result<std::size_t> ZstdStage::encode(std::uint32_t inner_layout_id,
   if (ZSTD_isError(n))
     return Status(Code::kIoError, fmt::format("zstd stage: {}", ZSTD_getErrorName(n)));
   put_le<std::uint32_t>(dst.data(), kMagic);
-  put_le<std::uint32_t>(dst.data() + 4, inner_layout_id);
+  put_le<std::uint32_t>(dst.data() + 4, inner_format_id);
   put_le<std::uint64_t>(dst.data() + 8, raw.size());
   return kZstdHeaderBytes + n;
 }
 
 Result<std::size_t> ZstdStage::decoded_size(std::span<const std::byte> encoded,
-                                            std::uint32_t inner_layout_id) const noexcept {
+                                            std::uint32_t inner_format_id) const noexcept {
   if (encoded.size() < kZstdHeaderBytes) return corrupt("shorter than its header");
   if (get_le<std::uint32_t>(encoded.data()) != kMagic) return corrupt("bad magic");
   std::uint32_t inner = get_le<std::uint32_t>(encoded.data() + 4);
-  if (inner != inner_layout_id)
+  if (inner != inner_format_id)
     return corrupt(fmt::format("made from layout {}, the object header says {}", inner,
-                               inner_layout_id));
+                               inner_format_id));
   std::uint64_t raw = get_le<std::uint64_t>(encoded.data() + 8);
   if (raw > max_raw_)
     return corrupt(fmt::format("declares {} raw bytes, above max_raw_bytes {}", raw, max_raw_));
@@ -88,9 +88,9 @@ Result<std::size_t> ZstdStage::decoded_size(std::span<const std::byte> encoded,
 }
 
 Result<std::size_t> ZstdStage::decode(std::span<const std::byte> encoded,
-                                      std::uint32_t inner_layout_id,
+                                      std::uint32_t inner_format_id,
                                       std::span<std::byte> dst) const noexcept {
-  TIER_ASSIGN_OR_RETURN(std::size_t raw, decoded_size(encoded, inner_layout_id));
+  TIER_ASSIGN_OR_RETURN(std::size_t raw, decoded_size(encoded, inner_format_id));
   if (dst.size() < raw)
     return Status::invalid(fmt::format("zstd stage: destination of {} bytes, needs {}",
                                        dst.size(), raw));

@@ -34,11 +34,11 @@ class ZstdStage final : public StageCodec {
   std::string_view name() const noexcept override { return "zstd"; }
   std::uint32_t stage_id() const noexcept override { return kZstdStageId; }
   std::size_t max_encoded_size(std::size_t raw_bytes) const noexcept override;
-  Result<std::size_t> encode(std::uint32_t inner_layout_id, std::span<const std::byte> raw,
+  Result<std::size_t> encode(std::uint32_t inner_format_id, std::span<const std::byte> raw,
                              std::span<std::byte> dst) const noexcept override;
   Result<std::size_t> decoded_size(std::span<const std::byte> encoded,
-                                   std::uint32_t inner_layout_id) const noexcept override;
-  Result<std::size_t> decode(std::span<const std::byte> encoded, std::uint32_t inner_layout_id,
+                                   std::uint32_t inner_format_id) const noexcept override;
+  Result<std::size_t> decode(std::span<const std::byte> encoded, std::uint32_t inner_format_id,
                              std::span<std::byte> dst) const noexcept override;
 
  private:

@@ -3,8 +3,8 @@
 // descriptor that the plugin's TIER_REGISTER_PLUGIN(<id>, ...) defined.
 #include "tier/plugin.hpp"
 
-extern "C" const tier_plugin_v1* TIER_PLUGIN_ENTRY_OF(TIER_PLUGIN_ID)(void);
+extern "C" const tier_plugin* TIER_PLUGIN_ENTRY_OF(TIER_PLUGIN_ID)(void);
 
-extern "C" __attribute__((visibility("default"))) const tier_plugin_v1* tier_plugin_entry(void) {
+extern "C" __attribute__((visibility("default"))) const tier_plugin* tier_plugin_entry(void) {
   return TIER_PLUGIN_ENTRY_OF(TIER_PLUGIN_ID)();
 }

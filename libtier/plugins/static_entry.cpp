@@ -9,7 +9,7 @@
 #include "tier/plugin.hpp"
 #include "tier/registry.hpp"
 
-extern "C" const tier_plugin_v1* TIER_PLUGIN_ENTRY_OF(TIER_PLUGIN_ID)(void);
+extern "C" const tier_plugin* TIER_PLUGIN_ENTRY_OF(TIER_PLUGIN_ID)(void);
 
 namespace {
 const bool kRegistered = [] {

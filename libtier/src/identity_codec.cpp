@@ -17,7 +17,7 @@ Status check_host(RegionList regions) {
   return Status::ok();
 }
 
-constexpr tier_plugin_v1 kIdentity = make_codec_plugin<IdentityCodec>(
+constexpr tier_plugin kIdentity = make_codec_plugin<IdentityCodec>(
     "identity", "payload = the regions' bytes, concatenated in order", "[]");
 
 }  // namespace
@@ -58,11 +58,11 @@ Status IdentityCodec::decode(std::span<const std::byte> payload, RegionList dst)
   return Status::ok();
 }
 
-Result<DirectForm> IdentityCodec::direct(RegionList regions) const noexcept {
+Result<DirectPayload> IdentityCodec::direct(RegionList regions) const noexcept {
   TIER_RETURN_IF_ERROR(check_host(regions));
-  return DirectForm{};
+  return DirectPayload{};
 }
 
-const tier_plugin_v1* identity_codec_plugin() { return &kIdentity; }
+const tier_plugin* identity_codec_plugin() { return &kIdentity; }
 
 }  // namespace tier

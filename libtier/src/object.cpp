@@ -171,7 +171,7 @@ void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noex
   put_le<std::uint32_t>(p + 0, kObjectMagic);
   put_le<std::uint16_t>(p + 4, h.version);
   put_le<std::uint16_t>(p + 6, static_cast<std::uint16_t>(kObjectHeaderBytes));
-  put_le<std::uint32_t>(p + 8, h.layout_id);
+  put_le<std::uint32_t>(p + 8, h.format_id);
   put_le<std::uint32_t>(p + 12, h.stage_id);
   store_key(p + 16, h.key.ns);
   store_key(p + 32, h.key.id);
@@ -182,10 +182,10 @@ void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noex
   put_le<std::uint64_t>(p + kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
 }
 
-void seal_object(std::span<std::byte> image, std::uint32_t layout_id, std::uint32_t stage_id,
+void seal_object(std::span<std::byte> image, std::uint32_t format_id, std::uint32_t stage_id,
                  const ObjectKey& key, std::uint16_t version) noexcept {
   auto payload = image.subspan(kObjectHeaderBytes);
-  write_object_header(image, ObjectHeader{layout_id, stage_id, key, payload.size(),
+  write_object_header(image, ObjectHeader{format_id, stage_id, key, payload.size(),
                                           payload_checksum(payload, version), version});
 }
 
@@ -205,7 +205,7 @@ Result<ObjectHeader> parse_object_header(std::span<const std::byte> image) noexc
   if (get_le<std::uint32_t>(p + 52) != 0)
     return Status(Code::kChecksumMismatch, "unknown object header flags");
   ObjectHeader h;
-  h.layout_id = get_le<std::uint32_t>(p + 8);
+  h.format_id = get_le<std::uint32_t>(p + 8);
   h.stage_id = get_le<std::uint32_t>(p + 12);
   h.key.ns = load_key(p + 16);
   h.key.id = load_key(p + 32);
@@ -374,9 +374,9 @@ Result<ObjectHeader> check_scattered_header(std::span<const std::span<std::byte>
     return Status(Code::kChecksumMismatch, "object header names another key");
   if (h->payload_bytes != total - kObjectHeaderBytes)
     return Status(Code::kChecksumMismatch, "object length does not match its header");
-  if (h->layout_id != want->layout_id || h->stage_id != want->stage_id)
+  if (h->format_id != want->format_id || h->stage_id != want->stage_id)
     return Status::invalid(fmt::format("object has layout {} (stage {}), the caller expects {} ({})",
-                                       h->layout_id, h->stage_id, want->layout_id,
+                                       h->format_id, h->stage_id, want->format_id,
                                        want->stage_id));
   if (h->payload_bytes != payload_bytes)
     return Status::invalid(fmt::format("object payload of {} bytes for regions of {}",

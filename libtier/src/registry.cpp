@@ -33,11 +33,11 @@ Registry& Registry::global() {
   return *registry;
 }
 
-Status Registry::add(const tier_plugin_v1* d, std::string source, std::shared_ptr<void> library) {
+Status Registry::add(const tier_plugin* d, std::string source, std::shared_ptr<void> library) {
   return add_descriptor(d, std::move(source), std::move(library));
 }
 
-Status Registry::add_descriptor(const tier_plugin_v1* d, std::string source,
+Status Registry::add_descriptor(const tier_plugin* d, std::string source,
                                 std::shared_ptr<void> library) const {
   if (d == nullptr) return Status::invalid(fmt::format("{}: plugin descriptor is null", source));
   if (d->abi_version != TIER_PLUGIN_ABI_VERSION)

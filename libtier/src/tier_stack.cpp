@@ -166,20 +166,20 @@ void TierStack::recycle(Image& image) noexcept {
 }
 
 Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
-                                               std::uint32_t layout_id,
+                                               std::uint32_t format_id,
                                                std::span<const std::byte> raw) {
   const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
   if (!stage) {
     Image img = acquire(kObjectHeaderBytes + raw.size());
     std::memcpy(img->data() + kObjectHeaderBytes, raw.data(), raw.size());
-    seal_object(img->span(), layout_id, 0, key);
+    seal_object(img->span(), format_id, 0, key);
     return img;
   }
   Image img = acquire(kObjectHeaderBytes + stage->max_encoded_size(raw.size()));
-  auto n = stage->encode(layout_id, raw, img->span().subspan(kObjectHeaderBytes));
+  auto n = stage->encode(format_id, raw, img->span().subspan(kObjectHeaderBytes));
   if (!n) return n.status();
   img->resize(kObjectHeaderBytes + *n);
-  seal_object(img->span(), layout_id, stage->stage_id(), key);
+  seal_object(img->span(), format_id, stage->stage_id(), key);
   return img;
 }
 
@@ -187,17 +187,17 @@ Result<TierStack::RawPayload> TierStack::raw_payload(int t, std::span<const std:
   auto h = parse_object_header(image);
   if (!h) return h.status();
   RawPayload raw{.bytes = image.subspan(kObjectHeaderBytes, h->payload_bytes),
-                 .layout_id = h->layout_id};
+                 .format_id = h->format_id};
   if (h->stage_id == 0) return raw;
   const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
   if (!stage || stage->stage_id() != h->stage_id)
     return Status(Code::kChecksumMismatch,
                   fmt::format("object was written by stage {}, which tier {} does not use",
                               h->stage_id, tiers_[static_cast<std::size_t>(t)].spec.name));
-  auto size = stage->decoded_size(raw.bytes, h->layout_id);
+  auto size = stage->decoded_size(raw.bytes, h->format_id);
   if (!size) return size.status();
   raw.holder = acquire(*size);
-  auto n = stage->decode(raw.bytes, h->layout_id, raw.holder->span());
+  auto n = stage->decode(raw.bytes, h->format_id, raw.holder->span());
   if (!n) {
     recycle(raw.holder);
     return n.status();
@@ -292,7 +292,7 @@ void TierStack::drain_evictions() {
         counters_.demotions_dropped.add();
         continue;
       }
-      auto img = make_image(to, key, raw->layout_id, raw->bytes);
+      auto img = make_image(to, key, raw->format_id, raw->bytes);
       recycle(raw->holder);
       if (!img) {
         counters_.demotions_dropped.add();
@@ -477,7 +477,7 @@ void TierStack::save_gathered(int first, const SaveItem& item, const Codec& code
   // The tier has copied the header and the regions when submit returns (gather_puts).
   alignas(64) std::array<std::byte, kObjectHeaderBytes> header;
   write_object_header(
-      header, ObjectHeader{codec.layout_id(), 0, item.key, *size, payload_checksum(item.src)});
+      header, ObjectHeader{codec.format_id(), 0, item.key, *size, payload_checksum(item.src)});
   auto r = submit_one(first, Op::kPut, item.key, host_region(header), Pending{}, item.src);
   if (r) id = *r;
   else out = r.status();
@@ -499,13 +499,13 @@ void TierStack::save_one(int first, const SaveItem& item, const Codec& codec, st
     return;
   }
   raw->resize(kObjectHeaderBytes + *n);
-  seal_object(raw->span(), codec.layout_id(), 0, item.key);
+  seal_object(raw->span(), codec.format_id(), 0, item.key);
   std::span<const std::byte> payload(raw->data() + kObjectHeaderBytes, *n);
   for (std::size_t t = static_cast<std::size_t>(first); t < tiers_.size(); ++t) {
     if (!tiers_[t].spec.write) continue;
     Image image = raw;
     if (tiers_[t].stage) {
-      auto img = make_image(static_cast<int>(t), item.key, codec.layout_id(), payload);
+      auto img = make_image(static_cast<int>(t), item.key, codec.format_id(), payload);
       if (!img) {
         if (static_cast<int>(t) == first) out = img.status();
         continue;
@@ -612,7 +612,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
         caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t].stage && !above_writable;
     // The codec's direct form for `dst` when this tier can take it: the framing plus the regions
     // make the whole payload.
-    auto direct = [&](RegionList dst, std::size_t raw) -> std::optional<DirectForm> {
+    auto direct = [&](RegionList dst, std::size_t raw) -> std::optional<DirectPayload> {
       if (!tail_on_one_side(dst) ||
           !std::all_of(dst.begin(), dst.end(), [&](const Region& r) {
             return r.size == 0 || (caps.memory_kinds & kind_bit(r.kind)) != 0;
@@ -632,7 +632,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       return ids[i] == 0 || (it != pending_.end() && it->second.finished);
     };
     for (std::size_t i = 0; i < items.size(); ++i) {
-      std::optional<DirectForm> form;
+      std::optional<DirectPayload> form;
       if (unserved[i] && scatter && raw_size[i] > 0) form = direct(items[i].dst, raw_size[i]);
       if (form) {
         // The header of what this load accepts; the tier overwrites it with the stored one. It
@@ -640,7 +640,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
         // also when the get times out and turns into background work; bufs[i] stays null.
         Pending p;
         p.image = acquire(kObjectHeaderBytes);
-        write_object_header(p.image->span(), ObjectHeader{codec.layout_id(), 0, items[i].key,
+        write_object_header(p.image->span(), ObjectHeader{codec.format_id(), 0, items[i].key,
                                                           raw_size[i], 0});
         const Region head = host_region(p.image->span());
         ids[i] = submit_one(tier, Op::kGet, items[i].key, head, std::move(p), items[i].dst,
@@ -703,9 +703,9 @@ Status TierStack::serve_load(int t, const LoadItem& item, const Codec& codec,
                              std::span<const std::byte> image) {
   auto raw = raw_payload(t, image);
   Status st = raw ? Status::ok() : raw.status();
-  if (st && raw->layout_id != codec.layout_id())
+  if (st && raw->format_id != codec.format_id())
     st = Status(Code::kInvalidArgument, fmt::format("object has layout {}, the codec expects {}",
-                                                    raw->layout_id, codec.layout_id()));
+                                                    raw->format_id, codec.format_id()));
   if (st) st = codec.decode(raw->bytes, item.dst);
   if (!st) {
     counters_.decode_failures.add();
@@ -715,16 +715,16 @@ Status TierStack::serve_load(int t, const LoadItem& item, const Codec& codec,
     return st;
   }
   counters_.loaded_bytes.add(raw->bytes.size());
-  promote(t, item.key, raw->layout_id, raw->bytes);
+  promote(t, item.key, raw->format_id, raw->bytes);
   recycle(raw->holder);
   return Status::ok();
 }
 
-void TierStack::promote(int t, const ObjectKey& key, std::uint32_t layout_id,
+void TierStack::promote(int t, const ObjectKey& key, std::uint32_t format_id,
                         std::span<const std::byte> raw) {
   for (int u = 0; u < t; ++u) {
     if (!tiers_[static_cast<std::size_t>(u)].spec.write) continue;
-    auto img = make_image(u, key, layout_id, raw);
+    auto img = make_image(u, key, format_id, raw);
     if (!img) continue;
     tiers_[static_cast<std::size_t>(t)].backend->metrics().promotions.add();
     put_background(u, key, std::move(img).value(), false);

@@ -222,8 +222,10 @@ class LoadDecision:
 class LoadOp:
     request: int
     generation: int
-    hbm_tokens: int
-    lmc_tokens: int
+    page_start: int  # tokens the engine already holds (its own prefix cache)
+    page_end: int  # tokens the request holds once the load succeeds
+    hbm_tokens: int  # deprecated name of page_start (DeprecationWarning; removed after 0.2)
+    lmc_tokens: int  # deprecated name of page_end (DeprecationWarning; removed after 0.2)
     chunk_keys: list[str]
     block_ids: list[int]
     slot: Optional[Boundary]
@@ -267,7 +269,7 @@ class StepEvents:
     freeable: list[int]
 
 class Dsv4Layout:
-    """The DSV4 KV layout of one rank (codecs/dsv4/layout): owns the rank's KV memory."""
+    """The DSV4 KV layout of one rank (layouts/dsv4): owns the rank's KV memory."""
 
     @staticmethod
     def create(
@@ -330,8 +332,11 @@ class Scheduler:
         """Registers a request; returns its handle (never reused)."""
     def lookup(self, handle: int) -> MatchResult: ...
     def after_alloc(
-        self, handle: int, hbm_tokens: int, blocks: Sequence[int], group: int = -1
-    ) -> LoadDecision: ...
+        self, handle: int, local_tokens: int, blocks: Sequence[int], group: int = -1
+    ) -> LoadDecision:
+        """`local_tokens`: the engine's own prefix-cache hit after allocation (tokens already in
+        its KV memory). The keyword's old name `hbm_tokens=` still works, with a
+        DeprecationWarning, until 0.2."""
     def set_blocks(self, handle: int, blocks: Sequence[int]) -> None: ...
     def cut_prefill_chunk(self, handle: int, start: int, length: int) -> int: ...
     def on_computed(self, handle: int, computed_tokens: int) -> None: ...

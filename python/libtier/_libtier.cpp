@@ -44,6 +44,12 @@ void check(int rc) {
   if (rc != TIER_OK) raise_code(rc, tier_last_error());
 }
 
+// A DeprecationWarning naming the old spelling and the new one (raises when warnings are errors).
+void deprecated(const char* old_name, const char* new_name) {
+  const std::string text = std::string(old_name) + " is deprecated; use " + new_name;
+  if (PyErr_WarnEx(PyExc_DeprecationWarning, text.c_str(), 1) != 0) throw py::error_already_set();
+}
+
 // Code(code), from a table of the members made once (an enum call per item cost more than a
 // 64 KiB copy's tenth in a batch of small loads). Called with the GIL held; never freed, like
 // the module above.
@@ -524,7 +530,7 @@ struct LoadDecision {
   std::uint64_t load_start = 0, load_end = 0, handoff_tokens = 0;
 };
 struct LoadOp {
-  std::uint64_t request = 0, generation = 0, hbm_tokens = 0, lmc_tokens = 0;
+  std::uint64_t request = 0, generation = 0, page_start = 0, page_end = 0;
   std::vector<std::string> chunk_keys;
   std::vector<std::uint32_t> block_ids;
   std::optional<Boundary> slot;
@@ -568,7 +574,7 @@ struct StepPlan {
     for (std::size_t i = 0; i < tier_plan_load_count(plan.get()); ++i) {
       tier_load_op op;
       check(tier_plan_load(plan.get(), i, &op));
-      out.push_back(LoadOp{op.request, op.generation, op.hbm_tokens, op.lmc_tokens,
+      out.push_back(LoadOp{op.request, op.generation, op.page_start, op.page_end,
                            hexes(op.chunk_keys, op.chunk_count),
                            std::vector<std::uint32_t>(op.block_ids, op.block_ids + op.block_count),
                            boundary(op.has_slot, op.slot), op.slot_group});
@@ -747,14 +753,14 @@ class Scheduler {
     check(rc);
     return MatchResult{m.tokens, m.park != 0, m.page_hit, boundary(m.has_slot, m.slot)};
   }
-  LoadDecision after_alloc(std::uint64_t h, std::uint64_t hbm, py::handle blocks, int group) {
+  LoadDecision after_alloc(std::uint64_t h, std::uint64_t local, py::handle blocks, int group) {
     auto b = to_u32(blocks);
     tier_load_decision d;
     tier_scheduler* s = handle();
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = tier_scheduler_after_alloc(s, h, hbm, b.data(), b.size(), group, &d);
+      rc = tier_scheduler_after_alloc(s, h, local, b.data(), b.size(), group, &d);
     }
     check(rc);
     return LoadDecision{kActions[d.action], d.reason, d.load_start, d.load_end, d.handoff_tokens};
@@ -975,8 +981,19 @@ PYBIND11_MODULE(_libtier, m) {
   py::class_<LoadOp>(m, "LoadOp")
       .def_readonly("request", &LoadOp::request)
       .def_readonly("generation", &LoadOp::generation)
-      .def_readonly("hbm_tokens", &LoadOp::hbm_tokens)
-      .def_readonly("lmc_tokens", &LoadOp::lmc_tokens)
+      .def_readonly("page_start", &LoadOp::page_start)
+      .def_readonly("page_end", &LoadOp::page_end)
+      // Deprecated names of page_start/page_end (0.1.0), kept for one release (CHANGELOG.md).
+      .def_property_readonly("hbm_tokens",
+                             [](const LoadOp& o) {
+                               deprecated("LoadOp.hbm_tokens", "LoadOp.page_start");
+                               return o.page_start;
+                             })
+      .def_property_readonly("lmc_tokens",
+                             [](const LoadOp& o) {
+                               deprecated("LoadOp.lmc_tokens", "LoadOp.page_end");
+                               return o.page_end;
+                             })
       .def_readonly("chunk_keys", &LoadOp::chunk_keys)
       .def_readonly("block_ids", &LoadOp::block_ids)
       .def_readonly("slot", &LoadOp::slot)
@@ -1061,8 +1078,16 @@ PYBIND11_MODULE(_libtier, m) {
                   py::arg("config"), py::arg("view"), py::arg("page_namespace"))
       .def("add_request", &Scheduler::add_request, py::arg("request_id"), py::arg("prompt"))
       .def("lookup", &Scheduler::lookup, py::arg("handle"))
-      .def("after_alloc", &Scheduler::after_alloc, py::arg("handle"), py::arg("hbm_tokens"),
+      .def("after_alloc", &Scheduler::after_alloc, py::arg("handle"), py::arg("local_tokens"),
            py::arg("blocks"), py::arg("group") = -1)
+      // The keyword's deprecated name (0.1.0), kept for one release (CHANGELOG.md).
+      .def(
+          "after_alloc",
+          [](Scheduler& s, std::uint64_t h, std::uint64_t local, py::handle blocks, int group) {
+            deprecated("Scheduler.after_alloc(hbm_tokens=...)", "local_tokens=");
+            return s.after_alloc(h, local, blocks, group);
+          },
+          py::arg("handle"), py::arg("hbm_tokens"), py::arg("blocks"), py::arg("group") = -1)
       .def("set_blocks", &Scheduler::set_blocks, py::arg("handle"), py::arg("blocks"))
       .def("cut_prefill_chunk", &Scheduler::cut_prefill_chunk, py::arg("handle"),
            py::arg("start"), py::arg("length"))

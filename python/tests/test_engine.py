@@ -65,7 +65,7 @@ def test_save_then_resume_restores_page_and_slot(engine):
 
     h1 = sched.add_request(1, prompt[: CHUNKS * BLOCK])
     assert sched.lookup(h1).tokens == 0
-    d = sched.after_alloc(h1, 0, [0, 1, 2, 3], 0)
+    d = sched.after_alloc(h1, local_tokens=0, blocks=[0, 1, 2, 3], group=0)
     assert (d.action, d.reason) == ("none", "no_hit")
     for c in range(CHUNKS):
         fill(layout.page_regions([c]), c + 1)
@@ -82,12 +82,18 @@ def test_save_then_resume_restores_page_and_slot(engine):
     m = sched.lookup(h2)
     assert m.tokens == CHUNKS * BLOCK and m.slot is not None and m.slot.tokens == CHUNKS * BLOCK
     blocks = [8, 9, 10, 11, 12]
-    d = sched.after_alloc(h2, 0, blocks, 1)
+    with pytest.warns(DeprecationWarning, match="local_tokens"):  # the old keyword, one release
+        d = sched.after_alloc(h2, hbm_tokens=0, blocks=blocks, group=1)
     assert d.action == "load" and (d.load_start, d.load_end) == (0, CHUNKS * BLOCK)
     plan, ev = step(sched, worker)
     assert len(plan.loads) == 1
     op = plan.loads[0]
     assert op.request == 2 and op.block_ids == blocks[:CHUNKS] and len(op.chunk_keys) == CHUNKS
+    assert (op.page_start, op.page_end) == (0, CHUNKS * BLOCK)
+    with pytest.warns(DeprecationWarning, match="page_start"):
+        assert op.hbm_tokens == op.page_start
+    with pytest.warns(DeprecationWarning, match="page_end"):
+        assert op.lmc_tokens == op.page_end
     assert op.slot is not None and op.slot_group == 1
     assert ev.loaded == [h2] and ev.load_failed == []
     for c in range(CHUNKS):

@@ -1,4 +1,4 @@
-"""examples/transformers_offload.py on a GPU: greedy tokens identical after libtier restores.
+"""python/examples/transformers_offload.py on a GPU: greedy tokens identical after libtier restores.
 
 Skipped where torch, transformers or a CUDA device is missing (the example exits 77 there)."""
 

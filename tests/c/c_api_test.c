@@ -379,7 +379,7 @@ static void test_engine(void) {
   CHECK(tier_plan_load_count(plan) == 1);
   tier_load_op op;
   REQUIRE_OK(tier_plan_load(plan, 0, &op));
-  CHECK(op.request == 2 && op.lmc_tokens == kTokens && op.chunk_count == kChunks);
+  CHECK(op.request == 2 && op.page_end == kTokens && op.chunk_count == kChunks);
   CHECK(op.block_count == kChunks && op.block_ids[0] == 8);
   CHECK(op.has_slot == 1 && op.slot_group == 1);
   CHECK(tier_plan_load(plan, 1, &op) == TIER_INVALID_ARGUMENT);

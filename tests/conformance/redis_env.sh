@@ -3,7 +3,7 @@
 # .ci/test starts and exports. Exits 77 (Meson: SKIP) when the variable is unset or the server does
 # not answer; clears database 9 (the one tests/conformance/redis.json uses) before the run, since
 # the suite expects to start from an empty tier. The eviction case is left out: a shared server's
-# capacity is advisory (its own memory policy evicts), see backends/remote/README.md.
+# capacity is advisory (its own memory policy evicts), see backends/redis/README.md.
 if [ -z "${TIER_REDIS_URL:-}" ]; then
   echo "TIER_REDIS_URL is not set (make test starts a redis-server and sets it): skipping" >&2
   exit 77

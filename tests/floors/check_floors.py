@@ -3,18 +3,22 @@
 
 Usage: check_floors.py ROOT        exit 0 when clean, 1 with one line per violation
 
-Each source file under the library folders belongs to a component on a floor:
-  0  core          libtier/include, libtier/src
-  1  gpu           hip/
-  2  plugins       backends/<name>/, codecs/<name>/ (each its own component), libtier/plugins/
-  2  engine        libtier/engine/
-  3  dsv4 layout   codecs/dsv4/layout/
-  4  c api         capi/ (libtier_c: may include every floor below)
+Every library of the project has a folder of its own; FLOORS maps each top-level folder to its
+floor. A folder that holds one library is one component (`libtier/`, `hip/`, `engine/`,
+`capi/`); a folder that holds one library per subfolder (`backends/`, `codecs/`, `layouts/`)
+makes each subfolder a component of its own:
+  0  libtier/         the core, with the entry glue every plugin links (libtier/plugins/)
+  1  hip/             the GPU runtime and kernels
+  2  engine/          the generic offload engine
+  2  backends/<name>/ one backend plugin each
+  2  codecs/<name>/   one codec each
+  3  layouts/<name>/  the engine's KV layout for a model family
+  4  capi/            the C API (libtier_c: may include every floor below)
 A file may include headers of its own component and of components on lower floors, never of a
 component on its own floor or above (a backend does not include another backend's header, the
-core includes no backend, codec, engine or GPU header). apps/ and tests/ sit on top and are not
-checked. An include is resolved as the compiler would: beside the including file first, then by
-matching the path's tail against the project's headers.
+core includes no backend, codec, engine or GPU header). apps/, tests/ and python/ sit on top and
+are not checked. An include is resolved as the compiler would: beside the including file first,
+then by matching the path's tail against the project's headers.
 """
 import os
 import re
@@ -24,34 +28,35 @@ SOURCE_EXT = (".hpp", ".cpp", ".h", ".c", ".hip", ".cu")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
+# top-level folder -> (floor, whether each subfolder is a component of its own)
+FLOORS = {
+    "libtier": (0, False),
+    "hip": (1, False),
+    "engine": (2, False),
+    "backends": (2, True),
+    "codecs": (2, True),
+    "layouts": (3, True),
+    "capi": (4, False),
+}
+
+
 def component(rel):
     """(floor, component name) of a repo-relative path, or None when it is not checked."""
     parts = rel.split("/")
-    if parts[0] == "libtier":
-        if len(parts) > 1 and parts[1] in ("include", "src"):
-            return 0, "core"
-        if len(parts) > 1 and parts[1] == "engine":
-            return 2, "engine"
-        if len(parts) > 1 and parts[1] == "plugins":
-            return 2, "plugin glue"
+    if parts[0] not in FLOORS:
         return None
-    if parts[0] == "capi":
-        return 4, "c api"
-    if parts[0] == "hip":
-        return 1, "gpu"
-    if parts[0] == "codecs" and len(parts) > 2:
-        if parts[1] == "dsv4" and parts[2] == "layout":
-            return 3, "dsv4 layout"
-        return 2, "codec " + parts[1]
-    if parts[0] == "backends" and len(parts) > 2:
-        return 2, "backend " + parts[1]
-    return None
+    floor, per_subfolder = FLOORS[parts[0]]
+    if not per_subfolder:
+        return floor, parts[0]
+    if len(parts) < 3:  # a file beside the subfolders (none has sources)
+        return None
+    return floor, parts[0] + "/" + parts[1]
 
 
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     files = []
-    for top in ("libtier", "hip", "codecs", "backends", "capi"):
+    for top in FLOORS:
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for n in names:
                 if n.endswith(SOURCE_EXT):

@@ -7,11 +7,11 @@ check="$source/tests/floors/check_floors.py"
 python3 "$check" "$source"
 work=$(mktemp -d /tmp/libtier-floors.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cp -r "$source/libtier" "$source/hip" "$source/codecs" "$source/backends" "$source/capi" "$work/"
-echo '#include "dsv4/geometry.hpp"' >> "$work/libtier/src/status.cpp"
+for d in libtier hip engine codecs backends layouts capi; do cp -r "$source/$d" "$work/"; done
+echo '#include "tier/dsv4/geometry.hpp"' >> "$work/libtier/src/status.cpp"
 if out=$(python3 "$check" "$work"); then
   echo "FAIL: the check accepted the core including a codec header"; exit 1
 fi
-grep -q 'libtier/src/status.cpp:.*core (floor 0) includes codecs/dsv4/geometry.hpp' <<<"$out" || {
+grep -q 'libtier/src/status.cpp:.*libtier (floor 0) includes codecs/dsv4/include/tier/dsv4/geometry.hpp' <<<"$out" || {
   echo "FAIL: unexpected report: $out"; exit 1; }
 echo "upward include refused: $(head -1 <<<"$out")"

@@ -1,4 +1,4 @@
-// libFuzzer target: the AOS1 sidecar decoder (codecs/dsv4/aos1.hpp).
+// libFuzzer target: the AOS1 sidecar decoder (tier/dsv4/aos1.hpp).
 // Each input is decoded twice: against fixed expectations (the seed corpus' identity) and
 // against expectations mirrored from its own header, so mutations reach the length and CRC
 // checks. Invariants: a successful decode returns exactly the expected payload, whose CRC
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dsv4/aos1.hpp"
+#include "tier/dsv4/aos1.hpp"
 
 using namespace tier::dsv4;
 

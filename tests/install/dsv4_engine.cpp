@@ -4,7 +4,7 @@
 // another state group, and the bytes are compared.
 #include <cstring>
 
-#include "dsv4/layout/dsv4_layout.hpp"
+#include "tier/dsv4/kv_layout.hpp"
 #include "engine_loop.hpp"
 
 namespace {
@@ -34,8 +34,8 @@ int main() {
   auto geometry = demo::must(dsv4::Geometry::compute(model), "geometry");
   engine::EngineConfig config;
   config.page_namespace = Key128{0x647376340a, 2};  // one per model and KV layout
-  auto layout = demo::must(engine::Dsv4Layout::create(geometry, config.page_namespace, 1, 0),
-                           "Dsv4Layout::create");
+  auto layout = demo::must(dsv4::Dsv4Layout::create(geometry, config.page_namespace, 1, 0),
+                           "dsv4::Dsv4Layout::create");
   config.block_tokens = layout->block_tokens();
   config.chunk_tokens = layout->block_tokens();
   config.checkpoint_interval_tokens = -1;  // one SLOT per prompt: the prompt-end anchor

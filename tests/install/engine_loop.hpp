@@ -2,7 +2,7 @@
 // The offload engine's loop on one rank (TP 1), as docs/engine.md "A complete setup" describes
 // it, for the installed-files tests: a request saves its prompt, a second request with the same
 // prompt loads it back into other blocks, and the caller checks the bytes. Used by
-// dense_engine.cpp (a custom KvLayout) and dsv4_engine.cpp (Dsv4Layout); built out of tree
+// dense_engine.cpp (a custom KvLayout) and dsv4_engine.cpp (dsv4::Dsv4Layout); built out of tree
 // against the installed headers only.
 #include <cstdio>
 #include <cstdlib>

@@ -143,7 +143,7 @@ constexpr const char kOptions[] = R"JSON([
   {"name": "path", "type": "path",
    "doc": "directory holding one file per object, emptied at start; relative to the profile's directory"}
 ])JSON";
-constexpr tier_plugin_v1 kFiles = tier::make_backend_plugin<FilesBackend>(
+constexpr tier_plugin kFiles = tier::make_backend_plugin<FilesBackend>(
     "files", "one file per object, LRU eviction (example third-party plugin)", kOptions);
 
 }  // namespace

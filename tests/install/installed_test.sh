@@ -51,8 +51,8 @@ for pc in "$pcdir"/*.pc; do
     libtier) dir=tier base=. ;;
     libtier_engine) dir=tier/engine base=. ;;
     libtier_gpu) dir=tier/gpu base=tier/gpu ;;
-    libtier_dsv4) dir=tier/dsv4/dsv4 base=tier/dsv4 ;;
-    libtier_dsv4_layout) dir=tier/dsv4/dsv4/layout base=tier/dsv4 ;;
+    libtier_dsv4) dir=tier/dsv4 base=. ;;
+    libtier_dsv4_layout) dir=tier/dsv4 base=. ;;
     libtier_c)  # the C API: its one header, compiled as C
       printf '#include "tier/tier.h"\nint main(void) { return tier_abi_version() == TIER_C_ABI_VERSION ? 0 : 1; }\n' > "$work/$module.c"
       gcc -std=c99 -Wall -Werror $(pkg-config --cflags "$module") "$work/$module.c" \

@@ -4,10 +4,10 @@
 namespace {
 void* create(const void*, char*, size_t) { return nullptr; }
 void destroy(void*) {}
-const tier_plugin_v1 kBad = {TIER_PLUGIN_ABI_VERSION + 1, TIER_PLUGIN_BACKEND, "badabi",
+const tier_plugin kBad = {TIER_PLUGIN_ABI_VERSION + 1, TIER_PLUGIN_BACKEND, "badabi",
                              "wrong ABI", "[]", &create, &destroy};
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const tier_plugin_v1* tier_plugin_entry(void) {
+extern "C" __attribute__((visibility("default"))) const tier_plugin* tier_plugin_entry(void) {
   return &kBad;
 }

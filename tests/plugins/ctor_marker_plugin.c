@@ -27,12 +27,12 @@ static void* create(const void* context, char* error, size_t error_len) {
 
 static void destroy(void* object) { (void)object; }
 
-static const struct tier_plugin_v1 kCtorMarker = {
+static const struct tier_plugin kCtorMarker = {
     TIER_PLUGIN_ABI_VERSION, TIER_PLUGIN_BACKEND, "ctor_marker",
     "test plugin: its constructor writes $TIER_TEST_MARKER",
     "[{\"name\": \"level\", \"type\": \"uint\", \"default\": 1, \"max\": 9, \"doc\": \"unused\"}]",
     &create, &destroy};
 
-__attribute__((visibility("default"))) const struct tier_plugin_v1* tier_plugin_entry(void) {
+__attribute__((visibility("default"))) const struct tier_plugin* tier_plugin_entry(void) {
   return &kCtorMarker;
 }

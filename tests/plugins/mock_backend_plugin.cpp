@@ -102,7 +102,7 @@ constexpr const char kOptions[] = R"JSON([
   {"name": "corrupt_stored", "type": "bool", "default": false,
    "doc": "flip a bit of every stored object's last byte (corruption at rest)"}
 ])JSON";
-constexpr tier_plugin_v1 kMock =
+constexpr tier_plugin kMock =
     tier::make_backend_plugin<MockBackend>("mock", "in-memory test backend (plugin)", kOptions);
 
 }  // namespace

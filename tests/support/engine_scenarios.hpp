@@ -224,7 +224,7 @@ inline void corrupt_sidecar_bytes_fail_the_load(SimOptions o, bool reseal = fals
     if (reseal) {
       auto h = parse_object_header(img);
       REQUIRE(h.is_ok());
-      seal_object(img, h->layout_id, h->stage_id, w1.slot_key(b));
+      seal_object(img, h->format_id, h->stage_id, w1.slot_key(b));
     }
     IoRequest rm{Op::kRemove, w1.slot_key(b), {}, 2};
     REQUIRE(*be.submit(std::span(&rm, 1)) == 1);

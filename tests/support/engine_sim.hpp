@@ -1,7 +1,7 @@
 #pragma once
 // A simulated inference engine for the offload engine's tests: one Scheduler, TP ranks each with
 // its own real TierStack (CPU tiers, or the mock plugin / the "faulty" cpu wrapper for fault
-// injection), a Dsv4Layout over a small real DSV4 geometry (which the rank's Worker sees through
+// injection), a dsv4::Dsv4Layout over a small real DSV4 geometry (which the rank's Worker sees through
 // a FaultyLayout that can fail SLOT snapshots), and a Worker per rank. Every step runs each rank's
 // submit+progress on its own thread, as TP workers do. A "forward" writes deterministic KV derived
 // from the prefix content (kv_content.hpp), so a restore can be checked bit for bit against a
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "support/fault_backend.hpp"
-#include "dsv4/layout/dsv4_layout.hpp"
-#include "support/kv_content.hpp"
+#include "tier/dsv4/kv_layout.hpp"
+#include "tierbench/kv_content.hpp"
 #include "tier/engine/scheduler.hpp"
 #include "tier/engine/worker.hpp"
 #include "tier/profile.hpp"
@@ -124,7 +124,7 @@ class FaultyLayout final : public KvLayout {
    public:
     explicit FailingEncode(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {}
     std::string_view name() const noexcept override { return inner_->name(); }
-    std::uint32_t layout_id() const noexcept override { return inner_->layout_id(); }
+    std::uint32_t format_id() const noexcept override { return inner_->format_id(); }
     Result<std::size_t> encoded_size(RegionList src) const noexcept override {
       return inner_->encoded_size(src);
     }
@@ -146,7 +146,7 @@ struct SimOptions {
   std::uint64_t num_blocks = 512;
   std::uint64_t num_slots = 4;
   std::uint64_t prefill_chunk = 4096;
-  Dsv4LayoutOptions layout;  // where each rank's KV memory lives (host or GPU)
+  dsv4::Dsv4LayoutOptions layout;  // where each rank's KV memory lives (host or GPU)
   // Per rank: the profile of that rank's stack (default: a CPU tier).
   std::function<Json(std::uint32_t rank)> profile = [](std::uint32_t) { return cpu_profile(); };
 };
@@ -172,7 +172,7 @@ inline SimOptions sim_options(std::uint32_t tp = 2) {
 
 // How SimEngine::admit() allocates for a request.
 struct AdmitOptions {
-  std::uint64_t hbm = 0;   // tokens already computed in HBM at after_alloc
+  std::uint64_t local = 0;  // tokens the engine already holds at after_alloc (its prefix cache)
   bool with_group = true;  // whether the request gets a state group
 };
 
@@ -187,7 +187,7 @@ class SimEngine {
       REQUIRE_MESSAGE(stack.is_ok(), stack.status().to_string());
       stacks.push_back(std::move(stack).value());
       layouts.push_back(require_value(
-          Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r, o_.layout)));
+          dsv4::Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r, o_.layout)));
       faulty.push_back(std::make_unique<FaultyLayout>(*layouts.back()));
       workers.push_back(Worker::create(o_.config, r, *stacks.back(), *faulty.back()).value());
     }
@@ -273,9 +273,9 @@ class SimEngine {
     }
     if (l.group >= 0)
       for (auto& lay : layouts) require_ok(zero_slot(*lay, l.group));
-    if (opt.hbm > 0) forward(l, 0, opt.hbm);
-    out.decision = sched->after_alloc(l.h, opt.hbm, l.blocks, l.group);
-    l.computed = opt.hbm;
+    if (opt.local > 0) forward(l, 0, opt.local);
+    out.decision = sched->after_alloc(l.h, opt.local, l.blocks, l.group);
+    l.computed = opt.local;
     owned_[l.h] = l;
     return {l, out};
   }
@@ -307,8 +307,8 @@ class SimEngine {
 
   // Runs a whole request: admit, wait for its load, prefill the rest with cuts, finish, and step
   // until its blocks are freed.
-  Outcome run(RequestId id, const std::vector<std::uint32_t>& prompt, std::uint64_t hbm = 0) {
-    auto [l, out] = admit(id, prompt, {.hbm = hbm});
+  Outcome run(RequestId id, const std::vector<std::uint32_t>& prompt, std::uint64_t local = 0) {
+    auto [l, out] = admit(id, prompt, {.local = local});
     if (out.decision.action == LoadAction::kLoad) {
       for (int i = 0; i < 8 && !done(l.h); ++i) step();
       out.loaded = std::count(loaded_.begin(), loaded_.end(), l.h) > 0;
@@ -357,7 +357,7 @@ class SimEngine {
 
   SimOptions o_;
   std::vector<std::unique_ptr<TierStack>> stacks;
-  std::vector<std::unique_ptr<Dsv4Layout>> layouts;
+  std::vector<std::unique_ptr<dsv4::Dsv4Layout>> layouts;
   std::vector<std::unique_ptr<FaultyLayout>> faulty;  // what each rank's worker sees
   std::vector<std::unique_ptr<Worker>> workers;
   std::unique_ptr<Scheduler> sched;

@@ -154,7 +154,7 @@ class FaultInjectingBackend final : public Backend {
 };
 
 inline void register_faulty_backend() {
-  static constexpr tier_plugin_v1 kFaulty = make_backend_plugin<FaultInjectingBackend>(
+  static constexpr tier_plugin kFaulty = make_backend_plugin<FaultInjectingBackend>(
       "faulty", "cpu tier with injectable faults (tests)", "[]");
   static const bool once = [] {
     Registry::global().add(&kFaulty, "test").ignore();

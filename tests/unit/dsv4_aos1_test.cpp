@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dsv4/aos1.hpp"
+#include "tier/dsv4/aos1.hpp"
 
 using namespace tier::dsv4;
 

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <vector>
 
-#include "dsv4/page_codec.hpp"
-#include "dsv4/slot_codec.hpp"
+#include "tier/dsv4/page_codec.hpp"
+#include "tier/dsv4/slot_codec.hpp"
 
 using namespace tier::dsv4;
 using tier::Code;

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "dsv4/aos1.hpp"
-#include "dsv4/slot_codec.hpp"
+#include "tier/dsv4/aos1.hpp"
+#include "tier/dsv4/slot_codec.hpp"
 
 using namespace tier::dsv4;
 

@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "dsv4/blake2b.hpp"
-#include "dsv4/geometry.hpp"
-#include "dsv4/slot_codec.hpp"
+#include "tier/dsv4/blake2b.hpp"
+#include "tier/dsv4/geometry.hpp"
+#include "tier/dsv4/slot_codec.hpp"
 
 using namespace tier::dsv4;
 
@@ -111,7 +111,7 @@ TEST_CASE("the slot fingerprint ignores num_slots and total_bytes but not the la
   REQUIRE(b.is_ok());
   tier::Key128 ns{7, 8};
   CHECK(slot_fingerprint(*a, ns, 2, 1) == slot_fingerprint(*b, ns, 2, 1));
-  std::string text = a->slot_layout_json().dump();
+  std::string text = a->slot_format_json().dump();
   CHECK(text.find("num_slots") == std::string::npos);
   CHECK(text.find("total_bytes") == std::string::npos);
   CHECK(slot_fingerprint(*a, ns, 2, 1) != slot_fingerprint(*a, ns, 2, 0));
@@ -137,7 +137,7 @@ TEST_CASE("bind places SLOT spans above the PAGE area of the same plane, never o
   std::vector<tier::Region> regions;
   for (const auto& b : g->backings) mem.emplace_back(b.bytes);
   for (auto& m : mem) regions.push_back(tier::host_region(m));
-  auto layout = bind_layout(*g, regions);
+  auto layout = bind_memory(*g, regions);
   REQUIRE(layout.is_ok());
   const BoundRegion& page = layout->page[0];
   const BoundRegion& slot = layout->slot[0];
@@ -147,10 +147,10 @@ TEST_CASE("bind places SLOT spans above the PAGE area of the same plane, never o
   CHECK(slot.unit(1) == slot.base);
   // Too small an allocation, or two backings that alias, are refused.
   regions[0].size -= 1;
-  CHECK_FALSE(bind_layout(*g, regions).is_ok());
+  CHECK_FALSE(bind_memory(*g, regions).is_ok());
   regions[0].size += 1;
   regions[1] = regions[0];
-  CHECK_FALSE(bind_layout(*g, regions).is_ok());
+  CHECK_FALSE(bind_memory(*g, regions).is_ok());
 }
 
 TEST_CASE("the reference's chained block hash chains xxh64 over i64 tokens") {

@@ -23,7 +23,7 @@ constexpr std::uint64_t kSpinNs = 200'000'000;  // the caller's "forward" before
 struct DeviceRank {
   EngineConfig config = default_config(1);
   std::unique_ptr<TierStack> stack;
-  std::unique_ptr<Dsv4Layout> layout;
+  std::unique_ptr<dsv4::Dsv4Layout> layout;
   std::unique_ptr<Worker> worker;
   gpu::Stream caller = require_value(gpu::Stream::create(0));
 
@@ -31,9 +31,9 @@ struct DeviceRank {
     auto profile = parse_profile(tiers, Registry::global(), "<async>");
     REQUIRE_MESSAGE(profile.is_ok(), profile.status().to_string());
     stack = require_value(TierStack::open(*profile));
-    Dsv4LayoutOptions o;
-    o.memory = KvMemoryKind::kDevice;
-    layout = require_value(Dsv4Layout::create(small_geometry(config.block_tokens, 64, 4),
+    dsv4::Dsv4LayoutOptions o;
+    o.memory = dsv4::KvMemoryKind::kDevice;
+    layout = require_value(dsv4::Dsv4Layout::create(small_geometry(config.block_tokens, 64, 4),
                                               config.page_namespace, 1, 0, o));
     worker = require_value(Worker::create(config, 0, *stack, *layout));
   }
@@ -59,7 +59,7 @@ struct DeviceRank {
   // Every byte of the regions equals `value` (read through the synchronous host view).
   bool holds(const std::vector<Region>& regions, std::uint8_t value) {
     bool all = true;
-    require_ok(layout->visit_host(regions, Dsv4Layout::HostAccess::kRead, [&](RegionList views) {
+    require_ok(layout->visit_host(regions, dsv4::Dsv4Layout::HostAccess::kRead, [&](RegionList views) {
       for (const Region& v : views)
         for (std::size_t i = 0; i < v.size; ++i)
           all = all && v.data[i] == static_cast<std::byte>(value);
@@ -88,8 +88,8 @@ StepPlan load_plan(std::uint64_t save_gen, std::uint64_t gen, std::uint32_t firs
                    std::int32_t group) {
   LoadOp op;
   op.id = OperationId{gen, gen};
-  op.hbm_tokens = 0;
-  op.lmc_tokens = 1024;
+  op.page_start = 0;
+  op.page_end = 1024;
   op.chunk_keys = {chunk_key(save_gen)};
   for (std::uint32_t b = first; b < first + 8; ++b) op.block_ids.push_back(b);
   op.slot = Boundary{1024, chunk_key(save_gen)};

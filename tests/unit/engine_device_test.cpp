@@ -25,7 +25,7 @@ namespace {
 SimOptions device_opts(std::uint32_t tp = 2) {
   SimOptions o;
   o.config = default_config(tp);
-  o.layout.memory = KvMemoryKind::kDevice;
+  o.layout.memory = dsv4::KvMemoryKind::kDevice;
   o.layout.device = 0;
   return o;
 }
@@ -59,7 +59,7 @@ class SyncFaultLayout final : public KvLayout {
     Failing(std::unique_ptr<Codec> inner, const SyncFaultLayout& owner)
         : inner_(std::move(inner)), owner_(owner) {}
     std::string_view name() const noexcept override { return inner_->name(); }
-    std::uint32_t layout_id() const noexcept override { return inner_->layout_id(); }
+    std::uint32_t format_id() const noexcept override { return inner_->format_id(); }
     Result<std::size_t> encoded_size(RegionList src) const noexcept override {
       return inner_->encoded_size(src);
     }
@@ -101,10 +101,10 @@ class SyncFaultLayout final : public KvLayout {
 TEST_CASE("device KV: wrong-device and wrong-kind buffers are refused before a byte moves") {
   const auto geo = small_geometry(128, 64, 4);
   const Key128 ns = default_config().page_namespace;
-  Dsv4LayoutOptions dev_opts;
-  dev_opts.memory = KvMemoryKind::kDevice;
-  auto dev = require_value(Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
-  auto other = require_value(Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
+  dsv4::Dsv4LayoutOptions dev_opts;
+  dev_opts.memory = dsv4::KvMemoryKind::kDevice;
+  auto dev = require_value(dsv4::Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
+  auto other = require_value(dsv4::Dsv4Layout::create(geo, ns, 1, 0, dev_opts));
   const std::vector<std::uint32_t> blocks = {1, 2};
   for (std::uint32_t b : blocks) require_ok(fill_block(*dev, b, 40 + b));
   require_ok(fill_slot(*dev, 1, 7));

@@ -1,4 +1,4 @@
-// The offload engine with every rank's KV memory on GPU 0 (Dsv4LayoutOptions "memory":
+// The offload engine with every rank's KV memory on GPU 0 (dsv4::Dsv4LayoutOptions "memory":
 // "device"): the layout's codecs and host access against a host layout holding the same bytes,
 // then scenarios of the simulated engine (tests/support/engine_scenarios.hpp) run with device
 // memory: save and resume bit exact at TP 2 and 8, foreign and corrupt sidecars never resume, the
@@ -21,7 +21,7 @@ namespace {
 
 SimOptions device_opts(std::uint32_t tp = 2) {
   SimOptions o = sim_options(tp);
-  o.layout.memory = KvMemoryKind::kDevice;
+  o.layout.memory = dsv4::KvMemoryKind::kDevice;
   o.layout.device = 0;
   return o;
 }
@@ -41,11 +41,11 @@ std::vector<std::byte> encode(const Codec& codec, RegionList src) {
 TEST_CASE("device layout: codecs and host access reach the device bytes") {
   const auto geo = small_geometry(128, 64, 4);
   const Key128 ns = default_config().page_namespace;
-  Dsv4LayoutOptions dev_opts;
-  dev_opts.memory = KvMemoryKind::kDevice;
-  auto host = require_value(Dsv4Layout::create(geo, ns, 2, 1));
-  auto dev = require_value(Dsv4Layout::create(geo, ns, 2, 1, dev_opts));
-  CHECK(dev->options().memory == KvMemoryKind::kDevice);
+  dsv4::Dsv4LayoutOptions dev_opts;
+  dev_opts.memory = dsv4::KvMemoryKind::kDevice;
+  auto host = require_value(dsv4::Dsv4Layout::create(geo, ns, 2, 1));
+  auto dev = require_value(dsv4::Dsv4Layout::create(geo, ns, 2, 1, dev_opts));
+  CHECK(dev->options().memory == dsv4::KvMemoryKind::kDevice);
 
   const std::vector<std::uint32_t> blocks = {7, 3, 11};
   auto dev_regions = require_value(dev->page_regions(blocks));

@@ -1,5 +1,5 @@
-// Dsv4Layout, the engine's KV layout over the DSV4 codecs: its options, device memory refused
-// where there is no GPU, and host access (tests/support/kv_content.hpp) on host memory. The
+// dsv4::Dsv4Layout, the engine's KV layout over the DSV4 codecs: its options, device memory refused
+// where there is no GPU, and host access (apps/tierbench/kv_content.hpp) on host memory. The
 // device-memory side is engine_gpu_test.cpp.
 #include <doctest/doctest.h>
 
@@ -12,33 +12,33 @@ using namespace tier::engine;
 using namespace tier::engine::test;
 
 TEST_CASE("layout options are strict") {
-  auto d = Dsv4LayoutOptions::from_json(Json::object());
+  auto d = dsv4::Dsv4LayoutOptions::from_json(Json::object());
   REQUIRE(d.is_ok());
-  CHECK(d->memory == KvMemoryKind::kHost);
+  CHECK(d->memory == dsv4::KvMemoryKind::kHost);
   CHECK(d->device == 0);
-  auto dev = Dsv4LayoutOptions::from_json(Json{{"memory", "device"}, {"device", 1}});
+  auto dev = dsv4::Dsv4LayoutOptions::from_json(Json{{"memory", "device"}, {"device", 1}});
   REQUIRE(dev.is_ok());
-  CHECK(dev->memory == KvMemoryKind::kDevice);
+  CHECK(dev->memory == dsv4::KvMemoryKind::kDevice);
   CHECK(dev->device == 1);
   CHECK(dev->to_json() == Json{{"memory", "device"}, {"device", 1}});
-  auto bad = Dsv4LayoutOptions::from_json(Json{{"memory", "gpu"}}, "/layout");
+  auto bad = dsv4::Dsv4LayoutOptions::from_json(Json{{"memory", "gpu"}}, "/layout");
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.status() == Code::kInvalidArgument);
   CHECK(bad.status().to_string().find("/layout/memory") != std::string::npos);
-  auto typo = Dsv4LayoutOptions::from_json(Json{{"memroy", "device"}});
+  auto typo = dsv4::Dsv4LayoutOptions::from_json(Json{{"memroy", "device"}});
   REQUIRE_FALSE(typo.is_ok());
   CHECK(typo.status().to_string().find("memroy") != std::string::npos);
-  CHECK_FALSE(Dsv4LayoutOptions::from_json(Json{{"device", -1}}).is_ok());
-  CHECK_FALSE(Dsv4LayoutOptions::from_json(Json{{"device", "0"}}).is_ok());
-  for (const OptionSpec& spec : Dsv4LayoutOptions::options()) CHECK_FALSE(spec.doc.empty());
+  CHECK_FALSE(dsv4::Dsv4LayoutOptions::from_json(Json{{"device", -1}}).is_ok());
+  CHECK_FALSE(dsv4::Dsv4LayoutOptions::from_json(Json{{"device", "0"}}).is_ok());
+  for (const OptionSpec& spec : dsv4::Dsv4LayoutOptions::options()) CHECK_FALSE(spec.doc.empty());
 }
 
 TEST_CASE("device KV memory without a GPU is NotSupported") {
   const auto geo = small_geometry(128, 16, 2);
   const Key128 ns = default_config().page_namespace;
-  Dsv4LayoutOptions o;
-  o.memory = KvMemoryKind::kDevice;
-  auto l = Dsv4Layout::create(geo, ns, 1, 0, o);
+  dsv4::Dsv4LayoutOptions o;
+  o.memory = dsv4::KvMemoryKind::kDevice;
+  auto l = dsv4::Dsv4Layout::create(geo, ns, 1, 0, o);
   if (l.is_ok()) {
     // This machine has a GPU (engine_gpu_test covers it): the memory is device memory.
     const std::uint32_t block = 0;
@@ -48,14 +48,14 @@ TEST_CASE("device KV memory without a GPU is NotSupported") {
     CHECK(l.status().to_string().find("device KV memory needs") != std::string::npos);
   }
   o.device = -1;
-  auto neg = Dsv4Layout::create(geo, ns, 1, 0, o);
+  auto neg = dsv4::Dsv4Layout::create(geo, ns, 1, 0, o);
   REQUIRE_FALSE(neg.is_ok());
   CHECK(neg.status() == Code::kInvalidArgument);
 }
 
 TEST_CASE("host layout: fill, zero and digest report bad ids and see the bytes") {
   const auto geo = small_geometry(128, 16, 2);
-  auto l = Dsv4Layout::create(geo, default_config().page_namespace, 1, 0).value();
+  auto l = dsv4::Dsv4Layout::create(geo, default_config().page_namespace, 1, 0).value();
   const std::uint64_t zero = digest_block(*l, 3).value();
   REQUIRE(fill_block(*l, 3, 42).is_ok());
   const std::uint64_t filled = digest_block(*l, 3).value();
@@ -70,6 +70,6 @@ TEST_CASE("host layout: fill, zero and digest report bad ids and see the bytes")
   // Host access refuses a region that is not this layout's memory kind.
   Region device_region = require_value(l->slot_regions(0))[0];
   device_region.kind = MemoryKind::kDevice;
-  CHECK(l->visit_host(std::span(&device_region, 1), Dsv4Layout::HostAccess::kRead,
+  CHECK(l->visit_host(std::span(&device_region, 1), dsv4::Dsv4Layout::HostAccess::kRead,
                       [](RegionList) {}) == Code::kInvalidArgument);
 }

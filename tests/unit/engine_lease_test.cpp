@@ -92,7 +92,7 @@ TEST_CASE("a hit that is not loaded releases its lease at once") {
   const auto a = tokens(73, 8192 + 8);
   sim.run(1, a);
   // after_alloc recomputes (a stateful request with an HBM floor): released there.
-  auto [l1, out1] = sim.admit(2, a, {.hbm = 1024});
+  auto [l1, out1] = sim.admit(2, a, {.local = 1024});
   CHECK(out1.match.tokens == 8192);
   CHECK(out1.decision.action == LoadAction::kRecompute);
   CHECK(sim.sched->lease_of(l1.h) == 0);

@@ -85,7 +85,7 @@ const std::vector<AdmissionCase>& admission_cases() {
       {.name = "stateful load rejects nonzero post alloc hbm floor",
        .warm = floor8k,
        .keep = floor8k.size(),
-       .admit = {.hbm = 1024},
+       .admit = {.local = 1024},
        .expect = {.tokens = 8192,
                   .action = LoadAction::kRecompute,
                   .reason = "stateful_nonzero_hbm_floor"},
@@ -107,7 +107,7 @@ const std::vector<AdmissionCase>& admission_cases() {
            },
        .warm = handoff8k,
        .keep = handoff8k.size(),
-       .admit = {.hbm = 300},
+       .admit = {.local = 300},
        .expect = {.action = LoadAction::kRecompute, .reason = "unaligned_hbm_prefill"}},
       {.name = "unaligned handoff skips if boundary remainder is too small [too small]",
        .setup =
@@ -126,7 +126,7 @@ const std::vector<AdmissionCase>& admission_cases() {
            },
        .warm = handoff8k,
        .keep = handoff8k.size(),
-       .admit = {.hbm = 8192},
+       .admit = {.local = 8192},
        .expect = {.reason = "hbm_satisfies_after_alloc"}},
   };
   return cases;
@@ -180,7 +180,7 @@ TEST_CASE("unaligned hbm handoff prefills boundary then emits load") {
                                    .action = LoadAction::kHandoff,
                                    .reason = "unaligned_hbm_prefill",
                                    .handoff_tokens = 1024},
-                                  {.hbm = 300});
+                                  {.local = 300});
   REQUIRE(out.decision.action == LoadAction::kHandoff);
   sim.forward(sim.live(l.h), 300, 1024);
   sim.sched->on_computed(l.h, 1024);

@@ -1,9 +1,9 @@
-// The offload engine's sidecars on real DSV4 layouts (each rank's Worker over its Dsv4Layout, not
+// The offload engine's sidecars on real DSV4 layouts (each rank's Worker over its dsv4::Dsv4Layout, not
 // the simulated engine's FaultyLayout wrapper): sidecar and commit keys carry the slot
 // fingerprint and the TP size, pools can be resized without orphaning stored objects, the
 // engine's block size is checked against the geometry, and the worker's corruption fence and
-// invalidation across every tier (the rows of the reference's fail-closed table that
-// tests/unit/dsv4_resume_test.cpp proved on the former codec-level ResumeStore).
+// invalidation across every tier (the rows of the reference's fail-closed table that a former
+// codec-level test proved on its own store).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -34,7 +34,7 @@ SimOptions opts(std::uint32_t tp = 2) {
   return o;
 }
 
-// Every rank's worker over its real Dsv4Layout (which reports its fingerprint and block size),
+// Every rank's worker over its real dsv4::Dsv4Layout (which reports its fingerprint and block size),
 // and a new scheduler over them. Call before the first request.
 void use_real_layouts(SimEngine& sim) {
   for (std::uint32_t r = 0; r < sim.workers.size(); ++r)
@@ -48,7 +48,7 @@ void use_real_layouts(SimEngine& sim) {
 void use_layouts(SimEngine& sim, const dsv4::Geometry& geometry) {
   for (std::uint32_t r = 0; r < sim.workers.size(); ++r) {
     auto layout = require_value(
-        Dsv4Layout::create(geometry, sim.o_.config.page_namespace, sim.o_.config.tp_size, r));
+        dsv4::Dsv4Layout::create(geometry, sim.o_.config.page_namespace, sim.o_.config.tp_size, r));
     sim.workers[r] = require_value(Worker::create(sim.o_.config, r, *sim.stacks[r], *layout));
     sim.faulty[r] = std::make_unique<FaultyLayout>(*layout);
     sim.layouts[r] = std::move(layout);
@@ -109,16 +109,16 @@ TEST_CASE(
   dsv4::ModelConfig wider = small_geometry(cfg.block_tokens, 512, 4).config;
   wider.sliding_window = 16;
   const auto other_geo = require_value(dsv4::Geometry::compute(wider));
-  auto other0 = require_value(Dsv4Layout::create(other_geo, cfg.page_namespace, 2, 0));
-  auto other1 = require_value(Dsv4Layout::create(other_geo, cfg.page_namespace, 2, 1));
+  auto other0 = require_value(dsv4::Dsv4Layout::create(other_geo, cfg.page_namespace, 2, 0));
+  auto other1 = require_value(dsv4::Dsv4Layout::create(other_geo, cfg.page_namespace, 2, 1));
   auto o0 = require_value(Worker::create(cfg, 0, *sim.stacks[0], *other0));
   auto o1 = require_value(Worker::create(cfg, 1, *sim.stacks[1], *other1));
   // The same layout at another TP size (4; ranks 0 and 1 of it).
   EngineConfig cfg4 = cfg;
   cfg4.tp_size = 4;
   const auto geo = small_geometry(cfg.block_tokens, 512, 4);
-  auto tp4_0 = require_value(Dsv4Layout::create(geo, cfg.page_namespace, 4, 0));
-  auto tp4_1 = require_value(Dsv4Layout::create(geo, cfg.page_namespace, 4, 1));
+  auto tp4_0 = require_value(dsv4::Dsv4Layout::create(geo, cfg.page_namespace, 4, 0));
+  auto tp4_1 = require_value(dsv4::Dsv4Layout::create(geo, cfg.page_namespace, 4, 1));
   auto t0 = require_value(Worker::create(cfg4, 0, *sim.stacks[0], *tp4_0));
   auto t1 = require_value(Worker::create(cfg4, 1, *sim.stacks[1], *tp4_1));
 
@@ -190,7 +190,7 @@ TEST_CASE("the engine's block_tokens must match the geometry's block_size x dcp_
       TierStack::open(require_value(parse_profile(cpu_profile(), Registry::global(), "<t>"))));
   EngineConfig cfg = default_config(1);  // 128 tokens per block id
   const auto geo = small_geometry(256, 64, 2);
-  auto layout = require_value(Dsv4Layout::create(geo, cfg.page_namespace, 1, 0));
+  auto layout = require_value(dsv4::Dsv4Layout::create(geo, cfg.page_namespace, 1, 0));
   CHECK(layout->block_tokens() == 256);
   auto w = Worker::create(cfg, 0, *stack, *layout);
   REQUIRE_FALSE(w.is_ok());
@@ -204,7 +204,7 @@ TEST_CASE("the engine's block_tokens must match the geometry's block_size x dcp_
   dsv4::ModelConfig dcp = small_geometry(128, 64, 2).config;
   dcp.dcp_size = 2;
   auto dcp_layout = require_value(
-      Dsv4Layout::create(require_value(dsv4::Geometry::compute(dcp)), cfg.page_namespace, 1, 0));
+      dsv4::Dsv4Layout::create(require_value(dsv4::Geometry::compute(dcp)), cfg.page_namespace, 1, 0));
   CHECK(dcp_layout->block_tokens() == 256);
   CHECK(Worker::create(cfg, 0, *stack, *dcp_layout).is_ok());
   cfg.block_tokens = 128;
@@ -472,8 +472,8 @@ TEST_CASE("malformed load operations are refused before any tier is asked") {
   auto op = [&](std::uint64_t generation) {
     LoadOp l;
     l.id = OperationId{generation, generation};
-    l.hbm_tokens = 0;
-    l.lmc_tokens = 2048;
+    l.page_start = 0;
+    l.page_end = 2048;
     l.chunk_keys = keys;
     for (std::uint32_t i = 0; i < 16; ++i) l.block_ids.push_back(i);
     return l;
@@ -484,7 +484,7 @@ TEST_CASE("malformed load operations are refused before any tier is asked") {
   plan.loads.push_back(op(2));
   plan.loads.back().block_ids[15] = 100000;  // out of the pool
   plan.loads.push_back(op(3));
-  plan.loads.back().hbm_tokens = 100;  // not chunk aligned
+  plan.loads.back().page_start = 100;  // not chunk aligned
   plan.loads.push_back(op(4));
   plan.loads.back().block_ids.pop_back();  // fewer blocks than the chunks need
   auto& w = *sim.workers[0];
@@ -525,7 +525,7 @@ TEST_CASE("a corrupt sidecar copy in a fast tier falls back to the valid copy be
     img[img.size() - 9] ^= std::byte{0x40};
     auto h = parse_object_header(img);
     REQUIRE(h.is_ok());
-    seal_object(img, h->layout_id, h->stage_id, key);
+    seal_object(img, h->format_id, h->stage_id, key);
   };
   sim.run(1, a);
   for (auto& s : sim.stacks) require_ok(s->flush(std::chrono::seconds(10)));

@@ -27,14 +27,14 @@ constexpr std::uint32_t kBlocksPerChunk = 8;  // chunk 1024 / block 128
 struct Rank {
   EngineConfig config;
   std::unique_ptr<TierStack> stack;
-  std::unique_ptr<Dsv4Layout> layout;
+  std::unique_ptr<dsv4::Dsv4Layout> layout;
   std::unique_ptr<Worker> worker;
 
   explicit Rank(EngineConfig c) : config(c) {
     auto profile = parse_profile(faulty_profile(), Registry::global(), "<threads>");
     REQUIRE_MESSAGE(profile.is_ok(), profile.status().to_string());
     stack = require_value(TierStack::open(*profile));
-    layout = require_value(Dsv4Layout::create(small_geometry(config.block_tokens, 64, 4),
+    layout = require_value(dsv4::Dsv4Layout::create(small_geometry(config.block_tokens, 64, 4),
                                               config.page_namespace, 1, 0));
     worker = require_value(Worker::create(config, 0, *stack, *layout));
   }

@@ -10,9 +10,9 @@
 #include <functional>
 #include <vector>
 
-#include "dsv4/geometry.hpp"
-#include "dsv4/page_codec.hpp"
-#include "dsv4/slot_codec.hpp"
+#include "tier/dsv4/geometry.hpp"
+#include "tier/dsv4/page_codec.hpp"
+#include "tier/dsv4/slot_codec.hpp"
 #include "gpu.hpp"
 #include "gpu_backend.hpp"
 #include "pinned_pool.hpp"
@@ -100,7 +100,7 @@ Layout preset_layout(const char* name, std::uint64_t blocks, std::uint64_t slots
   l.count = slot ? slots : blocks;
   l.slot = slot;
   l.bind = [g = *geo, slot](const Backings& b) {
-    auto bound = dsv4::bind_layout(g, b.regions());
+    auto bound = dsv4::bind_memory(g, b.regions());
     REQUIRE_MESSAGE(bound, bound.status().to_string());
     return slot ? bound->slot : bound->page;
   };

@@ -18,7 +18,7 @@ TEST_CASE("a sealed image verifies and parses back") {
   REQUIRE(h.is_ok());
   CHECK(h->key == k);
   CHECK(h->payload_bytes == 1000);
-  CHECK(h->layout_id == 1);
+  CHECK(h->format_id == 1);
   CHECK(h->stage_id == 0);
 }
 

@@ -99,12 +99,12 @@ TEST_CASE("descriptors are checked when added") {
   CHECK(r.add(nullptr, "t").code() == Code::kInvalidArgument);
   const PluginInfo* cpu_info = Registry::global().find(PluginKind::kBackend, "cpu");
   REQUIRE(cpu_info != nullptr);
-  const tier_plugin_v1* cpu = cpu_info->descriptor;
+  const tier_plugin* cpu = cpu_info->descriptor;
   CHECK(r.add(cpu, "first").is_ok());
   Status dup = r.add(cpu, "second");
   CHECK(dup.code() == Code::kInvalidArgument);
   CHECK(std::string(dup.message()).find("already registered (from first)") != std::string::npos);
-  tier_plugin_v1 undocumented = *cpu;
+  tier_plugin undocumented = *cpu;
   undocumented.name = "undocumented";
   undocumented.options_json = R"([{"name":"x","type":"uint"}])";
   Status s = r.add(&undocumented, "t");

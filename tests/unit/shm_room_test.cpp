@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "shm_store.hpp"
+#include "shm/store.hpp"
 #include "support/test_util.hpp"
 #include "tier/registry.hpp"
 

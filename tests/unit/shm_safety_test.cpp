@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "shm_format.hpp"
-#include "shm_index.hpp"
-#include "shm_store.hpp"
+#include "shm/format.hpp"
+#include "shm/index.hpp"
+#include "shm/store.hpp"
 #include "support/shell.hpp"
 #include "support/test_util.hpp"
 #include "tier/registry.hpp"

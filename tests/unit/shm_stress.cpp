@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "shm_store.hpp"
+#include "shm/store.hpp"
 #include "support/test_util.hpp"
 #include "tier/registry.hpp"
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "shm_store.hpp"
+#include "shm/store.hpp"
 #include "support/test_util.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"

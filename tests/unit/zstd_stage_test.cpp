@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "tier/registry.hpp"
-#include "zstd/zstd_stage.hpp"
+#include "zstd_stage.hpp"
 
 using namespace tier;
 

@@ -2,7 +2,7 @@
 // Codecs turn engine Regions into a storable payload and back.
 //
 // Codec       regions <-> raw payload. Chosen by the caller (it knows the engine's layout):
-//             identity (concatenation), DSV4 PAGE, DSV4 SLOT. Its layout_id() is recorded in
+//             identity (concatenation), DSV4 PAGE, DSV4 SLOT. Its format_id() is recorded in
 //             every stored header, so a payload is never decoded by the wrong layout.
 // StageCodec  raw payload <-> stored payload, lossless (zstd). Chosen per tier by the profile
 //             (e.g. compressed on disk and remote, raw in CPU and GPU memory). Its stage_id() is
@@ -52,7 +52,7 @@ class PayloadCheck {
 };
 
 // How a payload relates to the regions a tier may move it into (Codec::direct).
-struct DirectForm {
+struct DirectPayload {
   std::size_t framing = 0;              // leading payload bytes that go to no region
   const PayloadCheck* check = nullptr;  // the codec's check of them (lives as long as the codec)
 };
@@ -61,7 +61,7 @@ class Codec {
  public:
   virtual ~Codec() = default;
   virtual std::string_view name() const noexcept = 0;
-  virtual std::uint32_t layout_id() const noexcept = 0;
+  virtual std::uint32_t format_id() const noexcept = 0;
   // Size of the payload encode() produces for `src`.
   virtual Result<std::size_t> encoded_size(RegionList src) const noexcept = 0;
   // Encodes `src` into `dst` (host memory, at least encoded_size bytes). Returns bytes written.
@@ -77,7 +77,7 @@ class Codec {
   // `regions` pass every check decode() makes of them (a refused list fails here as it would
   // there); `check`, when the codec frames its payload, checks a stored payload as decode() would
   // before the tier writes a byte. NotSupported, the default, for a codec that transforms bytes.
-  virtual Result<DirectForm> direct(RegionList regions) const noexcept {
+  virtual Result<DirectPayload> direct(RegionList regions) const noexcept {
     (void)regions;
     return Status(Code::kNotSupported, "this codec transforms its payload");
   }
@@ -90,16 +90,16 @@ class StageCodec {
   virtual std::uint32_t stage_id() const noexcept = 0;  // never 0 (0 means "raw")
   // An upper bound of encode()'s output for `raw_bytes` of input.
   virtual std::size_t max_encoded_size(std::size_t raw_bytes) const noexcept = 0;
-  // Encodes `raw` (made by the codec with `inner_layout_id`) into `dst`. Returns bytes written.
-  virtual Result<std::size_t> encode(std::uint32_t inner_layout_id, std::span<const std::byte> raw,
+  // Encodes `raw` (made by the codec with `inner_format_id`) into `dst`. Returns bytes written.
+  virtual Result<std::size_t> encode(std::uint32_t inner_format_id, std::span<const std::byte> raw,
                                      std::span<std::byte> dst) const noexcept = 0;
   // The raw size an encoded payload declares, after checking its framing and inner layout id.
   virtual Result<std::size_t> decoded_size(std::span<const std::byte> encoded,
-                                           std::uint32_t inner_layout_id) const noexcept = 0;
+                                           std::uint32_t inner_format_id) const noexcept = 0;
   // Decodes into `dst` (exactly decoded_size bytes). Returns bytes written.
   // Errors: ChecksumMismatch (bad framing, wrong inner layout, corrupt stream).
   virtual Result<std::size_t> decode(std::span<const std::byte> encoded,
-                                     std::uint32_t inner_layout_id,
+                                     std::uint32_t inner_format_id,
                                      std::span<std::byte> dst) const noexcept = 0;
 };
 

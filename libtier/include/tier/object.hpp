@@ -48,7 +48,7 @@ inline constexpr std::uint16_t kObjectVersionWholePayload = 1;
 inline constexpr std::size_t kChecksumChunkBytes = 64 * 1024;
 
 struct ObjectHeader {
-  std::uint32_t layout_id = 0;
+  std::uint32_t format_id = 0;
   std::uint32_t stage_id = 0;
   ObjectKey key;
   std::uint64_t payload_bytes = 0;
@@ -76,7 +76,7 @@ void write_object_header(std::span<std::byte> image, const ObjectHeader& h) noex
 
 // Frames a payload already placed at image[kObjectHeaderBytes, +payload_bytes): computes the
 // payload checksum and writes the header, in `version` (tests write version 1 images with it).
-void seal_object(std::span<std::byte> image, std::uint32_t layout_id, std::uint32_t stage_id,
+void seal_object(std::span<std::byte> image, std::uint32_t format_id, std::uint32_t stage_id,
                  const ObjectKey& key, std::uint16_t version = kObjectVersion) noexcept;
 
 // Parses and checks the header only (magic, version 1 or 2, size field, header checksum, flags).

@@ -1,5 +1,5 @@
 #pragma once
-// Strict, typed options: the schema every plugin declares (tier_plugin_v1::options_json) and the
+// Strict, typed options: the schema every plugin declares (tier_plugin::options_json) and the
 // checker the core runs before create(). Unknown keys are errors with a "did you mean" hint;
 // a missing option takes its default; a present but invalid value is always an error.
 // Every error names the JSON pointer, what was expected and what was found:

@@ -1,8 +1,8 @@
-/* libtier plugin C ABI, version 2.
+/* libtier plugin C ABI (the version a plugin speaks: TIER_PLUGIN_ABI_VERSION below).
  *
  * A plugin is a shared object that exports
  *
- *   const struct tier_plugin_v1* tier_plugin_entry(void);
+ *   const struct tier_plugin* tier_plugin_entry(void);
  *
  * returning a static descriptor. The core checks `abi_version` before reading anything else and
  * refuses a mismatch or a missing symbol with a clear error. `create` and `destroy` cross the
@@ -31,7 +31,7 @@ enum tier_plugin_kind {
   TIER_PLUGIN_STAGE = 3,   /* create() returns tier::StageCodec* */
 };
 
-struct tier_plugin_v1 {
+struct tier_plugin {
   uint32_t abi_version; /* TIER_PLUGIN_ABI_VERSION */
   uint32_t kind;        /* enum tier_plugin_kind */
   const char* name;     /* registry name, e.g. "disk" */
@@ -45,7 +45,7 @@ struct tier_plugin_v1 {
   void (*destroy)(void* object);
 };
 
-typedef const struct tier_plugin_v1* (*tier_plugin_entry_fn)(void);
+typedef const struct tier_plugin* (*tier_plugin_entry_fn)(void);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 #pragma once
-// C++ side of the plugin edge: builds a tier_plugin_v1 descriptor from a class, with concepts
+// C++ side of the plugin edge: builds a tier_plugin descriptor from a class, with concepts
 // that turn a wrong plugin class into a readable compile error, and thunks that keep exceptions
 // from crossing the edge.
 //
@@ -7,7 +7,7 @@
 //    public:
 //     static tier::Result<std::unique_ptr<DiskBackend>> create(const tier::BackendContext&);
 //   };
-//   constexpr tier_plugin_v1 kDisk = tier::make_backend_plugin<DiskBackend>(
+//   constexpr tier_plugin kDisk = tier::make_backend_plugin<DiskBackend>(
 //       "disk", "io_uring disk tier", kDiskOptions);
 //   TIER_REGISTER_PLUGIN(disk, kDisk)
 //
@@ -70,19 +70,19 @@ void destroy_thunk(void* p) noexcept {
 }  // namespace detail
 
 template <backend_plugin B>
-constexpr tier_plugin_v1 make_backend_plugin(const char* name, const char* description,
+constexpr tier_plugin make_backend_plugin(const char* name, const char* description,
                                              const char* options_json) {
   return {TIER_PLUGIN_ABI_VERSION, TIER_PLUGIN_BACKEND, name, description, options_json,
           &detail::create_thunk<B, Backend, BackendContext>, &detail::destroy_thunk<Backend>};
 }
 template <codec_plugin C>
-constexpr tier_plugin_v1 make_codec_plugin(const char* name, const char* description,
+constexpr tier_plugin make_codec_plugin(const char* name, const char* description,
                                            const char* options_json) {
   return {TIER_PLUGIN_ABI_VERSION, TIER_PLUGIN_CODEC, name, description, options_json,
           &detail::create_thunk<C, Codec, Json>, &detail::destroy_thunk<Codec>};
 }
 template <stage_plugin S>
-constexpr tier_plugin_v1 make_stage_plugin(const char* name, const char* description,
+constexpr tier_plugin make_stage_plugin(const char* name, const char* description,
                                            const char* options_json) {
   return {TIER_PLUGIN_ABI_VERSION, TIER_PLUGIN_STAGE, name, description, options_json,
           &detail::create_thunk<S, StageCodec, Json>, &detail::destroy_thunk<StageCodec>};
@@ -99,11 +99,11 @@ constexpr tier_plugin_v1 make_stage_plugin(const char* name, const char* descrip
 #define TIER_PLUGIN_ENTRY_OF(id) TIER_PLUGIN_ENTRY_PASTE(id)  // expands `id` first
 #if defined(TIER_BUILD_AS_PLUGIN)
 #define TIER_REGISTER_PLUGIN(id, descriptor)                                                      \
-  extern "C" const tier_plugin_v1* TIER_PLUGIN_ENTRY_OF(id)(void) { return &(descriptor); }       \
-  extern "C" __attribute__((visibility("default"))) const tier_plugin_v1* tier_plugin_entry(void) { \
+  extern "C" const tier_plugin* TIER_PLUGIN_ENTRY_OF(id)(void) { return &(descriptor); }       \
+  extern "C" __attribute__((visibility("default"))) const tier_plugin* tier_plugin_entry(void) { \
     return &(descriptor);                                                                         \
   }
 #else
 #define TIER_REGISTER_PLUGIN(id, descriptor) \
-  extern "C" const tier_plugin_v1* TIER_PLUGIN_ENTRY_OF(id)(void) { return &(descriptor); }
+  extern "C" const tier_plugin* TIER_PLUGIN_ENTRY_OF(id)(void) { return &(descriptor); }
 #endif

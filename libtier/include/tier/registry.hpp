@@ -39,7 +39,7 @@ struct PluginInfo {
   std::string description;
   std::string source;  // "built-in" or the .so path
   std::vector<OptionSpec> options;
-  const tier_plugin_v1* descriptor = nullptr;
+  const tier_plugin* descriptor = nullptr;
   std::shared_ptr<void> library;  // keeps a dlopen'ed plugin loaded while objects live
 };
 
@@ -63,7 +63,7 @@ class Registry {
 
   // Registers a descriptor. Errors: InvalidArgument (ABI version, malformed options schema,
   // a name already taken by the same kind).
-  Status add(const tier_plugin_v1* descriptor, std::string source,
+  Status add(const tier_plugin* descriptor, std::string source,
              std::shared_ptr<void> library = {});
   // Loads a plugin by name or path (see above) and registers it. Loading the same file twice is a
   // no-op. Errors: NotFound (no file), InvalidArgument (dlopen error, missing entry symbol,
@@ -93,7 +93,7 @@ class Registry {
  private:
   Result<void*> create_raw(PluginKind kind, std::string_view type, const void* ctx,
                            PluginDeleter* deleter) const;
-  Status add_descriptor(const tier_plugin_v1* descriptor, std::string source,
+  Status add_descriptor(const tier_plugin* descriptor, std::string source,
                         std::shared_ptr<void> library) const;
   Status load_file(const std::filesystem::path& file) const;
 

@@ -191,11 +191,11 @@ class TierStack {
   // Returns an image nobody else holds to the pool.
   void recycle(Image& image) noexcept;
   // Builds the image tier `t` stores from a raw payload (stage applied, header sealed).
-  Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t layout_id,
+  Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t format_id,
                            std::span<const std::byte> raw);
   struct RawPayload {
     std::span<const std::byte> bytes;  // into the image, or into `holder`
-    std::uint32_t layout_id = 0;       // the image header's
+    std::uint32_t format_id = 0;       // the image header's
     Image holder;                      // the decoded bytes when the tier has a stage; else null
   };
   // The raw payload of a verified image read from tier `t` (stage undone).
@@ -218,7 +218,7 @@ class TierStack {
   Status serve_load(int t, const LoadItem& item, const Codec& codec,
                     std::span<const std::byte> image);
   // Queues background puts of a raw payload read from tier `t` into the writable tiers above it.
-  void promote(int t, const ObjectKey& key, std::uint32_t layout_id,
+  void promote(int t, const ObjectKey& key, std::uint32_t format_id,
                std::span<const std::byte> raw);
   // Largest image tier `t` may hold for `raw_bytes` of payload.
   std::size_t max_image_bytes(int t, std::size_t raw_bytes) const;

@@ -1,0 +1,98 @@
+#include "shm/mode.hpp"
+
+#include <fmt/format.h>
+
+#include "device_transfer.hpp"
+#include "shm/store.hpp"
+#include "tier/options.hpp"
+
+namespace tier::cpu {
+
+namespace {
+
+// The store reports evictions by key only: the image may be gone before the callback runs.
+ShmStore::EvictFn by_key(const CpuMode::EvictFn& on_evict) {
+  return [&on_evict](const ObjectKey& k, std::uint64_t bytes) { on_evict(k, {}, bytes); };
+}
+
+// A put's completion reports the image size when the object is (or already was) stored.
+CpuMode::Outcome put_outcome(Status s, std::uint64_t image_bytes) {
+  const bool stored = s.is_ok() || s.code() == Code::kAlreadyExists;
+  return {std::move(s), stored ? image_bytes : 0};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CpuMode>> ShmMode::create(const BackendContext& ctx, PinFn pin) {
+  const Json& o = ctx.options;
+  ShmConfig cfg;
+  cfg.segment = o.value("segment", std::string("libtier-cpu"));
+  cfg.capacity = ctx.capacity_bytes;
+  cfg.block_bytes = o.value("block_size", std::uint64_t{16384});
+  cfg.max_objects = o.value("max_objects", std::uint64_t{0});
+  cfg.prefault = o.value("prefault", false);
+  cfg.mode = static_cast<std::uint32_t>(
+      std::stoul(o.value("segment_mode", std::string("0600")), nullptr, 8));  // schema: an enum
+  TIER_ASSIGN_OR_RETURN(auto store, ShmStore::open(cfg));
+  std::unique_ptr<DeviceTransfer> device;
+  if (pin != nullptr) {
+    TIER_ASSIGN_OR_RETURN(auto registered, pin(store->mapping()));
+    device = std::move(registered);
+  }
+  return std::unique_ptr<CpuMode>(std::make_unique<ShmMode>(std::move(store), std::move(device)));
+}
+
+ShmMode::ShmMode(std::unique_ptr<ShmStore> store, std::unique_ptr<DeviceTransfer> device)
+    : store_(std::move(store)), device_(std::move(device)) {}
+
+ShmMode::~ShmMode() = default;
+
+CpuMode::Outcome ShmMode::put(const ObjectKey& key, std::span<const std::byte> image,
+                              const EvictFn& on_evict) {
+  return put_outcome(store_->put(key, image, by_key(on_evict)), image.size());
+}
+
+CpuMode::Outcome ShmMode::put_with(const ObjectKey& key, std::uint64_t image_bytes,
+                                   const PiecesFn& fill, const EvictFn& on_evict) {
+  return put_outcome(store_->put_with(key, image_bytes, fill, by_key(on_evict)), image_bytes);
+}
+
+CpuMode::Outcome ShmMode::get(const ObjectKey& key, std::span<std::byte> out) {
+  ShmStore::GetResult g = store_->get(key, out);
+  return {std::move(g.status), g.bytes};
+}
+
+CpuMode::Outcome ShmMode::get_with(const ObjectKey& key, std::uint64_t capacity,
+                                   const PiecesFn& drain) {
+  ShmStore::GetResult g = store_->get_with(key, capacity, drain);
+  return {std::move(g.status), g.bytes};
+}
+
+Result<std::uint64_t> ShmMode::contains(const ObjectKey& key) { return store_->contains(key); }
+
+Status ShmMode::remove(const ObjectKey& key) { return store_->remove(key); }
+
+Usage ShmMode::usage() const noexcept {
+  ShmStats s = store_->stats();
+  return Usage{s.capacity_bytes, s.used_bytes, s.objects};
+}
+
+std::string ShmMode::describe(std::string_view tier_name) const {
+  ShmStats s = store_->stats();
+  return fmt::format("cpu shm tier \"{}\" on segment {}{}: {} of {} used, {} objects, {} clients",
+                     tier_name, s.segment, device_ ? " (registered as pinned memory)" : "",
+                     format_size(s.used_bytes), format_size(s.capacity_bytes), s.objects,
+                     s.clients);
+}
+
+Result<LeaseId> ShmMode::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                               std::span<std::uint8_t> held, Counter& expiries) {
+  std::uint64_t expired = 0;
+  auto id = store_->lease(keys, ttl, held, expired);
+  expiries.add(expired);
+  return id;
+}
+
+LeaseEnd ShmMode::release_lease(LeaseId id, Counter&) { return store_->release(id); }
+
+}  // namespace tier::cpu

@@ -1,0 +1,492 @@
+// The C API's offload engine calls (tier/tier.h): the DSV4 layout, workers, the scheduler and
+// its plans and events. Every worker and scheduler call holds the lock of the worker's store
+// (the scheduler's: its view's), then the worker's own lock inside the engine, in that order.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "capi_internal.hpp"
+#include "tier/dsv4/geometry.hpp"
+#include "tier/dsv4/kv_layout.hpp"
+#include "tier/engine/export.hpp"
+#include "tier/engine/scheduler.hpp"
+#include "tier/engine/worker.hpp"
+
+using namespace tier;
+using namespace tier::engine;
+using tier::capi::from_key;
+using tier::capi::guarded;
+using tier::capi::to_key;
+
+struct tier_dsv4_layout {
+  std::unique_ptr<dsv4::Dsv4Layout> layout;
+};
+
+struct tier_worker {
+  tier_store* store = nullptr;
+  std::unique_ptr<Worker> worker;
+  std::deque<OpReport> reports;  // taken from the worker, not yet handed out
+};
+
+struct tier_plan {
+  StepPlan plan;
+  // The operations' keys in C form, one vector per operation (prefix keys after a save's).
+  std::vector<std::vector<tier_key>> load_keys, save_keys, prefix_keys;
+};
+
+struct tier_events {
+  std::vector<std::uint64_t> loaded, load_failed, freeable;
+};
+
+struct tier_scheduler {
+  tier_worker* view = nullptr;
+  std::unique_ptr<Scheduler> scheduler;
+  std::set<std::string, std::less<>> reasons;  // report reasons the caller passed, interned
+};
+
+namespace {
+
+Status need(const void* p, const char* what) {
+  return p ? Status::ok() : Status::invalid(std::string(what) + " is NULL");
+}
+
+char* dup_string(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+Result<EngineConfig> parse_config(const char* json, const tier_key* page_ns) {
+  Json j = Json::object();
+  if (json && *json) {
+    j = Json::parse(json, nullptr, false);
+    if (j.is_discarded()) return Status::invalid("the engine config is not valid JSON");
+  }
+  TIER_ASSIGN_OR_RETURN(EngineConfig cfg, EngineConfig::from_json(j));
+  if (!page_ns) return Status::invalid("page_ns is NULL");
+  cfg.page_namespace = to_key(*page_ns);
+  return cfg;
+}
+
+tier_boundary to_c(const Boundary& b) { return tier_boundary{b.tokens, from_key(b.key)}; }
+
+std::vector<tier_key> to_c(const std::vector<Key128>& keys) {
+  std::vector<tier_key> out;
+  out.reserve(keys.size());
+  for (const Key128& k : keys) out.push_back(from_key(k));
+  return out;
+}
+
+Status copy_regions(const Result<std::vector<Region>>& regions, tier_region* out,
+                    std::size_t capacity, std::size_t* count) {
+  if (!regions) return regions.status();
+  TIER_RETURN_IF_ERROR(need(count, "count"));
+  *count = regions->size();
+  if (capacity == 0 && !out) return Status::ok();
+  if (capacity < regions->size())
+    return Status::invalid("room for " + std::to_string(capacity) + " regions, " +
+                           std::to_string(regions->size()) + " needed");
+  for (std::size_t i = 0; i < regions->size(); ++i) {
+    const Region& r = (*regions)[i];
+    out[i] = tier_region{r.data, r.size, static_cast<std::int32_t>(r.kind), r.device};
+  }
+  return Status::ok();
+}
+
+// The locks of the workers' stores, in address order (metrics read every worker).
+std::vector<std::unique_lock<std::mutex>> lock_stores(tier_scheduler* s, tier_worker* const* w,
+                                                      std::size_t n) {
+  std::vector<std::mutex*> mus{&s->view->store->mu};
+  for (std::size_t i = 0; i < n; ++i) mus.push_back(&w[i]->store->mu);
+  std::sort(mus.begin(), mus.end());
+  mus.erase(std::unique(mus.begin(), mus.end()), mus.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (std::mutex* m : mus) locks.emplace_back(*m);
+  return locks;
+}
+
+Result<std::vector<Worker*>> workers_of(tier_worker* const* w, std::size_t n) {
+  if (n && !w) return Status::invalid("workers is NULL");
+  std::vector<Worker*> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!w[i]) return Status::invalid("a worker is NULL");
+    out.push_back(w[i]->worker.get());
+  }
+  return out;
+}
+
+// Runs `fn(scheduler)` under the view's store lock, inside guarded().
+template <class F>
+int with_scheduler(tier_scheduler* s, F&& fn) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(s, "scheduler"));
+    std::lock_guard<std::mutex> lock(s->view->store->mu);
+    return fn(*s->scheduler);
+  });
+}
+
+// The engine's counters as text made by `render`, under every store lock, into a malloc'ed *out.
+template <class Render>
+int engine_metrics(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
+                   char** out, Render&& render) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(s, "scheduler"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    TIER_ASSIGN_OR_RETURN(auto ws, workers_of(workers, worker_count));
+    auto locks = lock_stores(s, workers, worker_count);
+    *out = dup_string(render(*s->scheduler, ws));
+    return Status::ok();
+  });
+}
+
+// The fields a load and a save operation share: identity, chunk keys, blocks and SLOT.
+template <class COp, class Op, class Keys>
+void fill_op_common(COp& c, const Op& op, const Keys& keys) {
+  c.request = op.id.request;
+  c.generation = op.id.generation;
+  c.chunk_keys = keys.data();
+  c.chunk_count = keys.size();
+  c.block_ids = op.block_ids.data();
+  c.block_count = op.block_ids.size();
+  c.has_slot = op.slot.has_value();
+  c.slot = op.slot ? to_c(*op.slot) : tier_boundary{};
+  c.slot_group = op.slot_group;
+}
+}  // namespace
+
+extern "C" {
+
+int tier_dsv4_layout_create(const char* geometry, const tier_key* page_ns, uint32_t tp_size,
+                            uint32_t tp_rank, const char* options_json, tier_dsv4_layout** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(geometry, "geometry"));
+    TIER_RETURN_IF_ERROR(need(page_ns, "page_ns"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = nullptr;
+    Result<dsv4::ModelConfig> model = Status::invalid("unset");
+    if (geometry[0] == '{') {
+      Json j = Json::parse(geometry, nullptr, false);
+      if (j.is_discarded()) return Status::invalid("the geometry is not valid JSON");
+      model = dsv4::ModelConfig::from_json(j);
+    } else {
+      model = dsv4::preset(geometry);
+    }
+    if (!model) return model.status();
+    TIER_ASSIGN_OR_RETURN(dsv4::Geometry geo, dsv4::Geometry::compute(*model));
+    dsv4::Dsv4LayoutOptions opts;
+    if (options_json && *options_json) {
+      Json j = Json::parse(options_json, nullptr, false);
+      if (j.is_discarded()) return Status::invalid("the layout options are not valid JSON");
+      TIER_ASSIGN_OR_RETURN(opts, dsv4::Dsv4LayoutOptions::from_json(j));
+    }
+    TIER_ASSIGN_OR_RETURN(auto layout,
+                          dsv4::Dsv4Layout::create(geo, to_key(*page_ns), tp_size, tp_rank, opts));
+    *out = new tier_dsv4_layout{std::move(layout)};
+    return Status::ok();
+  });
+}
+void tier_dsv4_layout_destroy(tier_dsv4_layout* layout) { delete layout; }
+uint32_t tier_dsv4_layout_block_tokens(const tier_dsv4_layout* l) {
+  return l ? l->layout->block_tokens() : 0;
+}
+uint64_t tier_dsv4_layout_page_bytes_per_block(const tier_dsv4_layout* l) {
+  return l ? l->layout->page_bytes_per_block() : 0;
+}
+uint64_t tier_dsv4_layout_slot_bytes(const tier_dsv4_layout* l) {
+  return l ? l->layout->slot_bytes() : 0;
+}
+int tier_dsv4_layout_page_regions(const tier_dsv4_layout* layout, const uint32_t* block_ids,
+                                  size_t block_count, tier_region* out, size_t capacity,
+                                  size_t* count) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(layout, "layout"));
+    if (block_count && !block_ids) return Status::invalid("block_ids is NULL");
+    return copy_regions(layout->layout->page_regions(std::span(block_ids, block_count)), out,
+                        capacity, count);
+  });
+}
+int tier_dsv4_layout_slot_regions(const tier_dsv4_layout* layout, int32_t group, tier_region* out,
+                                  size_t capacity, size_t* count) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(layout, "layout"));
+    return copy_regions(layout->layout->slot_regions(group), out, capacity, count);
+  });
+}
+
+int tier_worker_create(const char* config_json, const tier_key* page_ns, uint32_t rank,
+                       tier_store* store, tier_dsv4_layout* layout, tier_worker** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    TIER_RETURN_IF_ERROR(need(layout, "layout"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = nullptr;
+    TIER_ASSIGN_OR_RETURN(EngineConfig cfg, parse_config(config_json, page_ns));
+    std::lock_guard<std::mutex> lock(store->mu);
+    TIER_ASSIGN_OR_RETURN(auto worker, Worker::create(cfg, rank, *store->stack, *layout->layout));
+    auto w = std::make_unique<tier_worker>();
+    w->store = store;
+    w->worker = std::move(worker);
+    *out = w.release();
+    return Status::ok();
+  });
+}
+void tier_worker_destroy(tier_worker* worker) {
+  if (!worker) return;
+  std::lock_guard<std::mutex> lock(worker->store->mu);
+  worker->worker.reset();
+  delete worker;
+}
+
+uint64_t tier_plan_step(const tier_plan* plan) { return plan ? plan->plan.step : 0; }
+size_t tier_plan_load_count(const tier_plan* plan) { return plan ? plan->plan.loads.size() : 0; }
+size_t tier_plan_save_count(const tier_plan* plan) { return plan ? plan->plan.saves.size() : 0; }
+int tier_plan_load(const tier_plan* plan, size_t index, tier_load_op* out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(plan, "plan"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    if (index >= plan->plan.loads.size()) return Status::invalid("no such load");
+    const LoadOp& op = plan->plan.loads[index];
+    tier_load_op c{};
+    fill_op_common(c, op, plan->load_keys[index]);
+    c.page_start = op.page_start;
+    c.page_end = op.page_end;
+    *out = c;
+    return Status::ok();
+  });
+}
+int tier_plan_save(const tier_plan* plan, size_t index, tier_save_op* out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(plan, "plan"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    if (index >= plan->plan.saves.size()) return Status::invalid("no such save");
+    const SaveOp& op = plan->plan.saves[index];
+    const auto& prefix = plan->prefix_keys[index];
+    tier_save_op c{};
+    fill_op_common(c, op, plan->save_keys[index]);
+    c.page_start = op.page_start;
+    c.page_end = op.page_end;
+    c.prefix_keys = prefix.data();
+    c.prefix_count = prefix.size();
+    *out = c;
+    return Status::ok();
+  });
+}
+void tier_plan_free(tier_plan* plan) { delete plan; }
+
+int tier_worker_submit(tier_worker* worker, const tier_plan* plan) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+    TIER_RETURN_IF_ERROR(need(plan, "plan"));
+    std::lock_guard<std::mutex> lock(worker->store->mu);
+    worker->worker->submit(plan->plan);
+    return Status::ok();
+  });
+}
+int tier_worker_progress(tier_worker* worker, size_t max_saves, size_t* finished) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+    std::lock_guard<std::mutex> lock(worker->store->mu);
+    const std::size_t n = worker->worker->progress(max_saves);
+    if (finished) *finished = n;
+    return Status::ok();
+  });
+}
+int tier_worker_take_reports(tier_worker* worker, tier_op_report* out, size_t capacity,
+                             size_t* count) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+    TIER_RETURN_IF_ERROR(need(count, "count"));
+    if (capacity && !out) return Status::invalid("out is NULL");
+    std::lock_guard<std::mutex> lock(worker->store->mu);
+    for (OpReport& r : worker->worker->take_reports()) worker->reports.push_back(r);
+    std::size_t n = 0;
+    while (n < capacity && !worker->reports.empty()) {
+      const OpReport& r = worker->reports.front();
+      // The worker's reasons are outcome_name() literals: NUL-terminated, static.
+      out[n++] = tier_op_report{static_cast<std::int32_t>(r.channel), r.rank, r.id.request,
+                                r.id.generation, r.ok ? 1 : 0, r.reason.data()};
+      worker->reports.pop_front();
+    }
+    *count = n;
+    return Status::ok();
+  });
+}
+size_t tier_worker_queued_saves(tier_worker* worker) {
+  if (!worker) return 0;
+  std::lock_guard<std::mutex> lock(worker->store->mu);
+  return worker->worker->queued_saves();
+}
+size_t tier_worker_queued_loads(tier_worker* worker) {
+  if (!worker) return 0;
+  std::lock_guard<std::mutex> lock(worker->store->mu);
+  return worker->worker->queued_loads();
+}
+
+int tier_scheduler_create(const char* config_json, const tier_key* page_ns, tier_worker* view,
+                          tier_scheduler** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(view, "view"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = nullptr;
+    TIER_ASSIGN_OR_RETURN(EngineConfig cfg, parse_config(config_json, page_ns));
+    std::lock_guard<std::mutex> lock(view->store->mu);
+    TIER_ASSIGN_OR_RETURN(auto sched, Scheduler::create(cfg, *view->worker));
+    auto s = std::make_unique<tier_scheduler>();
+    s->view = view;
+    s->scheduler = std::move(sched);
+    *out = s.release();
+    return Status::ok();
+  });
+}
+void tier_scheduler_destroy(tier_scheduler* scheduler) { delete scheduler; }
+
+int tier_scheduler_add_request(tier_scheduler* s, uint64_t request_id, const uint32_t* prompt,
+                               size_t prompt_tokens, uint64_t* handle) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(handle, "handle"));
+    if (prompt_tokens && !prompt) return Status::invalid("prompt is NULL");
+    *handle = sc.add_request(request_id, std::span(prompt, prompt_tokens));
+    return Status::ok();
+  });
+}
+int tier_scheduler_lookup(tier_scheduler* s, uint64_t handle, tier_match* out) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    TIER_ASSIGN_OR_RETURN(MatchResult m, sc.lookup(handle));
+    *out = tier_match{m.tokens, m.park ? 1 : 0, m.page_hit, m.slot.has_value(),
+                      m.slot ? to_c(*m.slot) : tier_boundary{}};
+    return Status::ok();
+  });
+}
+int tier_scheduler_after_alloc(tier_scheduler* s, uint64_t handle, uint64_t local_tokens,
+                               const uint32_t* blocks, size_t block_count, int32_t group,
+                               tier_load_decision* out) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    if (block_count && !blocks) return Status::invalid("blocks is NULL");
+    LoadDecision d = sc.after_alloc(handle, local_tokens, std::span(blocks, block_count), group);
+    // The reasons are string literals (docs/engine.md).
+    *out = tier_load_decision{static_cast<std::int32_t>(d.action),
+                              d.reason.empty() ? "" : d.reason.data(), d.load_start, d.load_end,
+                              d.handoff_tokens};
+    return Status::ok();
+  });
+}
+int tier_scheduler_set_blocks(tier_scheduler* s, uint64_t handle, const uint32_t* blocks,
+                              size_t block_count) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    if (block_count && !blocks) return Status::invalid("blocks is NULL");
+    sc.set_blocks(handle, std::span(blocks, block_count));
+    return Status::ok();
+  });
+}
+int tier_scheduler_cut_prefill_chunk(tier_scheduler* s, uint64_t handle, uint64_t start,
+                                     uint64_t length, uint64_t* out) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = sc.cut_prefill_chunk(handle, start, length);
+    return Status::ok();
+  });
+}
+int tier_scheduler_on_computed(tier_scheduler* s, uint64_t handle, uint64_t computed_tokens) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    sc.on_computed(handle, computed_tokens);
+    return Status::ok();
+  });
+}
+int tier_scheduler_build_step(tier_scheduler* s, tier_plan** out) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    auto p = std::make_unique<tier_plan>();
+    p->plan = sc.build_step();
+    for (const LoadOp& op : p->plan.loads) p->load_keys.push_back(to_c(op.chunk_keys));
+    for (const SaveOp& op : p->plan.saves) {
+      p->save_keys.push_back(to_c(op.chunk_keys));
+      p->prefix_keys.push_back(to_c(op.prefix_keys));
+    }
+    *out = p.release();
+    return Status::ok();
+  });
+}
+int tier_scheduler_process(tier_scheduler* s, const tier_op_report* reports, size_t count,
+                           tier_events** out) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    if (count && !reports) return Status::invalid("reports is NULL");
+    std::vector<OpReport> in;
+    in.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const tier_op_report& r = reports[i];
+      if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
+        return Status::invalid("report " + std::to_string(i) + ": unknown channel");
+      // The aggregator keeps reasons as views: intern the caller's strings.
+      std::string_view reason;
+      if (r.reason && *r.reason) reason = *s->reasons.emplace(r.reason).first;
+      in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
+                            r.rank, r.ok != 0, reason});
+    }
+    StepEvents ev = sc.process(in);
+    auto e = std::make_unique<tier_events>();
+    e->loaded.assign(ev.loaded.begin(), ev.loaded.end());
+    e->load_failed.assign(ev.load_failed.begin(), ev.load_failed.end());
+    e->freeable.assign(ev.freeable.begin(), ev.freeable.end());
+    *out = e.release();
+    return Status::ok();
+  });
+}
+const uint64_t* tier_events_loaded(const tier_events* ev, size_t* count) {
+  if (count) *count = ev ? ev->loaded.size() : 0;
+  return ev ? ev->loaded.data() : nullptr;
+}
+const uint64_t* tier_events_load_failed(const tier_events* ev, size_t* count) {
+  if (count) *count = ev ? ev->load_failed.size() : 0;
+  return ev ? ev->load_failed.data() : nullptr;
+}
+const uint64_t* tier_events_freeable(const tier_events* ev, size_t* count) {
+  if (count) *count = ev ? ev->freeable.size() : 0;
+  return ev ? ev->freeable.data() : nullptr;
+}
+void tier_events_free(tier_events* ev) { delete ev; }
+
+int tier_scheduler_should_defer_free(tier_scheduler* s, uint64_t handle, int32_t* out) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = sc.should_defer_free(handle) ? 1 : 0;
+    return Status::ok();
+  });
+}
+int tier_scheduler_finish(tier_scheduler* s, uint64_t handle, int32_t* free_now) {
+  return with_scheduler(s, [&](Scheduler& sc) -> Status {
+    TIER_RETURN_IF_ERROR(need(free_now, "free_now"));
+    *free_now = sc.finish(handle) ? 1 : 0;
+    return Status::ok();
+  });
+}
+uint64_t tier_scheduler_loads_pending(tier_scheduler* s) {
+  if (!s) return 0;
+  std::lock_guard<std::mutex> lock(s->view->store->mu);
+  return s->scheduler->loads_pending();
+}
+uint64_t tier_scheduler_saves_pending(tier_scheduler* s) {
+  if (!s) return 0;
+  std::lock_guard<std::mutex> lock(s->view->store->mu);
+  return s->scheduler->saves_pending();
+}
+int tier_engine_metrics_json(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
+                             char** out) {
+  return engine_metrics(s, workers, worker_count, out,
+                        [](const Scheduler& sc, const auto& ws) {
+                          return metrics_json(sc, ws).dump();
+                        });
+}
+int tier_engine_metrics_prometheus(tier_scheduler* s, tier_worker* const* workers,
+                                   size_t worker_count, char** out) {
+  return engine_metrics(s, workers, worker_count, out, [](const Scheduler& sc, const auto& ws) {
+    return metrics_prometheus(sc, ws);
+  });
+}
+
+}  // extern "C"

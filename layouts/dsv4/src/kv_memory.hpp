@@ -1,0 +1,46 @@
+#pragma once
+// The KV backings of one Dsv4Layout and how host code reaches them (internal). Host memory is
+// implemented in kv_memory.cpp; GPU memory in kv_memory_device.cpp when the build has the GPU
+// part (hip/), else kv_memory_no_gpu.cpp refuses it. No GPU runtime type appears here either.
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tier/dsv4/geometry.hpp"
+#include "tier/copy_plan.hpp"
+#include "tier/region.hpp"
+#include "tier/status.hpp"
+
+namespace tier::dsv4::detail {
+
+class KvMemory {
+ public:
+  enum class Access : std::uint8_t {
+    kRead,   // the views hold the regions' bytes; nothing is written back
+    kWrite,  // the views' content is unspecified; `fn` writes every byte, which is written back
+  };
+
+  virtual ~KvMemory() = default;
+  // One region per geometry backing, in geometry order (what dsv4::bind_memory takes); zeroed.
+  virtual const std::vector<Region>& backings() const noexcept = 0;
+  // The executor the codecs move bytes with; null means the host executor.
+  virtual CopyExecutor* executor() noexcept = 0;
+  // Runs `fn` once over host-addressable views of `regions` (spans of the backings), one view
+  // per region, same sizes. Host memory hands the regions themselves; device memory copies
+  // through a pinned scratch (synchronously). Errors: InvalidArgument (a region outside this
+  // memory's kind or device), DeviceError.
+  virtual Status visit(RegionList regions, Access access,
+                       const std::function<void(RegionList views)>& fn) = 0;
+  // Orders the executor's transfers after a caller's stream or event (KvLayout::order_after).
+  // Host memory: NotSupported.
+  virtual Status order_after(void* stream, void* event) = 0;
+};
+
+// Errors: NoSpace.
+Result<std::unique_ptr<KvMemory>> make_host_memory(const dsv4::Geometry& geometry);
+// Errors: InvalidArgument (device < 0), NotSupported (no GPU part in this build, no such GPU on
+// this machine), DeviceError.
+Result<std::unique_ptr<KvMemory>> make_device_memory(const dsv4::Geometry& geometry, int device);
+
+}  // namespace tier::dsv4::detail

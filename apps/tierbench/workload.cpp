@@ -1,41 +1,9 @@
 #include "workload.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <random>
 
-#include <fmt/format.h>
-
-#include "tier/json.hpp"
-
 namespace tier::bench {
-
-Result<std::vector<Request>> load_trace(const std::string& path, std::size_t limit) {
-  std::ifstream in(path);
-  if (!in) return Status::not_found(fmt::format("{}: cannot open trace", path));
-  std::vector<Request> out;
-  std::string line;
-  std::size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Json j = Json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      return Status::invalid(fmt::format("{}:{}: not a JSON object", path, lineno));
-    Request r;
-    try {
-      r.timestamp_ms = j.at("timestamp").get<std::uint64_t>();
-      r.input_tokens = j.at("input_length").get<std::uint32_t>();
-      r.output_tokens = j.value("output_length", 0u);
-      r.blocks = j.at("hash_ids").get<std::vector<std::uint32_t>>();
-    } catch (const Json::exception& e) {
-      return Status::invalid(fmt::format("{}:{}: {}", path, lineno, e.what()));
-    }
-    out.push_back(std::move(r));
-    if (limit != 0 && out.size() == limit) break;
-  }
-  return out;
-}
 
 std::vector<Request> generate_conversations(std::uint64_t seed, std::size_t sessions,
                                             std::size_t turns_per_session) {

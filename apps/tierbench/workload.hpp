@@ -1,7 +1,6 @@
 #pragma once
-// Replay workloads: a real trace in the Mooncake conversation format, or a built-in generator of
-// multi-turn conversations. A request is its ordered prefix blocks (one block = 512 tokens in the
-// trace); equal leading block ids mean a reusable prefix.
+// Replay workloads: a real trace in the Mooncake conversation format (apps/trace.hpp), or a
+// built-in generator of multi-turn conversations.
 
 #include <cstdint>
 #include <optional>
@@ -9,21 +8,14 @@
 #include <vector>
 
 #include "tier/status.hpp"
+#include "trace.hpp"
 
 namespace tier::bench {
 
-inline constexpr std::uint32_t kTraceBlockTokens = 512;
-
-struct Request {
-  std::uint64_t timestamp_ms = 0;
-  std::uint32_t input_tokens = 0;
-  std::uint32_t output_tokens = 0;
-  std::vector<std::uint32_t> blocks;  // hash ids, one per kTraceBlockTokens tokens
-};
-
-// Reads a JSON-lines trace ({"timestamp","input_length","output_length","hash_ids"} per line).
-// `limit` = 0 reads everything. Errors name the line and the field.
-Result<std::vector<Request>> load_trace(const std::string& path, std::size_t limit = 0);
+// The trace format and its reader are shared with tierctl (apps/trace.hpp).
+using cli::kTraceBlockTokens;
+using cli::load_trace;
+using cli::Request;
 
 // A deterministic multi-turn conversation workload: `sessions` conversations that share a system
 // prompt, each turn resending its history plus new tokens, interleaved in time.

@@ -6,12 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <list>
-#include <map>
-#include <unordered_map>
 
+#include "support/lru_model.hpp"
 #include "support/test_util.hpp"
 #include "tier/json.hpp"
 #include "tier/object.hpp"
@@ -30,58 +27,23 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
-// Exact LRU over chained block identities, replayed as tierbench does: the leading cached run
-// of a request is its hits (loads refresh them in order), then every other block is saved
-// (put-if-absent: a stored block is refreshed, a new one inserted, evicting the oldest).
 struct Simulated {
   std::uint64_t blocks = 0;  // blocks requested
   std::uint64_t hits = 0;    // of them, the leading cached runs
 };
 
+// The trace through the replay's LRU model (support/lru_model.hpp) of `entries` blocks.
 Simulated simulate(const std::string& trace, std::size_t entries) {
-  std::map<std::pair<std::int64_t, std::uint32_t>, std::int64_t> intern;  // (parent, id) -> node
-  std::list<std::int64_t> lru;
-  std::unordered_map<std::int64_t, std::list<std::int64_t>::iterator> where;
-  auto touch = [&](std::int64_t node) {
-    auto it = where.find(node);
-    if (it != where.end()) {
-      lru.splice(lru.begin(), lru, it->second);
-      return;
-    }
-    if (where.size() == entries) {
-      where.erase(lru.back());
-      lru.pop_back();
-    }
-    lru.push_front(node);
-    where[node] = lru.begin();
-  };
   std::ifstream in(trace);
   std::string line;
+  tier::test::TraceIds ids;
   Simulated out;
   while (std::getline(in, line)) {
-    Json j = Json::parse(line);
-    std::vector<std::int64_t> nodes;
-    std::int64_t parent = -1;
-    for (std::uint32_t id : j["hash_ids"].get<std::vector<std::uint32_t>>()) {
-      auto [it, fresh] = intern.try_emplace({parent, id}, static_cast<std::int64_t>(intern.size()));
-      parent = it->second;
-      nodes.push_back(parent);
-    }
-    out.blocks += nodes.size();
-    std::size_t h = 0;
-    while (h < nodes.size() && where.count(nodes[h])) ++h;
-    out.hits += h;
-    for (std::int64_t node : nodes) touch(node);
+    ids.push_back(Json::parse(line)["hash_ids"].get<std::vector<std::uint32_t>>());
+    out.blocks += ids.back().size();
   }
+  out.hits = tier::test::lru_hits(ids, entries);
   return out;
-}
-
-// The trace the test replays, or "" when $TIER_TEST_DATA does not hold it.
-std::string trace_path() {
-  const char* data = std::getenv("TIER_TEST_DATA");
-  if (data == nullptr) return "";
-  std::string trace = std::string(data) + "/mooncake_conversation_trace.jsonl";
-  return std::filesystem::exists(trace) ? trace : "";
 }
 
 }  // namespace
@@ -91,7 +53,7 @@ TEST_CASE("replay hit rate equals an exact LRU simulation of the trace") {
   const char* root = std::getenv("TIER_SOURCE_ROOT");
   REQUIRE(bench != nullptr);
   REQUIRE(root != nullptr);
-  const std::string trace = trace_path();
+  const std::string trace = tier::test::real_trace_path();
   REQUIRE(!trace.empty());  // main() skips without it
   constexpr std::uint64_t kBlock = 4096;
   const std::uint64_t image = tier::kObjectHeaderBytes + kBlock;
@@ -111,7 +73,7 @@ TEST_CASE("replay hit rate equals an exact LRU simulation of the trace") {
 }
 
 int main(int argc, char** argv) {
-  if (trace_path().empty()) {
+  if (tier::test::real_trace_path().empty()) {
     std::fprintf(stderr, "skipped: no mooncake_conversation_trace.jsonl under $TIER_TEST_DATA\n");
     return tier::test::kSkip;
   }

@@ -61,13 +61,14 @@ inline int device_of_pointer(const void* p) {
     (void)cudaGetLastError();
     return -1;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
-                                                                                 : -1;
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
 }
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
 }
-inline Error stream_create(StreamHandle* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
+inline Error stream_create(StreamHandle* s) {
+  return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+}
 inline Error stream_destroy(StreamHandle s) { return cudaStreamDestroy(s); }
 inline Error stream_synchronize(StreamHandle s) { return cudaStreamSynchronize(s); }
 inline Error event_create(EventHandle* e) {
@@ -77,7 +78,9 @@ inline Error event_destroy(EventHandle e) { return cudaEventDestroy(e); }
 inline Error event_record(EventHandle e, StreamHandle s) { return cudaEventRecord(e, s); }
 inline Error event_query(EventHandle e) { return cudaEventQuery(e); }
 inline Error event_synchronize(EventHandle e) { return cudaEventSynchronize(e); }
-inline Error stream_wait_event(StreamHandle s, EventHandle e) { return cudaStreamWaitEvent(s, e, 0); }
+inline Error stream_wait_event(StreamHandle s, EventHandle e) {
+  return cudaStreamWaitEvent(s, e, 0);
+}
 inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
   return cudaMemsetAsync(p, v, n, s);
 }

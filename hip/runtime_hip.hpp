@@ -60,7 +60,9 @@ inline int device_of_pointer(const void* p) {
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return hipMemcpyAsync(dst, src, n, hipMemcpyDefault, s);
 }
-inline Error stream_create(StreamHandle* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
+inline Error stream_create(StreamHandle* s) {
+  return hipStreamCreateWithFlags(s, hipStreamNonBlocking);
+}
 inline Error stream_destroy(StreamHandle s) { return hipStreamDestroy(s); }
 inline Error stream_synchronize(StreamHandle s) { return hipStreamSynchronize(s); }
 inline Error event_create(EventHandle* e) {
@@ -70,7 +72,9 @@ inline Error event_destroy(EventHandle e) { return hipEventDestroy(e); }
 inline Error event_record(EventHandle e, StreamHandle s) { return hipEventRecord(e, s); }
 inline Error event_query(EventHandle e) { return hipEventQuery(e); }
 inline Error event_synchronize(EventHandle e) { return hipEventSynchronize(e); }
-inline Error stream_wait_event(StreamHandle s, EventHandle e) { return hipStreamWaitEvent(s, e, 0); }
+inline Error stream_wait_event(StreamHandle s, EventHandle e) {
+  return hipStreamWaitEvent(s, e, 0);
+}
 inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
   return hipMemsetAsync(p, v, n, s);
 }
@@ -100,8 +104,9 @@ constexpr std::optional<Attr> wall_clock_rate_attribute(long) {
   return std::nullopt;
 }
 
-// Where HIP cannot tell the rate: the targets whose wall clock AMD documents as the 100 MHz
-// reference clock (CDNA2 MI200: gfx90a; CDNA3 MI300: gfx940, gfx941, gfx942). docs/gpu.md.
+// Where HIP cannot tell the rate: the targets whose constant-rate counter runs at 100 MHz by
+// AMD's figures (CDNA2 MI200: gfx90a; CDNA3 MI300: gfx940, gfx941, gfx942). Not measured here
+// (no AMD GPU): docs/gpu.md.
 struct KnownWallRate {
   const char* arch;
   unsigned long long khz;

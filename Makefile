@@ -38,4 +38,4 @@ bench: build
 	@.ci/bench $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-hip-check

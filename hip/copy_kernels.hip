@@ -9,6 +9,7 @@
 // stores, for latency over PCIe) when source and destination share their 16-byte alignment, and
 // bytes otherwise; a misaligned head and the tail of a tile go byte by byte.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -71,31 +72,19 @@ __global__ void __launch_bounds__(kThreads) copy_tiles(const Tile* __restrict__ 
 
 rt::StreamHandle stream_of(const Stream& s) { return static_cast<rt::StreamHandle>(s.handle()); }
 
-// The device's wall clock: nanoseconds (CUDA's %globaltimer), or HIP's wall_clock64() counter,
-// which counts at a constant rate whatever the shader clock does (kWallTicksPerUs).
-__device__ inline unsigned long long wall_ticks() {
-#if defined(TIER_GPU_HIP)
-  return static_cast<unsigned long long>(wall_clock64());
-#else
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-#endif
-}
-#if defined(TIER_GPU_HIP)
-// HIP 5.2 (Debian 12) has no attribute for the rate; gfx90a's wall clock runs at 100 MHz.
-constexpr unsigned long long kWallTicksPerUs = 100;
-#else
-constexpr unsigned long long kWallTicksPerUs = 1000;
-#endif
-
-// Busy-waits `ticks` of the device's wall clock: a forward layer of known duration, the same
-// wall time whether the shader clock boosts or other kernels share the multiprocessors.
+// Busy-waits `ticks` of the device's wall clock (rt::wall_ticks): a forward layer of known
+// duration, the same wall time whether the shader clock boosts or other kernels share the
+// multiprocessors.
 __global__ void spin_wall(unsigned long long ticks) {
-  const unsigned long long start = wall_ticks();
-  while (wall_ticks() - start < ticks) {
+  const unsigned long long start = rt::wall_ticks();
+  while (rt::wall_ticks() - start < ticks) {
   }
 }
+
+// The wall clock's rate per device in kHz, once known (0: not asked yet); devices past the
+// table ask the runtime every time.
+constexpr int kCachedDevices = 64;
+std::atomic<std::uint64_t> wall_khz[kCachedDevices];
 
 // Appends the tiles of every span's part inside the image window [lo, hi), with the window's
 // first byte at `window` (device-addressable).
@@ -304,11 +293,35 @@ Status DeviceCopyExecutor::scatter(const CopyPlan& plan, std::span<const std::by
   return impl_->done.synchronize();
 }
 
+Result<WallClock> wall_clock(int device) noexcept {
+  if (device < 0 || device >= device_count())
+    return Status::invalid("no GPU with ordinal " + std::to_string(device));
+  WallClock c;
+  c.counter = rt::kWallCounter;
+  unsigned long long khz = 0;
+  TIER_GPU_TRY(rt::wall_clock_rate(device, &khz, &c.rate_from));
+  if (khz == 0)
+    return Status(Code::kNotSupported,
+                  "wall clock of GPU " + std::to_string(device) + ": " + c.rate_from);
+  c.khz = khz;
+  return c;
+}
+
 Status spin_async(void* stream, int device, std::uint64_t nanoseconds, int blocks) noexcept {
-  if (stream == nullptr || blocks < 1) return Status::invalid("spin_async: null stream or no block");
+  if (stream == nullptr || blocks < 1)
+    return Status::invalid("spin_async: null stream or no block");
   if (device < 0) return Status::invalid("spin_async: no device");
-  spin_wall<<<blocks, 32, 0, static_cast<rt::StreamHandle>(stream)>>>(nanoseconds *
-                                                                      kWallTicksPerUs / 1000u);
+  std::uint64_t khz =
+      device < kCachedDevices ? wall_khz[device].load(std::memory_order_relaxed) : 0;
+  if (khz == 0) {
+    TIER_ASSIGN_OR_RETURN(WallClock c, wall_clock(device));
+    khz = c.khz;
+    if (device < kCachedDevices) wall_khz[device].store(khz, std::memory_order_relaxed);
+  }
+  // ticks = nanoseconds * khz / 10^6, without overflow for rates up to 1 GHz.
+  const std::uint64_t ticks =
+      nanoseconds / 1000000u * khz + nanoseconds % 1000000u * khz / 1000000u;
+  spin_wall<<<blocks, 32, 0, static_cast<rt::StreamHandle>(stream)>>>(ticks);
   TIER_GPU_TRY(rt::clear_last_error());
   return Status::ok();
 }

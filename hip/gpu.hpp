@@ -171,8 +171,23 @@ Status record_on(const Event& event, void* stream) noexcept;
 //                   shader clock does (boost, other kernels on the multiprocessors).
 //   fill_async      sets every byte of `dst` (device memory) to `value`, on `stream`.
 // `stream` is a Stream's handle() or a caller's stream. Errors: InvalidArgument, DeviceError.
+//   wall_clock      the clock spin_async waits on, on `device`.
+// spin_async's errors also include wall_clock's NotSupported.
 Status spin_async(void* stream, int device, std::uint64_t nanoseconds, int blocks = 1) noexcept;
 Status fill_async(Region dst, std::uint8_t value, void* stream) noexcept;
+
+// A device counter that runs at a constant rate whatever the shader clock does: CUDA's
+// %globaltimer (nanoseconds, by the PTX ISA), HIP's s_memrealtime (wall_clock64(); its rate from
+// hipDeviceAttributeWallClockRate where the HIP has it, else from libtier's table of the AMD
+// targets that document it: gfx90a, gfx940-gfx942; docs/gpu.md).
+struct WallClock {
+  std::string counter;    // "%globaltimer", "s_memrealtime (wall_clock64)"
+  std::uint64_t khz = 0;  // ticks per millisecond
+  std::string rate_from;  // where `khz` comes from
+};
+// Errors: InvalidArgument (no such device), NotSupported (a HIP that cannot tell the rate, on a
+// target the table lacks: the message names it), DeviceError.
+Result<WallClock> wall_clock(int device) noexcept;
 
 // One runtime copy of min(dst.size, src.size) bytes between any two kinds, enqueued on `s`.
 // Pageable host memory is allowed (the runtime stages it). Errors: InvalidArgument, DeviceError.

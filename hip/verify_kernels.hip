@@ -19,7 +19,7 @@
 #include "crc32.hpp"
 #include "gpu.hpp"
 #include "gpu_runtime.hpp"
-#include "tier/object.hpp"
+#include "object_chunks.hpp"
 #include "xxh3.hpp"
 
 namespace tier::gpu {
@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ Shared sh;
   load_secret(sh, secret);
   const u64 chunk = u.chunk_first + blockIdx.x;
-  const u64 lo = chunk * kChecksumChunkBytes;
-  const u64 len = bytes - lo < kChecksumChunkBytes ? bytes - lo : kChecksumChunkBytes;
+  const u64 lo = chunk * kChunkBytes;
+  const u64 len = bytes - lo < kChunkBytes ? bytes - lo : kChunkBytes;
   const u64 h = block_hash(payload + lo, len, sh);
   if (threadIdx.x == 0) out[chunk] = h;
 }
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // Scratch: the verdict (4 bytes), the CRC accumulator (4 bytes), then the chunk list.
 std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept {
-  return 8 + 8 * checksum_chunk_count(payload_bytes);
+  return 8 + 8 * chunk_count(payload_bytes);
 }
 
 Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
@@ -239,7 +239,7 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   DeviceGuard guard(s.device());
   TIER_RETURN_IF_ERROR(guard.status());
   static const xxh3::Secret secret = xxh3::default_secret();
-  const u64 chunks = checksum_chunk_count(payload.size);
+  const u64 chunks = chunk_count(payload.size);
   auto* verdict = reinterpret_cast<unsigned int*>(scratch.data);
   auto* crc_acc = reinterpret_cast<unsigned int*>(scratch.data + 4);
   auto* list = reinterpret_cast<u64*>(scratch.data + 8);
@@ -260,7 +260,7 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   const u64 pad = crc_blocks * kCrcSpan - crc_len;
   Units u{0, 0, 0, 0, crc_blocks};
   auto launch_landed = [&](u64 landed) -> Status {
-    const u64 chunk_to = landed == payload.size ? chunks : landed / kChecksumChunkBytes;
+    const u64 chunk_to = landed == payload.size ? chunks : landed / kChunkBytes;
     u64 crc_to = 0;
     if (crc != nullptr && landed >= crc->from)
       crc_to = std::min<u64>(crc_blocks, (landed - crc->from + pad) / kCrcSpan);

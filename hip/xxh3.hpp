@@ -67,15 +67,18 @@ TIER_HD inline u64 load64(const u8* p) {
   return (reinterpret_cast<unsigned long long>(p) & 7u) == 0 ? load64_aligned(p) : read64(p);
 }
 
-TIER_HD inline u64 mul128_fold64(u64 a, u64 b) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return (a * b) ^ __umul64hi(a, b);
+// The high 64 bits of the 128-bit product a * b. nvcc's device code has __umul64hi (one
+// mul.hi.u64); everywhere else (host compilers, and clang for AMD GPUs, whose HIP 5.2 headers
+// declare __umul64hi only after <hip/hip_runtime.h>) the compiler's 128-bit integer does it.
+TIER_HD inline u64 mul_hi64(u64 a, u64 b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
 #else
   __extension__ using u128 = unsigned __int128;
-  const u128 p = static_cast<u128>(a) * b;
-  return static_cast<u64>(p) ^ static_cast<u64>(p >> 64);
+  return static_cast<u64>((static_cast<u128>(a) * b) >> 64);
 #endif
 }
+TIER_HD inline u64 mul128_fold64(u64 a, u64 b) { return (a * b) ^ mul_hi64(a, b); }
 TIER_HD inline u64 rotl64(u64 x, int r) { return (x << r) | (x >> (64 - r)); }
 TIER_HD inline u64 swap64(u64 x) {
   u64 r = 0;

@@ -3,7 +3,8 @@
 //                   [--prefix-tokens 16384] [--chunk-blocks 4] [--iters 5] [--device 0]
 //
 // The offload engine (one rank, DSV4 KV in GPU memory) against a synthetic forward pass: each
-// step enqueues one kernel per layer that spins --layer-us microseconds (one block per
+// step enqueues one kernel per layer that spins --layer-us microseconds of the device's wall
+// clock (gpu::wall_clock: %globaltimer on CUDA, s_memrealtime on HIP; one block per
 // multiprocessor, so copy kernels may share the SMs) on the engine's compute stream, then waits
 // for it, as an engine waits for its logits. Two figures, each against its baseline measured in
 // the same run:
@@ -140,6 +141,9 @@ int run_forward(cli::Args& args) {
   }
   auto info = gpu::device_info(device);
   if (!info) return cli::fail(info.status().to_string());
+  // The layers spin on the device's wall clock: refuse up front a rate nobody can tell.
+  auto clock = gpu::wall_clock(device);
+  if (!clock) return cli::fail(clock.status().to_string());
 
   auto model = dsv4::preset(preset);
   if (!model) return cli::fail(model.status().to_string(), 2);
@@ -192,6 +196,8 @@ int run_forward(cli::Args& args) {
       "{}: {} layers x {} us spin per step; block {} tokens = {} bytes of PAGE; chunk {} "
       "tokens; SLOT {} bytes\n",
       preset, layers, layer_us, block_tokens, page_block, chunk_tokens, slot_bytes);
+  fmt::print("spin clock: {} at {} kHz (rate from {})\n", clock->counter, clock->khz,
+             clock->rate_from);
 
   auto forward = [&]() -> Status {
     for (std::uint64_t l = 0; l < layers; ++l)

@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -315,6 +316,29 @@ TEST_CASE("the executor refuses plans it cannot run") {
   CHECK(ex.zero_copy->gather(small, std::span(host).first(32)).code() ==
         Code::kInvalidArgument);
   CHECK(ex.zero_copy->gather(small, host));  // the synchronous CopyExecutor form works
+}
+
+// The forward pass of `tierbench forward` spins on this clock. Only a lower bound on the time:
+// a busy machine makes a spin longer, never shorter; a wrong rate (too many ticks per
+// millisecond assumed) makes it shorter.
+TEST_CASE("wall_clock names the spin clock and its rate; a spin lasts at least its time") {
+  auto clock = wall_clock(0);
+  REQUIRE(clock);
+  MESSAGE(clock->counter, " at ", clock->khz, " kHz, rate from ", clock->rate_from);
+  CHECK(clock->khz > 0);
+  CHECK(!clock->counter.empty());
+  CHECK(!clock->rate_from.empty());
+  CHECK(wall_clock(device_count()).status().code() == Code::kInvalidArgument);
+  CHECK(wall_clock(-1).status().code() == Code::kInvalidArgument);
+
+  auto s = Stream::create(0);
+  REQUIRE(s);
+  CHECK(spin_async(nullptr, 0, 1000).code() == Code::kInvalidArgument);
+  CHECK(spin_async(s->handle(), -1, 1000).code() == Code::kInvalidArgument);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(spin_async(s->handle(), 0, 50'000'000, 2));
+  REQUIRE(s->synchronize());
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(50));
 }
 
 TEST_CASE("registered host memory is reached zero-copy; the pinned pool leases and returns") {

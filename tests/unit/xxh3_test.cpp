@@ -12,11 +12,20 @@
 #include <cstring>
 #include <vector>
 
+#include "object_chunks.hpp"
 #include "support/test_util.hpp"
 #include "tier/object.hpp"
 
 using namespace tier::gpu;
 using tier::test::random_bytes;
+
+// The GPU's copy of the object format's chunk (its compilers must not see tier/object.hpp).
+static_assert(kChunkBytes == tier::kChecksumChunkBytes);
+
+TEST_CASE("the GPU's chunk count is the object format's") {
+  for (unsigned long long n : {0ull, 1ull, 65535ull, 65536ull, 65537ull, 40ull * 65536 + 1})
+    CHECK(chunk_count(n) == tier::checksum_chunk_count(n));
+}
 
 TEST_CASE("the default secret is libxxhash's") {
   const xxh3::Secret s = xxh3::default_secret();

@@ -12,6 +12,7 @@
 # Options the objects depend on (buildtype, static_plugins) are taken from BUILD_DIR.
 # Exits 77 when hipcc or libamdhip64 is missing.
 set -euo pipefail
+# (grep without -q: under pipefail an early exit of grep -q can fail the pipeline with SIGPIPE.)
 src=$(realpath "$1")
 main=$(realpath "$2")
 dir="$main-hip-check"
@@ -20,7 +21,7 @@ if ! command -v hipcc >/dev/null; then
   echo "hipcc not found: .ci/install-deps installs Debian's hipcc, libamdhip64-dev, rocm-device-libs"
   exit 77
 fi
-if ! ldconfig -p | grep -q 'libamdhip64\.so '; then
+if ! ldconfig -p | grep 'libamdhip64\.so ' >/dev/null; then
   echo "libamdhip64.so not found: install libamdhip64-dev"
   exit 77
 fi
@@ -45,14 +46,14 @@ echo "== built $dir in $(( $(date +%s) - start ))s"
 
 status=0
 lib=$(ls "$dir"/hip/libtier_gpu.so.*.*.* | head -1)
-if readelf -d "$lib" | grep -q 'NEEDED.*libamdhip64'; then
+if readelf -d "$lib" | grep 'NEEDED.*libamdhip64' >/dev/null; then
   echo "== $(basename "$lib") links libamdhip64"
 else
   echo "FAIL: $(basename "$lib") does not link libamdhip64"; status=1
 fi
 # The code objects in the offload bundle of each HIP object (roc-obj-ls lists them per target).
 for target in gfx90a gfx940; do
-  if roc-obj-ls "$lib" | grep -q "hipv4-amdgcn-amd-amdhsa--$target"; then
+  if roc-obj-ls "$lib" | grep "hipv4-amdgcn-amd-amdhsa--$target" >/dev/null; then
     echo "== $(basename "$lib") carries a code object for $target"
   else
     echo "FAIL: no $target code object in $(basename "$lib")"; status=1

@@ -15,7 +15,7 @@ constexpr const char kCpuOptions[] = R"JSON([
   {"name": "segment_mode", "type": "enum", "choices": ["0600", "0660", "0666"], "default": "0600",
    "doc": "shm mode: permission bits of a segment this tier creates: 0600 = this user only (default); 0660 = the user's group too; 0666 = every local user. A segment owned by another user is refused unless this is not 0600 and the segment has exactly these bits (sharing between users is deliberate on both sides); one of this user with wider bits than asked is refused (docs/shm.md)"},
   {"name": "prefault", "type": "bool", "default": false,
-   "doc": "shm mode: map every page of the segment into this process when it opens it, so puts and gets never page-fault (the segment's memory is always reserved in /dev/shm when it is created)"},
+   "doc": "shm mode: map every page of the segment into this process when it opens it (about 0.3-0.6 s per GiB on the 2-core build machine), so no put or get pays for mapping pages later; without it each 2 MiB of the segment is mapped on its first use in this process (the segment's memory is always reserved in /dev/shm when it is created; docs/shm.md \"Performance\")"},
   {"name": "pinned", "type": "bool", "default": false,
    "doc": "both modes: keep the tier's storage in page-locked host memory from the GPU runtime (heap: one pinned arena of exactly the capacity, allocated at creation; shm: this process's mapping of the segment is registered) and accept device-memory buffers for put and get, moved by GPU DMA and verified like every get; needs libtier built with a GPU runtime and a GPU (NotSupported otherwise, so an optional tier is skipped)"}
 ])JSON";

@@ -3,7 +3,8 @@
 // bytes takes ceil(n / block_size) blocks chained through `next`, and the free blocks form one
 // more chain. Taking and giving blocks needs the segment lock; copying an image through its chain
 // does not (the chain is reserved by a put or pinned by a get). Physically consecutive blocks are
-// copied as one run.
+// copied as one run. The first copy through a chunk of the arena in this process maps the whole
+// chunk first (docs/shm.md "Performance"), so copies do not page-fault page by page.
 //
 // Every block number read from `next` is checked before it is followed, and no walk goes past the
 // blocks it was asked for; a corrupt link is recorded in the segment's FaultLog and the call
@@ -18,6 +19,9 @@
 #include "tier/status.hpp"
 
 namespace tier::cpu::shm {
+
+// Maps [p, p + n) of a shared mapping into this process (`p` page-aligned), keeping the bytes.
+void map_pages(std::byte* p, std::uint64_t n) noexcept;
 
 class Blocks {
  public:
@@ -49,6 +53,8 @@ class Blocks {
   // (a fault recorded) at a link out of range.
   template <class F>
   bool for_each_run(std::uint32_t first, std::uint64_t begin, std::uint64_t end, F&& f) const;
+  // Maps the chunks of the arena holding [p, p + n) into this process, those not mapped yet.
+  void map(const std::byte* p, std::uint64_t n) const noexcept;
   // Walks `n` blocks from `first` (`what` names the chain in the fault); `last` is the n-th.
   bool walk(std::uint32_t first, std::uint32_t n, std::uint32_t& last, const char* what) const;
   // ChecksumMismatch naming the fault recorded.

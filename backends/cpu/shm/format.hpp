@@ -28,6 +28,9 @@ constexpr std::uint32_t kSharedLease = 0xFFFFFFFEu;  // Entry::lease_client: sev
 constexpr std::uint64_t kMaxLeaseNs = 3600ull * 1'000'000'000ull;
 constexpr std::uint32_t kMaxClients = 256;
 constexpr std::uint64_t kArenaAlign = 4096;
+// The arena is mapped into each process a chunk at a time, on the chunk's first use there
+// (Blocks): one system call per chunk instead of a page fault per page.
+constexpr std::uint64_t kMapChunk = 2u << 20;
 
 enum State : std::uint32_t { kFree = 0, kWriting = 1, kReady = 2, kDoomed = 3 };
 
@@ -99,9 +102,13 @@ struct Tables {
   std::uint64_t block_bytes = 0, blocks = 0, max_entries = 0, buckets_n = 0;
   std::uint64_t bucket_mask = 0;
   FaultLog* faults = nullptr;  // owned by the Segment
+  // Per kMapChunk of the arena: 1 once it is mapped into this process (process-local, owned by
+  // the Segment; relaxed atomics: a chunk mapped twice costs time, never correctness).
+  std::atomic<std::uint8_t>* mapped = nullptr;
 
   // The view of the raw allocation at `raw`, whose header holds the offsets (already validated).
-  static Tables bind(std::byte* raw, FaultLog* faults) noexcept {
+  static Tables bind(std::byte* raw, FaultLog* faults,
+                     std::atomic<std::uint8_t>* mapped = nullptr) noexcept {
     Tables t;
     t.h = reinterpret_cast<Header*>(raw);
     t.clients = reinterpret_cast<Client*>(raw + t.h->clients_off);
@@ -115,6 +122,7 @@ struct Tables {
     t.buckets_n = t.h->buckets;
     t.bucket_mask = t.h->buckets - 1;
     t.faults = faults;
+    t.mapped = mapped;
     return t;
   }
 

@@ -21,6 +21,7 @@
 #include <random>
 #include <utility>
 
+#include "shm/blocks.hpp"
 #include "shm/recovery.hpp"
 #include "tier/options.hpp"
 
@@ -224,6 +225,8 @@ Segment::Segment(std::string name)
 Segment::Segment(Segment&& o) noexcept
     : name_(std::move(o.name_)),
       faults_(std::move(o.faults_)),
+      mapped_(std::move(o.mapped_)),
+      mapped_chunks_(o.mapped_chunks_),
       base_(std::exchange(o.base_, nullptr)),
       bytes_(std::exchange(o.bytes_, 0)),
       t_(o.t_) {}
@@ -239,7 +242,7 @@ Result<Segment> Segment::open(const ShmConfig& cfg) {
     Status st = s.map_existing(&cfg);
     if (st.is_ok()) {
       TIER_RETURN_IF_ERROR(s.check_geometry(cfg));
-      if (cfg.prefault) s.prefault();  // map every page here: no minor faults later
+      if (cfg.prefault) s.prefault();  // map every page here: no page faults later
       return s;
     }
     if (st.code() != Code::kNotFound) return st;
@@ -324,6 +327,9 @@ Status Segment::map_existing(const ShmConfig* cfg) {
     if (reinterpret_cast<const Header*>(base_ + off)->magic != kMagic) continue;
     TIER_RETURN_IF_ERROR(check_header(name_, base_, file_bytes, off));
     t_ = Tables::bind(base_ + off, faults_.get());
+    mapped_chunks_ = (t_.blocks * t_.block_bytes + kMapChunk - 1) / kMapChunk;
+    mapped_ = std::make_unique<std::atomic<std::uint8_t>[]>(mapped_chunks_);
+    t_.mapped = mapped_.get();
     return Status::ok();
   }
   return not_ours(name_, fmt::format("no libtier header (magic {:#x}) in its first {} bytes",
@@ -387,13 +393,9 @@ Result<bool> Segment::create(const ShmConfig& cfg) {
   return true;
 }
 
-// Without MADV_POPULATE_WRITE (Linux < 5.14) pages are read one by one (which maps them).
 void Segment::prefault() {
-  std::uint64_t bytes = t_.blocks * t_.block_bytes;
-  if (::madvise(t_.arena, bytes, 23 /* MADV_POPULATE_WRITE */) == 0) return;
-  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  auto* p = reinterpret_cast<volatile std::byte*>(t_.arena);
-  for (std::uint64_t off = 0; off < bytes; off += page) (void)p[off];
+  map_pages(t_.arena, t_.blocks * t_.block_bytes);
+  for (std::uint64_t c = 0; c < mapped_chunks_; ++c) mapped_[c].store(1, std::memory_order_relaxed);
 }
 
 Status Segment::check_geometry(const ShmConfig& cfg) const {

@@ -17,6 +17,7 @@
 //
 // Throws nothing: Boost's exceptions become IoError. Threads: one owner thread.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -68,6 +69,8 @@ class Segment {
 
   std::string name_;
   std::unique_ptr<FaultLog> faults_;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> mapped_;  // Tables::mapped
+  std::uint64_t mapped_chunks_ = 0;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   Tables t_;

@@ -1,25 +1,21 @@
 // The shm tier on a /dev/shm too small for its segment (issue 14: Docker's default /dev/shm is
 // 64 MB): a clear NoSpace error when the tier starts, never a SIGBUS later, with or without
 // `prefault`. main() moves this process into a private mount namespace (a user namespace too when
-// not root) with an 8 MiB tmpfs on /dev/shm, so nothing outside sees it; where the kernel or the
-// container refuses that, the test exits 77 (skipped).
+// not root) with an 8 MiB tmpfs on /dev/shm (tests/support/private_shm.hpp), so nothing outside
+// sees it; where the kernel or the container refuses that, the test exits 77 (skipped).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <fcntl.h>
-#include <fmt/format.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "shm/store.hpp"
+#include "support/private_shm.hpp"
 #include "support/test_util.hpp"
 #include "tier/registry.hpp"
 
@@ -40,42 +36,9 @@ ShmConfig config(const std::string& name, std::uint64_t capacity, bool prefault)
 }
 
 std::uint64_t free_bytes() {
-  struct statvfs v {};
-  REQUIRE(::statvfs("/dev/shm", &v) == 0);
-  return std::uint64_t{v.f_bavail} * v.f_frsize;
-}
-
-bool write_file(const char* path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-  return static_cast<bool>(f.flush());
-}
-
-// A private mount namespace with an 8 MiB tmpfs on /dev/shm; false (with why) when refused.
-bool small_dev_shm() {
-  const uid_t uid = ::geteuid();
-  const gid_t gid = ::getegid();
-  if (uid != 0) {
-    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
-      std::perror("unshare(CLONE_NEWUSER | CLONE_NEWNS)");
-      return false;
-    }
-    if (!write_file("/proc/self/setgroups", "deny") ||
-        !write_file("/proc/self/uid_map", fmt::format("0 {} 1", uid)) ||
-        !write_file("/proc/self/gid_map", fmt::format("0 {} 1", gid))) {
-      std::perror("uid_map");
-      return false;
-    }
-  } else if (::unshare(CLONE_NEWNS) != 0) {
-    std::perror("unshare(CLONE_NEWNS)");
-    return false;
-  }
-  if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=8m,mode=1777") != 0) {
-    std::perror("mount tmpfs on /dev/shm");
-    return false;
-  }
-  return true;
+  const std::uint64_t n = tier::test::dev_shm_free_bytes();
+  REQUIRE(n > 0);
+  return n;
 }
 
 }  // namespace
@@ -167,7 +130,7 @@ TEST_CASE(
 }
 
 int main(int argc, char** argv) {
-  if (!small_dev_shm()) {
+  if (!tier::test::private_dev_shm("8m")) {
     std::fprintf(stderr, "no private mount namespace with a small /dev/shm here: skipping\n");
     return tier::test::kSkip;
   }

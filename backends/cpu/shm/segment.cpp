@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -16,9 +17,11 @@
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "shm/blocks.hpp"
@@ -217,6 +220,122 @@ Status check_header(const std::string& name, const std::byte* base, std::uint64_
   return Status::ok();
 }
 
+// The lock that lets one process at a time create a segment (docs/shm.md "Publication by
+// rename"): flock() on /dev/shm/.NAME.lock, a name no segment can have (segment names do not
+// start with '.'). The kernel drops the lock when its holder dies, so a dead creator blocks
+// nobody. The holder removes the file before it unlocks, so a locker checks that the file it
+// locked is still the one the name points to. Waiters never reserve memory.
+class CreationLock {
+ public:
+  explicit CreationLock(const std::string& name)
+      : name_(name), path_(fmt::format("{}/.{}.lock", kShmDir, name)) {}
+  ~CreationLock() { release(); }
+  CreationLock(const CreationLock&) = delete;
+  CreationLock& operator=(const CreationLock&) = delete;
+
+  const std::string& path() const noexcept { return path_; }
+
+  // Takes the lock when no process holds it; creates the file with `mode` (as the segment's).
+  // Returns: true (held), false (another process holds it, or the file is another user's and
+  // cannot be opened: wait for the segment), IoError.
+  Result<bool> try_take(std::uint32_t mode) {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      // O_NONBLOCK: a FIFO planted under the name must not block the open.
+      int fd =
+          ::open(path_.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+      if (fd < 0) {
+        const int err = errno;
+        struct stat st {};
+        // Another user's lock (protected_regular refuses O_CREAT on it): wait for the segment.
+        if ((err == EACCES || err == EPERM) && ::lstat(path_.c_str(), &st) == 0) return false;
+        return Status::io_error(fmt::format("shm segment {}: its creation lock {}: {}", name_,
+                                            path_, std::strerror(err)));
+      }
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return Status::invalid(fmt::format(
+            "shm segment {}: its creation lock {} is not a regular file; remove it", name_, path_));
+      }
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int err = errno;
+        ::close(fd);
+        if (err == EWOULDBLOCK) return false;
+        return Status::io_error(fmt::format("shm segment {}: flock of its creation lock {}: {}",
+                                            name_, path_, std::strerror(err)));
+      }
+      if (same_file(fd, path_)) {
+        fd_ = fd;
+        return true;
+      }
+      ::close(fd);  // its holder removed it meanwhile: lock the file the name points to now
+    }
+    return false;
+  }
+
+  // Removes the file and unlocks (nothing when not held).
+  void release() noexcept {
+    if (fd_ < 0) return;
+    ::unlink(path_.c_str());
+    ::close(std::exchange(fd_, -1));
+  }
+
+  // Removes the file of segment `name` unless a process holds it (tierctl shm remove).
+  // Returns: whether no process holds it.
+  static bool remove_unheld(const std::string& name) {
+    CreationLock lock(name);
+    int fd = ::open(lock.path_.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return true;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      if (same_file(fd, lock.path_)) {
+        lock.fd_ = fd;
+        lock.release();
+        return true;
+      }
+    } else if (errno == EWOULDBLOCK) {
+      ::close(fd);
+      return false;
+    }
+    ::close(fd);
+    return true;
+  }
+
+ private:
+  static bool same_file(int fd, const std::string& path) {
+    struct stat a {};
+    struct stat b {};
+    return ::fstat(fd, &a) == 0 && ::lstat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+  }
+
+  std::string name_;
+  std::string path_;
+  int fd_ = -1;
+};
+
+// How long open() waits for another process that creates the segment: its reservation
+// (fallocate: about 0.4 s per GiB measured here) and initialization, with a wide margin.
+std::chrono::milliseconds creation_patience(const ShmConfig& cfg) {
+  if (cfg.creation_wait.count() > 0) return cfg.creation_wait;
+  return std::chrono::seconds(30) + std::chrono::seconds(2) * (cfg.capacity >> 30);
+}
+
+// " (pid P)" naming the processes whose creation files ("<name>.init.<pid>.*") exist; for
+// messages only.
+std::string creator_pids(const std::string& name) {
+  std::string pids;
+  DIR* d = ::opendir(kShmDir);
+  if (d == nullptr) return pids;
+  const std::string prefix = name + ".init.";
+  while (dirent* e = ::readdir(d)) {
+    std::string f = e->d_name;
+    if (f.compare(0, prefix.size(), prefix) != 0) continue;
+    pids += fmt::format("{}{}", pids.empty() ? "" : ", ",
+                        std::strtol(f.c_str() + prefix.size(), nullptr, 10));
+  }
+  ::closedir(d);
+  return pids.empty() ? pids : fmt::format(" (pid {})", pids);
+}
 }  // namespace
 
 Segment::Segment(std::string name)
@@ -238,18 +357,43 @@ Segment::~Segment() {
 Result<Segment> Segment::open(const ShmConfig& cfg) {
   TIER_RETURN_IF_ERROR(validate(cfg));
   Segment s(cfg.segment);
-  for (int attempt = 0; attempt < 4; ++attempt) {
+  CreationLock lock(cfg.segment);
+  const auto patience = creation_patience(cfg);
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
     Status st = s.map_existing(&cfg);
-    if (st.is_ok()) {
+    if (st.code() == Code::kNotFound) {
+      // Nobody has published it: create it, unless another process is creating it now.
+      TIER_ASSIGN_OR_RETURN(bool mine, lock.try_take(cfg.mode));
+      if (mine) {
+        st = s.map_existing(&cfg);  // published while this process took the lock?
+        if (st.code() == Code::kNotFound) {
+          // false: a process that takes no lock (an earlier libtier) published it first.
+          TIER_ASSIGN_OR_RETURN(bool created, s.create(cfg));
+          (void)created;
+          st = s.map_existing(&cfg);
+        }
+        lock.release();
+      }
+    }
+    if (st.code() != Code::kNotFound) {
+      TIER_RETURN_IF_ERROR(st);
       TIER_RETURN_IF_ERROR(s.check_geometry(cfg));
       if (cfg.prefault) s.prefault();  // map every page here: no page faults later
       return s;
     }
-    if (st.code() != Code::kNotFound) return st;
-    TIER_ASSIGN_OR_RETURN(bool created, s.create(cfg));
-    (void)created;  // lost the race: the next attempt opens the winner's segment
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status(
+          Code::kTimedOut,
+          fmt::format("shm segment {}: another process{} has been creating it for more than "
+                      "{:.1f} s (it holds {}): a stopped or stuck process; once none is "
+                      "starting, `tierctl shm remove {}` clears what it left",
+                      cfg.segment, creator_pids(cfg.segment),
+                      std::chrono::duration<double>(patience).count(), lock.path(), cfg.segment));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, std::chrono::milliseconds(50));
   }
-  return Status::io_error(fmt::format("shm segment {}: cannot open", cfg.segment));
 }
 
 Result<Segment> Segment::attach(const std::string& name) {
@@ -261,7 +405,8 @@ Result<Segment> Segment::attach(const std::string& name) {
 
 Status Segment::remove(const std::string& name) {
   if (!valid_segment_name(name)) return invalid_name(name);
-  remove_init_leftovers(name, true);
+  // While a process creates the segment, its creation file is left alone.
+  remove_init_leftovers(name, CreationLock::remove_unheld(name));
   if (!bip::shared_memory_object::remove(name.c_str()))
     return Status::not_found(fmt::format("no shm segment named {}", name));
   return Status::ok();

@@ -6,7 +6,8 @@
 // segment is created private (0600, then the configured mode), its memory is reserved in its file
 // system (fallocate: a full /dev/shm is an error here, never a SIGBUS later), it is initialized
 // under a private name and published by an atomic no-replace rename, so a process opens a
-// complete segment or none.
+// complete segment or none. Processes that start together do not each reserve one: a creation
+// lock lets one create it while the others wait and then map it.
 //
 // Opening never trusts the file: it is opened without following symbolic links, refused when
 // another user owns it (unless both sides asked for the same sharing mode) or when its bits are
@@ -32,9 +33,11 @@ namespace tier::cpu::shm {
 class Segment {
  public:
   // Maps the segment `cfg.segment`, creating it with `cfg`'s geometry and mode when it does not
-  // exist (with `cfg.prefault`, then mapping every page of its arena).
+  // exist (with `cfg.prefault`, then mapping every page of its arena). One process at a time
+  // creates it (a creation lock); the others wait for it (at most cfg.creation_wait) and map it.
   // Returns: InvalidArgument (bad config, geometry mismatch, not a libtier segment, owned by
-  // another user, mode wider than asked), NoSpace (the file system cannot hold it), IoError.
+  // another user, mode wider than asked), NoSpace (the file system cannot hold it), TimedOut
+  // (another process kept creating it too long), IoError.
   static Result<Segment> open(const ShmConfig& cfg);
   // Maps an existing segment of this user with whatever geometry it has. Returns:
   // InvalidArgument, NotFound, NoSpace, IoError.

@@ -55,6 +55,9 @@ struct ShmConfig {
   // (the user's group too) or 0666 (every local user). A segment owned by another user is opened
   // only when this is not 0600 and the segment's bits are exactly these (both sides opted in).
   std::uint32_t mode = 0600;
+  // How long open() waits while another process creates the segment; 0: 30 s + 2 s per GiB of
+  // capacity.
+  std::chrono::milliseconds creation_wait{0};
 };
 
 // A snapshot of a segment for usage(), describe() and `tierctl shm inspect`.
@@ -122,9 +125,10 @@ class ShmStore {
   using EvictFn = std::function<void(const ObjectKey&, std::uint64_t image_bytes)>;
 
   // Opens the segment `cfg.segment`, creating it with `cfg`'s geometry when it does not exist.
-  // An existing segment must have the same geometry. Takes a client slot.
+  // An existing segment must have the same geometry. Takes a client slot. Processes that open a
+  // missing segment at once: one creates it, the others wait for it (cfg.creation_wait).
   // Errors: InvalidArgument (bad config, geometry mismatch), NoSpace (no client slot, /dev/shm
-  // full), IoError.
+  // full), TimedOut (another process kept creating it), IoError.
   static Result<std::unique_ptr<ShmStore>> open(const ShmConfig& cfg);
   // Opens an existing segment with whatever geometry it has (tierctl). Errors: NotFound, IoError.
   static Result<std::unique_ptr<ShmStore>> attach(const std::string& segment);

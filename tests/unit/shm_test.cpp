@@ -610,3 +610,65 @@ TEST_CASE("shm: an entry leased twice by one process stays held until both lease
   fill_segment(*b, 4000, kFill);
   CHECK(run(*b, Op::kContains, k).status.code() == Code::kNotFound);
 }
+
+// Two processes put one key at once: the one that reserved first wins, the other gets
+// AlreadyExists at once (it does not wait, and does not copy), and nobody sees the object before
+// the winner publishes it, although its bytes are copied outside the segment lock: other
+// processes put, get and remove meanwhile.
+TEST_CASE("shm: a put being copied is invisible, and a put of its key meanwhile is AlreadyExists") {
+  Segment seg;
+  const ObjectKey k = key_of(1, 91);
+  const auto img = make_image(k, 300'000);
+  int reserved[2], go[2];
+  REQUIRE(::pipe(reserved) == 0);
+  REQUIRE(::pipe(go) == 0);
+  pid_t writer = spawn([&] {  // reserves the key, then copies only when told to
+    cpu::ShmConfig cfg;
+    cfg.segment = seg.name;
+    cfg.capacity = kCapacity;
+    auto store = ShmStore::open(cfg);
+    if (!store) return kChildSetup;
+    Status st = (*store)->put_with(
+        k, img.size(),
+        [&](std::span<const std::span<std::byte>> pieces) {
+          char c = 'r';
+          if (::write(reserved[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1)
+            return Status::invalid("pipe");
+          std::size_t off = 0;
+          for (auto p : pieces) {
+            std::memcpy(p.data(), img.data() + off, p.size());
+            off += p.size();
+          }
+          return Status::ok();
+        },
+        [](const ObjectKey&, std::uint64_t) {});
+    return st.is_ok() ? kChildOk : kChildError;
+  });
+  char c = 0;
+  REQUIRE(::read(reserved[0], &c, 1) == 1);
+  // The writer holds a reservation and no lock: this process works on the segment meanwhile.
+  auto b = open_backend(seg.name);
+  REQUIRE(b);
+  std::vector<std::byte> out(img.size());
+  CHECK(run(*b, Op::kGet, k, host_region(out)).status.code() == Code::kNotFound);
+  CHECK(run(*b, Op::kContains, k).status.code() == Code::kNotFound);
+  CHECK(run(*b, Op::kRemove, k).status.code() == Code::kNotFound);
+  auto other = make_image(k, 1000, 7);  // other bytes for the same key
+  Completion p = run(*b, Op::kPut, k, host_region(other));
+  CHECK(p.status.code() == Code::kAlreadyExists);
+  const ObjectKey k2 = key_of(2, 91);
+  auto img2 = make_image(k2, 5000);
+  CHECK(run(*b, Op::kPut, k2, host_region(img2)).status.is_ok());
+  CHECK(run(*b, Op::kGet, k2, host_region(out)).status.is_ok());
+  CHECK(b->usage().objects == 1);  // k2; k is reserved, not stored
+  REQUIRE(::write(go[1], "g", 1) == 1);
+  REQUIRE(wait_child(writer) == kChildOk);
+  // Published: the winner's bytes, not the loser's.
+  Completion g = run(*b, Op::kGet, k, host_region(out));
+  REQUIRE(g.status.is_ok());
+  CHECK(g.bytes == img.size());
+  CHECK(out == img);
+  for (int fd : {reserved[0], reserved[1], go[0], go[1]}) ::close(fd);
+  b.reset();
+  check_segment(seg.name);
+}

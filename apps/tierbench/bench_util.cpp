@@ -7,10 +7,32 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <optional>
+#include <sstream>
 
+#include "tier/json.hpp"
 #include "tier/options.hpp"
 
 namespace tier::bench {
+
+std::vector<std::uint64_t> parse_list(cli::Args& args, std::string_view name,
+                                      const std::string& fallback, bool sizes) {
+  std::vector<std::uint64_t> out;
+  std::stringstream in(args.get_or(name, fallback));
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::optional<std::uint64_t> v;
+    if (sizes) {
+      v = parse_size(Json(item));
+    } else if (!item.empty() && item.size() < 20 &&
+               item.find_first_not_of("0123456789") == std::string::npos) {
+      v = std::stoull(item);
+    }
+    if (!v || *v == 0) std::exit(cli::fail(fmt::format("--{}: bad value \"{}\"", name, item), 2));
+    out.push_back(*v);
+  }
+  return out;
+}
 
 AlignedBuffer aligned_buffer(std::size_t bytes, std::size_t alignment) {
   alignment = std::max<std::size_t>(alignment, 64);
@@ -46,7 +68,8 @@ std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t
 double percentile_us(std::vector<double> samples, double pct) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());
-  std::size_t idx = static_cast<std::size_t>(pct / 100.0 * static_cast<double>(samples.size() - 1) + 0.5);
+  std::size_t idx =
+      static_cast<std::size_t>(pct / 100.0 * static_cast<double>(samples.size() - 1) + 0.5);
   return samples[std::min(idx, samples.size() - 1)];
 }
 

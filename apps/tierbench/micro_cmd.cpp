@@ -1,14 +1,14 @@
 // tierbench micro: put and get throughput and latency of one tier, beside a memcpy baseline of the
 // same object sizes and access pattern measured in the same run.
+#include <fmt/format.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "bench_util.hpp"
 #include "cli.hpp"
@@ -111,54 +111,23 @@ struct MicroOptions {
   std::uint64_t objects = 0;
   std::uint64_t depth = 0;
   std::uint64_t rounds = 0;
-  std::uint64_t processes = 1;
+  std::uint64_t processes = 1;  // of this run
   bool seal = false;
   bool json = false;
+  bool table = false;    // several process counts: one line per count, then a table
+  bool cleanup = false;  // remove this run's objects at the end (another run follows)
 };
 
 int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& group);
 
-int run_micro(cli::Args& args) {
-  auto profile_path = args.get("profile");
-  auto tier_name = args.get("tier");
-  MicroOptions o;
-  o.object_size = args.size("object-size").value_or(1 << 20);
-  o.objects = args.uint("objects").value_or(256);
-  // --concurrency is the same knob under the name redis-benchmark comparisons use (-c clients).
-  o.depth = args.uint("concurrency").value_or(args.uint("depth").value_or(1));
-  o.rounds = args.uint("rounds").value_or(2);
-  o.processes = args.uint("processes").value_or(1);
-  o.seal = args.flag("seal");
-  o.json = args.flag("json");
-  args.finish();
-  if (!profile_path || !tier_name)
-    return cli::fail("usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
-                     "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N] "
-                     "[--seal] [--json]", 2);
-  o.profile_path = *profile_path;
-  o.tier_name = *tier_name;
-  if (o.objects == 0 || o.depth == 0 || o.rounds == 0 || o.object_size == 0)
-    return cli::fail("--objects, --depth, --rounds and --object-size must be > 0", 2);
-  if (o.processes == 0 || o.processes > 64)
-    return cli::fail("--processes must be in [1, 64]", 2);
-  // Each process holds its objects' images and as many read buffers (padded to the tier's
-  // alignment, a page for the tiers that have one).
-  if (o.object_size > (1ull << 40))
-    return cli::fail(fmt::format("--object-size {} is larger than 1TiB", o.object_size), 2);
-  const std::uint64_t padded_max =
-      (std::max<std::uint64_t>(o.object_size, kObjectHeaderBytes + 1) + 4095) / 4096 * 4096;
-  if (std::string why = check_memory(o.objects, padded_max, 2 * o.processes,
-                                     fmt::format("--objects {} of --object-size {} (images and "
-                                                 "read buffers, {} process(es))",
-                                                 o.objects, o.object_size, o.processes));
-      !why.empty())
-    return cli::fail(why, 2);
+// The sums over the processes of one run.
+struct GroupFigures {
+  double put = 0, get = 0, base = 0;  // GB/s
+};
 
-  auto* group = static_cast<ProcessGroup*>(::mmap(nullptr, sizeof(ProcessGroup),
-                                                  PROT_READ | PROT_WRITE,
-                                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  if (group == MAP_FAILED) return cli::fail("mmap of the process group failed");
-  new (group) ProcessGroup{};
+// Runs `o.processes` processes at once (this one is rank 0); their sums in `out`.
+int run_group(const MicroOptions& o, ProcessGroup& group, GroupFigures& out) {
+  new (&group) ProcessGroup{};
   std::uint32_t rank = 0;  // this process's index, and the rank of its keys
   std::vector<pid_t> children;
   for (std::uint32_t p = 1; p < o.processes; ++p) {
@@ -170,8 +139,8 @@ int run_micro(cli::Args& args) {
     }
     children.push_back(pid);
   }
-  int rc = run_micro_process(o, rank, *group);
-  if (rc != 0) group->failed.store(true);
+  int rc = run_micro_process(o, rank, group);
+  if (rc != 0) group.failed.store(true);
   if (rank != 0) {
     std::fflush(stdout);
     std::_Exit(rc);
@@ -181,24 +150,98 @@ int run_micro(cli::Args& args) {
     ::waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
   }
-  if (o.processes > 1 && rc == 0) {
-    double put = 0, get = 0, base = 0;
-    for (std::uint64_t p = 0; p < o.processes; ++p) {
-      put += group->put_gbps[p];
-      get += group->get_gbps[p];
-      base += group->base_gbps[p];
-    }
-    for (auto [op, v] : {std::pair{"put", put}, std::pair{"get", get}}) {
-      if (o.json)
-        fmt::print("{}\n", Json{{"tier", o.tier_name}, {"op", op}, {"processes", o.processes},
-                                {"gb_per_s", v}, {"baseline_gb_per_s", base},
-                                {"ratio", base > 0 ? v / base : 0}}.dump());
-      else
-        fmt::print("{:4} all {} processes {:8.2f} GB/s  memcpy (all at once) {:8.2f} GB/s  "
-                   "ratio {:.2f}\n", op, o.processes, v, base, base > 0 ? v / base : 0);
-    }
+  for (std::uint64_t p = 0; p < o.processes; ++p) {
+    out.put += group.put_gbps[p];
+    out.get += group.get_gbps[p];
+    out.base += group.base_gbps[p];
   }
   return rc;
+}
+
+int run_micro(cli::Args& args) {
+  auto profile_path = args.get("profile");
+  auto tier_name = args.get("tier");
+  MicroOptions o;
+  o.object_size = args.size("object-size").value_or(1 << 20);
+  o.objects = args.uint("objects").value_or(256);
+  // --concurrency is the same knob under the name redis-benchmark comparisons use (-c clients).
+  o.depth = args.uint("concurrency").value_or(args.uint("depth").value_or(1));
+  o.rounds = args.uint("rounds").value_or(2);
+  const std::vector<std::uint64_t> counts = parse_list(args, "processes", "1", false);
+  o.seal = args.flag("seal");
+  o.json = args.flag("json");
+  args.finish();
+  if (!profile_path || !tier_name)
+    return cli::fail(
+        "usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
+        "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N[,N...]] "
+        "[--seal] [--json]",
+        2);
+  o.profile_path = *profile_path;
+  o.tier_name = *tier_name;
+  if (o.objects == 0 || o.depth == 0 || o.rounds == 0 || o.object_size == 0)
+    return cli::fail("--objects, --depth, --rounds and --object-size must be > 0", 2);
+  for (std::uint64_t n : counts)
+    if (n > 64) return cli::fail("--processes must be in [1, 64]", 2);
+  const std::uint64_t most = *std::max_element(counts.begin(), counts.end());
+  // Each process holds its objects' images and as many read buffers (padded to the tier's
+  // alignment, a page for the tiers that have one).
+  if (o.object_size > (1ull << 40))
+    return cli::fail(fmt::format("--object-size {} is larger than 1TiB", o.object_size), 2);
+  const std::uint64_t padded_max =
+      (std::max<std::uint64_t>(o.object_size, kObjectHeaderBytes + 1) + 4095) / 4096 * 4096;
+  if (std::string why = check_memory(o.objects, padded_max, 2 * most,
+                                     fmt::format("--objects {} of --object-size {} (images and "
+                                                 "read buffers, {} process(es))",
+                                                 o.objects, o.object_size, most));
+      !why.empty())
+    return cli::fail(why, 2);
+
+  auto* group = static_cast<ProcessGroup*>(::mmap(nullptr, sizeof(ProcessGroup),
+                                                  PROT_READ | PROT_WRITE,
+                                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  if (group == MAP_FAILED) return cli::fail("mmap of the process group failed");
+  o.table = counts.size() > 1;
+  std::vector<GroupFigures> rows;
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    o.processes = counts[c];
+    o.cleanup = c + 1 < counts.size();
+    GroupFigures sum;
+    if (int rc = run_group(o, *group, sum); rc != 0) return rc;
+    rows.push_back(sum);
+    if (o.processes == 1 && !o.table) continue;  // the process's own lines said it all
+    for (auto [op, v] : {std::pair{"put", sum.put}, std::pair{"get", sum.get}}) {
+      const double ratio = sum.base > 0 ? v / sum.base : 0;
+      if (o.json)
+        fmt::print("{}\n", Json{{"tier", o.tier_name},
+                                {"op", op},
+                                {"processes", o.processes},
+                                {"gb_per_s", v},
+                                {"baseline_gb_per_s", sum.base},
+                                {"ratio", ratio}}
+                               .dump());
+      else
+        fmt::print(
+            "{:4} all {} process{} {:8.2f} GB/s  memcpy (all at once) {:8.2f} GB/s  "
+            "ratio {:.2f}\n",
+            op, o.processes, o.processes > 1 ? "es" : "", v, sum.base, ratio);
+    }
+    std::fflush(stdout);
+  }
+  if (o.table && !o.json) {
+    fmt::print(
+        "\ntier {}, {} objects of {} per process, last of {} rounds; memcpy: as many "
+        "processes copying the same objects at once, in the same run\n",
+        o.tier_name, o.objects, format_size(o.object_size), o.rounds);
+    fmt::print("{:>9}  {:>9}  {:>9}  {:>11}  {:>10}  {:>10}\n", "processes", "put GB/s", "get GB/s",
+               "memcpy GB/s", "put/memcpy", "get/memcpy");
+    for (std::size_t c = 0; c < counts.size(); ++c) {
+      const GroupFigures& r = rows[c];
+      fmt::print("{:>9}  {:>9.2f}  {:>9.2f}  {:>11.2f}  {:>10.2f}  {:>10.2f}\n", counts[c], r.put,
+                 r.get, r.base, r.base > 0 ? r.put / r.base : 0, r.base > 0 ? r.get / r.base : 0);
+    }
+  }
+  return 0;
 }
 
 // The objects one process puts and gets: sealed images of pseudo-random payload, and distinct
@@ -319,8 +362,14 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
       run_phase(b, Op::kRemove, objs.keys, none, o.depth, nullptr);
     }
   }
-  report_phase(o, rank, "put", put, objs.padded, base);
-  report_phase(o, rank, "get", get, objs.padded, base);
+  if (!o.table) {
+    report_phase(o, rank, "put", put, objs.padded, base);
+    report_phase(o, rank, "get", get, objs.padded, base);
+  }
+  if (o.cleanup) {  // the next run starts with an empty tier
+    std::vector<Region> none(o.objects);
+    run_phase(b, Op::kRemove, objs.keys, none, o.depth, nullptr);
+  }
   group.put_gbps[rank] = gb_per_s(put, objs.padded, o.objects);
   group.get_gbps[rank] = gb_per_s(get, objs.padded, o.objects);
   group.base_gbps[rank] = base;
@@ -332,11 +381,12 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
-                 "[--depth|--concurrency D] [--rounds R] [--processes N] [--seal] [--json]",
+                 "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
                  "warm the tier and are removed); --processes N runs N processes at once (keys of "
-                 "rank 0..N-1, e.g. on a shared tier) and adds their figures up; --seal times "
+                 "rank 0..N-1, e.g. on a shared tier) and adds their figures up, and a list "
+                 "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
                  "sealing each image (payload checksum, header) as part of its put, as a "
                  "TierStack save of fresh bytes does",
                  tier::bench::run_micro);

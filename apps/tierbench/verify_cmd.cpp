@@ -16,9 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -31,26 +29,6 @@ namespace {
 
 using namespace tier;
 using bench::Clock;
-
-// A comma-separated list of sizes ("1MiB") or, with `sizes` false, of positive integers; exits
-// with a message on a bad item.
-std::vector<std::uint64_t> parse_list(cli::Args& args, std::string_view name,
-                                      const std::string& fallback, bool sizes) {
-  std::vector<std::uint64_t> out;
-  std::stringstream in(args.get_or(name, fallback));
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::optional<std::uint64_t> v;
-    if (sizes) {
-      v = parse_size(Json(item));
-    } else if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos) {
-      v = std::stoull(item);
-    }
-    if (!v || *v == 0) std::exit(cli::fail(fmt::format("--{}: bad value \"{}\"", name, item), 2));
-    out.push_back(*v);
-  }
-  return out;
-}
 
 // Best-of-`rounds` seconds of one pass over every image; negative when a pass failed.
 template <class F>
@@ -66,8 +44,8 @@ double best_pass(int rounds, std::size_t images, F&& per_image) {
 }
 
 int run_verify(cli::Args& args) {
-  const auto sizes = parse_list(args, "object-sizes", "1MiB,16MiB", true);
-  const auto thread_counts = parse_list(args, "threads", "1,2,4,8", false);
+  const auto sizes = bench::parse_list(args, "object-sizes", "1MiB,16MiB", true);
+  const auto thread_counts = bench::parse_list(args, "threads", "1,2,4,8", false);
   const std::uint64_t total = args.size("total").value_or(512ull << 20);
   const int rounds = static_cast<int>(args.uint("rounds").value_or(3));
   args.finish();

@@ -31,10 +31,21 @@ expect_error 'got "1MiBs"' --object-size 1MiBs
 expect_error 'more than 2^64 bytes' --objects 18446744073709551615 --object-size 1MiB
 expect_error 'of memory, more than' --objects 1000000000000 --object-size 1MiB
 expect_error 'larger than 1TiB' --object-size 2TiB
+expect_error '--processes: bad value "0"' --processes 1,0
+expect_error '--processes: bad value "99999999999999999999999"' --processes 99999999999999999999999
+expect_error '--processes must be in [1, 64]' --processes 2,65
+
 # The largest number that fits is taken exactly (and then refused for its memory, not capped).
 expect_error '--objects 18446744073709551615 of' --objects 18446744073709551615
 
 # A small run still works.
 out=$("$tierbench" micro --profile "$profile" --tier cpu --objects 4 --object-size 4KiB \
   --rounds 1 2>&1) || fail "a small micro run exited $?: $out"
+# A list of process counts runs each in turn and ends with a table, one row per count.
+out=$("$tierbench" micro --profile "$profile" --tier cpu --objects 4 --object-size 4KiB \
+  --rounds 1 --processes 1,2 2>&1) || fail "micro --processes 1,2 exited $?: $out"
+grep -qE '^ *processes +put GB/s +get GB/s +memcpy GB/s +put/memcpy +get/memcpy$' <<<"$out" ||
+  fail "micro --processes 1,2: no table in: $out"
+[ "$(grep -cE '^ +[12] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' <<<"$out")" -eq 2 ] ||
+  fail "micro --processes 1,2: not one row per count in: $out"
 echo "tierbench arguments behave"

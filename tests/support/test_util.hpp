@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by libtier's tests: images, keys, a synchronous request runner, skip codes.
 
+#include <sys/wait.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -102,6 +104,15 @@ inline StackRoundTrip stack_round_trip(TierStack& stack, std::size_t bytes, std:
   out.load = lr.status;
   out.same = back == data;
   return out;
+}
+
+// Waits for child process `pid`: its exit code, 128 + the signal that killed it, or -1.
+inline int wait_child(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
 }
 
 }  // namespace tier::test

@@ -31,11 +31,19 @@ using tier::cpu::ShmConfig;
 using tier::cpu::ShmStore;
 using tier::test::key_of;
 using tier::test::make_image;
+using tier::test::wait_child;
 
 namespace {
 
 // 40 MiB of objects: a segment of about 41 MiB, so a 64 MiB /dev/shm holds one and not two.
 constexpr std::uint64_t kCapacity = 40u << 20;
+
+ShmConfig config(const std::string& segment) {
+  ShmConfig cfg;
+  cfg.segment = segment;
+  cfg.capacity = kCapacity;
+  return cfg;
+}
 
 std::set<std::string> dev_shm_names() {
   std::set<std::string> names;
@@ -46,13 +54,6 @@ std::set<std::string> dev_shm_names() {
       names.insert(e->d_name);
   ::closedir(d);
   return names;
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 // One rank: waits at the start line (reads EOF once the parent closes the pipe), opens the tier
@@ -141,9 +142,7 @@ TEST_CASE("shm: waiting for a creator that does not finish is a clear TimedOut")
   int fd = ::open(lock_path.c_str(), O_RDONLY | O_CREAT, 0600);
   REQUIRE(fd >= 0);
   REQUIRE(::flock(fd, LOCK_EX) == 0);
-  ShmConfig cfg;
-  cfg.segment = segment;
-  cfg.capacity = kCapacity;
+  ShmConfig cfg = config(segment);
   cfg.creation_wait = std::chrono::milliseconds(300);
   const auto t0 = std::chrono::steady_clock::now();
   auto store = ShmStore::open(cfg);
@@ -191,9 +190,7 @@ TEST_CASE("shm: a creator killed while creating blocks nobody and leaves no room
   ::kill(pid, SIGKILL);
   REQUIRE(wait_child(pid) == 128 + SIGKILL);
   // Its lock died with it; its candidate is removed, so the segment fits.
-  ShmConfig cfg;
-  cfg.segment = segment;
-  cfg.capacity = kCapacity;
+  ShmConfig cfg = config(segment);
   auto store = ShmStore::open(cfg);
   REQUIRE_MESSAGE(store.is_ok(), store.status().to_string());
   CHECK(dev_shm_names() == std::set<std::string>{segment});
@@ -204,9 +201,7 @@ TEST_CASE("shm: a creator killed while creating blocks nobody and leaves no room
 TEST_CASE("shm: a FIFO or a symbolic link planted as the creation lock is refused, not waited on") {
   const std::string segment = "libtier-start-planted";
   const std::string lock_path = "/dev/shm/." + segment + ".lock";
-  ShmConfig cfg;
-  cfg.segment = segment;
-  cfg.capacity = kCapacity;
+  ShmConfig cfg = config(segment);
   ::alarm(30);  // an open that blocked on the FIFO would hang here
   REQUIRE(::mkfifo(lock_path.c_str(), 0600) == 0);
   auto store = ShmStore::open(cfg);

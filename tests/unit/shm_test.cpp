@@ -32,6 +32,7 @@ using tier::cpu::ShmStore;
 using tier::test::key_of;
 using tier::test::make_image;
 using tier::test::run;
+using tier::test::wait_child;
 
 namespace {
 
@@ -78,15 +79,6 @@ pid_t spawn(const std::function<int()>& fn) {
     ::_exit(rc);
   }
   return pid;
-}
-
-// Waits for a child: its exit code, or 128 + signal.
-int wait_child(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
 }
 
 // Puts `count` objects of namespace `ns` starting at id `first`, forever when `count` is 0.

@@ -170,6 +170,24 @@ Status hand_out(const Result<std::vector<std::byte>>& bytes, uint8_t** out, size
   return Status::ok();
 }
 
+// The caller's reports as OpReports; `reason(text)` gives each reason's view (interned where
+// the reports outlive the call).
+template <class Reason>
+Result<std::vector<OpReport>> from_c(const tier_op_report* reports, std::size_t count,
+                                     Reason&& reason) {
+  if (count && !reports) return Status::invalid("reports is NULL");
+  std::vector<OpReport> in;
+  in.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const tier_op_report& r = reports[i];
+    if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
+      return Status::invalid("report " + std::to_string(i) + ": unknown channel");
+    in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
+                          r.rank, r.ok != 0, reason(r.reason)});
+  }
+  return in;
+}
+
 // The fields a load and a save operation share: identity, chunk keys, blocks and SLOT.
 template <class COp, class Op, class Keys>
 void fill_op_common(COp& c, const Op& op, const Keys& keys) {
@@ -330,16 +348,9 @@ int tier_reports_encode(const tier_op_report* reports, size_t count, uint8_t** o
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
     TIER_RETURN_IF_ERROR(need(size, "size"));
-    if (count && !reports) return Status::invalid("reports is NULL");
-    std::vector<OpReport> in;
-    in.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      const tier_op_report& r = reports[i];
-      if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
-        return Status::invalid("report " + std::to_string(i) + ": unknown channel");
-      in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
-                            r.rank, r.ok != 0, r.reason ? r.reason : ""});
-    }
+    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count, [](const char* text) {
+                            return std::string_view(text ? text : "");
+                          }));
     return hand_out(wire::encode_reports(in), out, size);
   });
 }
@@ -516,19 +527,11 @@ int tier_scheduler_process(tier_scheduler* s, const tier_op_report* reports, siz
                            tier_events** out) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    if (count && !reports) return Status::invalid("reports is NULL");
-    std::vector<OpReport> in;
-    in.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      const tier_op_report& r = reports[i];
-      if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
-        return Status::invalid("report " + std::to_string(i) + ": unknown channel");
-      // The aggregator keeps reasons as views: intern the caller's strings.
-      std::string_view reason;
-      if (r.reason && *r.reason) reason = *s->reasons.emplace(r.reason).first;
-      in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
-                            r.rank, r.ok != 0, reason});
-    }
+    // The aggregator keeps reasons as views: intern the caller's strings.
+    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count, [&](const char* text) {
+                            return text && *text ? std::string_view(*s->reasons.emplace(text).first)
+                                                 : std::string_view();
+                          }));
     StepEvents ev = sc.process(in);
     auto e = std::make_unique<tier_events>();
     e->loaded.assign(ev.loaded.begin(), ev.loaded.end());

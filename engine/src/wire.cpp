@@ -137,6 +137,16 @@ std::optional<std::size_t> slice_of(const std::vector<Key128>& whole,
   return std::nullopt;
 }
 
+// The fields a load and a save record start with, after the head length and flags.
+template <class Op>
+void write_common(Writer& w, const Op& op) {
+  w.u32(static_cast<std::uint32_t>(op.slot_group));
+  w.u64(op.id.request);
+  w.u64(op.id.generation);
+  w.u64(op.page_start);
+  w.u64(op.page_end);
+}
+
 // The slot fields of an op: tokens and key, zero without a slot.
 void write_slot(Writer& w, const std::optional<Boundary>& slot) {
   w.u64(slot ? slot->tokens : 0);
@@ -149,11 +159,7 @@ Status write_load(Writer& w, const LoadOp& op) {
   const std::size_t at = w.begin(kLoadSection, kRequired);
   w.u16(kLoadHeadBytes);
   w.u16(op.slot ? kHasSlot : 0);
-  w.u32(static_cast<std::uint32_t>(op.slot_group));
-  w.u64(op.id.request);
-  w.u64(op.id.generation);
-  w.u64(op.page_start);
-  w.u64(op.page_end);
+  write_common(w, op);
   w.u64(op.lease);
   write_slot(w, op.slot);
   w.u32(chunks);
@@ -171,11 +177,7 @@ Status write_save(Writer& w, const SaveOp& op) {
   const std::size_t at = w.begin(kSaveSection, kRequired);
   w.u16(kSaveHeadBytes);
   w.u16(static_cast<std::uint16_t>((op.slot ? kHasSlot : 0) | (first ? kChunksInPrefix : 0)));
-  w.u32(static_cast<std::uint32_t>(op.slot_group));
-  w.u64(op.id.request);
-  w.u64(op.id.generation);
-  w.u64(op.page_start);
-  w.u64(op.page_end);
+  write_common(w, op);
   write_slot(w, op.slot);
   w.u32(chunks);
   w.u32(blocks);
@@ -327,6 +329,16 @@ Result<Head> record_head(Reader& r, std::uint16_t fixed, std::uint16_t known_fla
   return h;
 }
 
+// The fields write_common() wrote.
+template <class Op>
+void read_common(Reader& r, Op& op) {
+  op.slot_group = static_cast<std::int32_t>(r.u32());
+  op.id.request = r.u64();
+  op.id.generation = r.u64();
+  op.page_start = r.u64();
+  op.page_end = r.u64();
+}
+
 // A slot read from an op's head: set only with kHasSlot, all zero otherwise.
 Result<std::optional<Boundary>> read_slot(Reader& r, std::uint16_t flags) {
   Boundary b;
@@ -348,11 +360,7 @@ Result<LoadOp> read_load(std::span<const std::byte> p, std::size_t at) {
   Reader r(p, at, "plan");
   TIER_ASSIGN_OR_RETURN(const Head head, record_head(r, kLoadHeadBytes, kHasSlot));
   LoadOp op;
-  op.slot_group = static_cast<std::int32_t>(r.u32());
-  op.id.request = r.u64();
-  op.id.generation = r.u64();
-  op.page_start = r.u64();
-  op.page_end = r.u64();
+  read_common(r, op);
   op.lease = r.u64();
   TIER_ASSIGN_OR_RETURN(op.slot, read_slot(r, head.flags));
   const std::uint32_t chunks = r.u32();
@@ -369,11 +377,7 @@ Result<SaveOp> read_save(std::span<const std::byte> p, std::size_t at) {
   TIER_ASSIGN_OR_RETURN(const Head head,
                         record_head(r, kSaveHeadBytes, kHasSlot | kChunksInPrefix));
   SaveOp op;
-  op.slot_group = static_cast<std::int32_t>(r.u32());
-  op.id.request = r.u64();
-  op.id.generation = r.u64();
-  op.page_start = r.u64();
-  op.page_end = r.u64();
+  read_common(r, op);
   TIER_ASSIGN_OR_RETURN(op.slot, read_slot(r, head.flags));
   const std::uint32_t chunks = r.u32();
   const std::uint32_t blocks = r.u32();

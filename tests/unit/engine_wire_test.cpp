@@ -27,7 +27,8 @@ std::vector<Key128> keys(std::uint64_t from, std::size_t n) {
   return out;
 }
 
-void same_load(const LoadOp& a, const LoadOp& b) {
+template <class Op>
+void same_op(const Op& a, const Op& b) {
   CHECK(a.id == b.id);
   CHECK(a.page_start == b.page_start);
   CHECK(a.page_end == b.page_end);
@@ -35,17 +36,14 @@ void same_load(const LoadOp& a, const LoadOp& b) {
   CHECK(a.block_ids == b.block_ids);
   CHECK(a.slot == b.slot);
   CHECK(a.slot_group == b.slot_group);
+}
+void same_load(const LoadOp& a, const LoadOp& b) {
+  same_op(a, b);
   CHECK(a.lease == b.lease);
 }
 void same_save(const SaveOp& a, const SaveOp& b) {
-  CHECK(a.id == b.id);
-  CHECK(a.page_start == b.page_start);
-  CHECK(a.page_end == b.page_end);
-  CHECK(a.chunk_keys == b.chunk_keys);
-  CHECK(a.block_ids == b.block_ids);
-  CHECK(a.slot == b.slot);
+  same_op(a, b);
   CHECK(a.prefix_keys == b.prefix_keys);
-  CHECK(a.slot_group == b.slot_group);
 }
 void same_plan(const StepPlan& a, const StepPlan& b) {
   CHECK(a.step == b.step);

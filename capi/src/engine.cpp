@@ -12,6 +12,7 @@
 #include "tier/dsv4/kv_layout.hpp"
 #include "tier/engine/export.hpp"
 #include "tier/engine/scheduler.hpp"
+#include "tier/engine/wire.hpp"
 #include "tier/engine/worker.hpp"
 
 using namespace tier;
@@ -38,6 +39,10 @@ struct tier_plan {
 
 struct tier_events {
   std::vector<std::uint64_t> loaded, load_failed, freeable;
+};
+
+struct tier_reports {
+  std::vector<tier_op_report> reports;  // reasons: outcome_name() literals (static)
 };
 
 struct tier_scheduler {
@@ -140,6 +145,47 @@ int engine_metrics(tier_scheduler* s, tier_worker* const* workers, size_t worker
     *out = dup_string(render(*s->scheduler, ws));
     return Status::ok();
   });
+}
+
+// A C plan over `plan`, with the operations' keys in C form.
+std::unique_ptr<tier_plan> make_plan(StepPlan plan) {
+  auto p = std::make_unique<tier_plan>();
+  p->plan = std::move(plan);
+  for (const LoadOp& op : p->plan.loads) p->load_keys.push_back(to_c(op.chunk_keys));
+  for (const SaveOp& op : p->plan.saves) {
+    p->save_keys.push_back(to_c(op.chunk_keys));
+    p->prefix_keys.push_back(to_c(op.prefix_keys));
+  }
+  return p;
+}
+
+// A message from the wire encoder as malloc'ed bytes.
+Status hand_out(const Result<std::vector<std::byte>>& bytes, uint8_t** out, size_t* size) {
+  if (!bytes) return bytes.status();
+  auto* p = static_cast<uint8_t*>(std::malloc(bytes->empty() ? 1 : bytes->size()));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, bytes->data(), bytes->size());
+  *out = p;
+  *size = bytes->size();
+  return Status::ok();
+}
+
+// The caller's reports as OpReports; `reason(text)` gives each reason's view (interned where
+// the reports outlive the call).
+template <class Reason>
+Result<std::vector<OpReport>> from_c(const tier_op_report* reports, std::size_t count,
+                                     Reason&& reason) {
+  if (count && !reports) return Status::invalid("reports is NULL");
+  std::vector<OpReport> in;
+  in.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const tier_op_report& r = reports[i];
+    if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
+      return Status::invalid("report " + std::to_string(i) + ": unknown channel");
+    in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
+                          r.rank, r.ok != 0, reason(r.reason)});
+  }
+  return in;
 }
 
 // The fields a load and a save operation share: identity, chunk keys, blocks and SLOT.
@@ -274,7 +320,63 @@ int tier_plan_save(const tier_plan* plan, size_t index, tier_save_op* out) {
     return Status::ok();
   });
 }
+uint64_t tier_plan_load_lease(const tier_plan* plan, size_t index) {
+  return plan && index < plan->plan.loads.size() ? plan->plan.loads[index].lease : 0;
+}
 void tier_plan_free(tier_plan* plan) { delete plan; }
+
+int tier_plan_encode(const tier_plan* plan, uint8_t** out, size_t* size) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(plan, "plan"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    TIER_RETURN_IF_ERROR(need(size, "size"));
+    return hand_out(wire::encode_plan(plan->plan), out, size);
+  });
+}
+int tier_plan_decode(const void* bytes, size_t size, tier_plan** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = nullptr;
+    if (size && !bytes) return Status::invalid("bytes is NULL");
+    TIER_ASSIGN_OR_RETURN(StepPlan plan,
+                          wire::decode_plan(std::span(static_cast<const std::byte*>(bytes), size)));
+    *out = make_plan(std::move(plan)).release();
+    return Status::ok();
+  });
+}
+int tier_reports_encode(const tier_op_report* reports, size_t count, uint8_t** out, size_t* size) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    TIER_RETURN_IF_ERROR(need(size, "size"));
+    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count, [](const char* text) {
+                            return std::string_view(text ? text : "");
+                          }));
+    return hand_out(wire::encode_reports(in), out, size);
+  });
+}
+int tier_reports_decode(const void* bytes, size_t size, tier_reports** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    *out = nullptr;
+    if (size && !bytes) return Status::invalid("bytes is NULL");
+    TIER_ASSIGN_OR_RETURN(
+        std::vector<OpReport> in,
+        wire::decode_reports(std::span(static_cast<const std::byte*>(bytes), size)));
+    auto r = std::make_unique<tier_reports>();
+    r->reports.reserve(in.size());
+    for (const OpReport& x : in)
+      r->reports.push_back(tier_op_report{static_cast<std::int32_t>(x.channel), x.rank,
+                                          x.id.request, x.id.generation, x.ok ? 1 : 0,
+                                          x.reason.data()});
+    *out = r.release();
+    return Status::ok();
+  });
+}
+const tier_op_report* tier_reports_get(const tier_reports* reports, size_t* count) {
+  if (count) *count = reports ? reports->reports.size() : 0;
+  return reports ? reports->reports.data() : nullptr;
+}
+void tier_reports_free(tier_reports* reports) { delete reports; }
 
 int tier_worker_submit(tier_worker* worker, const tier_plan* plan) {
   return guarded([&]() -> Status {
@@ -323,6 +425,23 @@ size_t tier_worker_queued_loads(tier_worker* worker) {
   if (!worker) return 0;
   std::lock_guard<std::mutex> lock(worker->store->mu);
   return worker->worker->queued_loads();
+}
+int tier_worker_release_lease(tier_worker* worker, uint64_t lease) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+    std::lock_guard<std::mutex> lock(worker->store->mu);
+    worker->worker->release_lease(lease);
+    return Status::ok();
+  });
+}
+int tier_worker_metrics_json(tier_worker* worker, char** out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+    TIER_RETURN_IF_ERROR(need(out, "out"));
+    std::lock_guard<std::mutex> lock(worker->store->mu);
+    *out = dup_string(worker_metrics_json(*worker->worker).dump());
+    return Status::ok();
+  });
 }
 
 int tier_scheduler_create(const char* config_json, const tier_key* page_ns, tier_worker* view,
@@ -400,14 +519,7 @@ int tier_scheduler_on_computed(tier_scheduler* s, uint64_t handle, uint64_t comp
 int tier_scheduler_build_step(tier_scheduler* s, tier_plan** out) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    auto p = std::make_unique<tier_plan>();
-    p->plan = sc.build_step();
-    for (const LoadOp& op : p->plan.loads) p->load_keys.push_back(to_c(op.chunk_keys));
-    for (const SaveOp& op : p->plan.saves) {
-      p->save_keys.push_back(to_c(op.chunk_keys));
-      p->prefix_keys.push_back(to_c(op.prefix_keys));
-    }
-    *out = p.release();
+    *out = make_plan(sc.build_step()).release();
     return Status::ok();
   });
 }
@@ -415,19 +527,11 @@ int tier_scheduler_process(tier_scheduler* s, const tier_op_report* reports, siz
                            tier_events** out) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    if (count && !reports) return Status::invalid("reports is NULL");
-    std::vector<OpReport> in;
-    in.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      const tier_op_report& r = reports[i];
-      if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
-        return Status::invalid("report " + std::to_string(i) + ": unknown channel");
-      // The aggregator keeps reasons as views: intern the caller's strings.
-      std::string_view reason;
-      if (r.reason && *r.reason) reason = *s->reasons.emplace(r.reason).first;
-      in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
-                            r.rank, r.ok != 0, reason});
-    }
+    // The aggregator keeps reasons as views: intern the caller's strings.
+    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count, [&](const char* text) {
+                            return text && *text ? std::string_view(*s->reasons.emplace(text).first)
+                                                 : std::string_view();
+                          }));
     StepEvents ev = sc.process(in);
     auto e = std::make_unique<tier_events>();
     e->loaded.assign(ev.loaded.begin(), ev.loaded.end());

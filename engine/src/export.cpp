@@ -60,6 +60,24 @@ std::vector<std::string> tier_names(Worker& w) {
 
 }  // namespace
 
+Json worker_metrics_json(Worker& w) {
+  Json j;
+  Json wj;
+  wj["rank"] = w.rank();
+  for (const WorkerField& f : kWorkerFields) wj[f.name] = (w.counters().*f.field).get();
+  auto names = tier_names(w);
+  auto loaded = w.loaded_bytes_by_tier();
+  Json by_tier = Json::object();
+  for (std::size_t i = 0; i < names.size(); ++i) by_tier[names[i]] = loaded[i];
+  wj["loaded_bytes_by_tier"] = by_tier;
+  j["workers"] = Json::array({wj});
+  j["tiers"] = Json::object();
+  Json tiers = w.with_stack([](TierStack& s) { return s.metrics_json(); });
+  for (auto& [name, m] : tiers["tiers"].items())
+    j["tiers"][fmt::format("rank{}/{}", w.rank(), name)] = m;
+  return j;
+}
+
 Json metrics_json(const Scheduler& scheduler, std::span<Worker* const> workers) {
   Json j;
   Json& e = j["engine"];
@@ -72,18 +90,9 @@ Json metrics_json(const Scheduler& scheduler, std::span<Worker* const> workers) 
   j["workers"] = Json::array();
   j["tiers"] = Json::object();
   for (Worker* w : workers) {
-    Json wj;
-    wj["rank"] = w->rank();
-    for (const WorkerField& f : kWorkerFields) wj[f.name] = (w->counters().*f.field).get();
-    auto names = tier_names(*w);
-    auto loaded = w->loaded_bytes_by_tier();
-    Json by_tier = Json::object();
-    for (std::size_t i = 0; i < names.size(); ++i) by_tier[names[i]] = loaded[i];
-    wj["loaded_bytes_by_tier"] = by_tier;
-    j["workers"].push_back(wj);
-    Json tiers = w->with_stack([](TierStack& s) { return s.metrics_json(); });
-    for (auto& [name, m] : tiers["tiers"].items())
-      j["tiers"][fmt::format("rank{}/{}", w->rank(), name)] = m;
+    Json one = worker_metrics_json(*w);
+    j["workers"].push_back(one["workers"][0]);
+    for (auto& [name, m] : one["tiers"].items()) j["tiers"][name] = m;
   }
   return j;
 }

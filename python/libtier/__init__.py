@@ -8,7 +8,9 @@
   ``metrics()``/``metrics_prometheus()``; a context manager.
 - keys (docs/keys.md): :func:`namespace_id`, :func:`chunk_keys`, :func:`external_key`.
 - the offload engine (docs/engine.md): :class:`Scheduler`, :class:`Worker` and the DSV4 layout
-  :class:`Dsv4Layout`, driven once per engine step.
+  :class:`Dsv4Layout`, driven once per engine step; :meth:`StepPlan.encode`,
+  :meth:`StepPlan.decode`, :func:`encode_reports` and :func:`decode_reports` carry plans and
+  reports between a scheduler process and rank processes as bytes.
 - errors: :class:`Error` and one subclass per status code (:class:`NotFound`, ...), carrying
   ``.code``, ``.code_name`` and the library's ``.message``.
 
@@ -80,6 +82,8 @@ from ._libtier import (  # noqa: E402
     Worker,
     abi_version,
     chunk_keys,
+    decode_reports,
+    encode_reports,
     external_key,
     namespace_id,
     region_of,
@@ -92,5 +96,5 @@ __all__ = [
     "LoadDecision", "LoadOp", "MatchResult", "MemoryKind", "NoSpace", "NotFound", "NotSupported",
     "OpReport", "Region", "Registration", "Rejected", "Retry", "SaveOp", "Scheduler",
     "StepEvents", "StepPlan", "Store", "TimedOut", "Worker", "abi_version", "chunk_keys",
-    "external_key", "namespace_id", "region_of", "version",
+    "decode_reports", "encode_reports", "external_key", "namespace_id", "region_of", "version",
 ]

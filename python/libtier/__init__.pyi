@@ -84,6 +84,14 @@ def region_of(buffer: BufferLike) -> Region:
 def namespace_id(identity: Union[Mapping[str, Any], str]) -> str:
     """Namespace id of a model identity (a dict, or its JSON text): 32 hex digits."""
 
+def encode_reports(reports: Iterable[OpReport]) -> bytes:
+    """Reports as one wire message (docs/engine.md "Wire format"), for the scheduler process.
+    Raises InvalidArgument for a reason that is not "" or a worker outcome name. Any thread."""
+
+def decode_reports(data: Union[bytes, bytearray, memoryview]) -> list[OpReport]:
+    """Reports from a message a rank process encoded, for Scheduler.process. Raises as
+    StepPlan.decode. Any thread."""
+
 def chunk_keys(
     namespace: Union[KeyLike, Mapping[str, Any]],
     tokens: TokensLike,
@@ -230,6 +238,7 @@ class LoadOp:
     block_ids: list[int]
     slot: Optional[Boundary]
     slot_group: int
+    lease: int  # the scheduler's view's lookup lease (0: none); Worker.release_lease ends it
 
 class SaveOp:
     request: int
@@ -240,6 +249,7 @@ class SaveOp:
     block_ids: list[int]
     slot: Optional[Boundary]
     slot_group: int
+    prefix_keys: list[str]  # keys of [0, slot.tokens): the PAGE visibility check of the SLOT
 
 class StepPlan:
     """One step's plan: submit the same plan to every rank's Worker."""
@@ -252,6 +262,15 @@ class StepPlan:
     def loads(self) -> list[LoadOp]: ...
     @property
     def saves(self) -> list[SaveOp]: ...
+    def encode(self) -> bytes:
+        """The plan as one wire message (docs/engine.md "Wire format"), for rank processes.
+        Any thread (GIL released)."""
+    @staticmethod
+    def decode(data: Union[bytes, bytearray, memoryview]) -> "StepPlan":
+        """A plan from a message another process encoded; submit it to this process's Worker.
+        Raises InvalidArgument (truncated, malformed), ChecksumMismatch (corrupt),
+        NotSupported (another format version), NoSpace (over 64 MiB); never a partial plan.
+        Any thread (GIL released)."""
 
 class OpReport:
     """One rank's terminal result for one operation on one channel."""
@@ -316,6 +335,12 @@ class Worker:
         """Runs queued loads, then up to `max_saves` queued saves (GIL released); returns the
         number of operations finished."""
     def take_reports(self) -> list[OpReport]: ...
+    def release_lease(self, lease: int) -> None:
+        """Ends a lookup lease this worker took as the scheduler's view (LoadOp.lease), when the
+        load ran in another process; other ids are ignored."""
+    def metrics(self) -> dict[str, Any]:
+        """This worker's counters and its tiers' metrics ({"workers": [...], "tiers": {...}}),
+        for a rank process without a Scheduler."""
     @property
     def queued_saves(self) -> int: ...
     @property

@@ -535,6 +535,7 @@ struct LoadOp {
   std::vector<std::uint32_t> block_ids;
   std::optional<Boundary> slot;
   int slot_group = -1;
+  std::uint64_t lease = 0;
 };
 struct SaveOp {
   std::uint64_t request = 0, generation = 0, page_start = 0, page_end = 0;
@@ -542,6 +543,7 @@ struct SaveOp {
   std::vector<std::uint32_t> block_ids;
   std::optional<Boundary> slot;
   int slot_group = -1;
+  std::vector<std::string> prefix_keys;
 };
 struct OpReport {
   std::string channel;
@@ -563,6 +565,15 @@ std::vector<std::string> hexes(const tier_key* k, std::size_t n) {
   return out;
 }
 
+// A bytes-like object's memory (bytes, bytearray, memoryview, a 1-D uint8 array): contiguous
+// bytes, read while the object is referenced by the caller.
+py::buffer_info contiguous_bytes(py::buffer data) {
+  py::buffer_info info = data.request();
+  if (info.ndim != 1 || info.itemsize != 1 || info.strides[0] != 1)
+    raise_invalid("data: expected contiguous bytes (bytes, bytearray, memoryview)");
+  return info;
+}
+
 struct StepPlan {
   std::shared_ptr<tier_plan> plan;
   std::uint64_t step() const { return tier_plan_step(plan.get()); }
@@ -577,7 +588,8 @@ struct StepPlan {
       out.push_back(LoadOp{op.request, op.generation, op.page_start, op.page_end,
                            hexes(op.chunk_keys, op.chunk_count),
                            std::vector<std::uint32_t>(op.block_ids, op.block_ids + op.block_count),
-                           boundary(op.has_slot, op.slot), op.slot_group});
+                           boundary(op.has_slot, op.slot), op.slot_group,
+                           tier_plan_load_lease(plan.get(), i)});
     }
     return out;
   }
@@ -589,11 +601,72 @@ struct StepPlan {
       out.push_back(SaveOp{op.request, op.generation, op.page_start, op.page_end,
                            hexes(op.chunk_keys, op.chunk_count),
                            std::vector<std::uint32_t>(op.block_ids, op.block_ids + op.block_count),
-                           boundary(op.has_slot, op.slot), op.slot_group});
+                           boundary(op.has_slot, op.slot), op.slot_group,
+                           hexes(op.prefix_keys, op.prefix_count)});
     }
     return out;
   }
+  // The plan as one wire message (docs/engine.md "Wire format").
+  py::bytes encode() const {
+    std::uint8_t* out = nullptr;
+    std::size_t n = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_plan_encode(plan.get(), &out, &n);
+    }
+    check(rc);
+    py::bytes b(reinterpret_cast<const char*>(out), n);
+    tier_free(out);
+    return b;
+  }
+  static StepPlan decode(py::buffer data) {
+    py::buffer_info info = contiguous_bytes(data);
+    tier_plan* p = nullptr;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_plan_decode(info.ptr, static_cast<std::size_t>(info.size), &p);
+    }
+    check(rc);
+    return StepPlan{std::shared_ptr<tier_plan>(p, tier_plan_free)};
+  }
 };
+
+tier_op_report to_c_report(const OpReport& r) {
+  int ch = -1;
+  for (int i = 0; i < 3; ++i)
+    if (r.channel == kChannels[i]) ch = i;
+  if (ch < 0) raise_invalid("unknown channel '" + r.channel + "'");
+  return tier_op_report{ch, r.rank, r.request, r.generation, r.ok ? 1 : 0, r.reason.c_str()};
+}
+
+// Reports as one wire message, and back.
+py::bytes encode_reports(py::iterable reports) {
+  std::vector<OpReport> in;
+  for (py::handle r : reports) in.push_back(r.cast<OpReport>());
+  std::vector<tier_op_report> c;
+  for (const OpReport& r : in) c.push_back(to_c_report(r));
+  std::uint8_t* out = nullptr;
+  std::size_t n = 0;
+  check(tier_reports_encode(c.data(), c.size(), &out, &n));
+  py::bytes b(reinterpret_cast<const char*>(out), n);
+  tier_free(out);
+  return b;
+}
+std::vector<OpReport> decode_reports(py::buffer data) {
+  py::buffer_info info = contiguous_bytes(data);
+  tier_reports* r = nullptr;
+  check(tier_reports_decode(info.ptr, static_cast<std::size_t>(info.size), &r));
+  std::size_t n = 0;
+  const tier_op_report* c = tier_reports_get(r, &n);
+  std::vector<OpReport> out;
+  for (std::size_t i = 0; i < n; ++i)
+    out.push_back(OpReport{kChannels[c[i].channel], c[i].request, c[i].generation, c[i].rank,
+                           c[i].ok != 0, c[i].reason});
+  tier_reports_free(r);
+  return out;
+}
 
 class Dsv4Layout {
  public:
@@ -705,6 +778,12 @@ class Worker {
   }
   std::size_t queued_saves() const { return tier_worker_queued_saves(handle()); }
   std::size_t queued_loads() const { return tier_worker_queued_loads(handle()); }
+  void release_lease(std::uint64_t lease) { check(tier_worker_release_lease(handle(), lease)); }
+  py::object metrics() {
+    char* text = nullptr;
+    check(tier_worker_metrics_json(handle(), &text));
+    return json_loads(text);
+  }
 
  private:
   std::shared_ptr<Store> store_;
@@ -792,14 +871,7 @@ class Scheduler {
     std::vector<OpReport> in;
     for (py::handle r : reports) in.push_back(r.cast<OpReport>());
     std::vector<tier_op_report> c;
-    for (const OpReport& r : in) {
-      int ch = -1;
-      for (int i = 0; i < 3; ++i)
-        if (r.channel == kChannels[i]) ch = i;
-      if (ch < 0) raise_invalid("unknown channel '" + r.channel + "'");
-      c.push_back(tier_op_report{ch, r.rank, r.request, r.generation, r.ok ? 1 : 0,
-                                 r.reason.c_str()});
-    }
+    for (const OpReport& r : in) c.push_back(to_c_report(r));
     tier_events* ev = nullptr;
     tier_scheduler* s = handle();
     int rc;
@@ -909,6 +981,10 @@ PYBIND11_MODULE(_libtier, m) {
     return hexes(out.data(), n);
   }, py::arg("namespace"), py::arg("tokens"), py::arg("chunk"), py::arg("include_partial") = false,
      "Chained chunk keys of `tokens` in `chunk`-token chunks (docs/keys.md).");
+  m.def("encode_reports", &encode_reports, py::arg("reports"),
+        "Reports as one wire message (docs/engine.md \"Wire format\").");
+  m.def("decode_reports", &decode_reports, py::arg("data"),
+        "Reports from a wire message another process encoded.");
   m.def("external_key", [](py::object name) {
     std::string b = py::isinstance<py::str>(name) ? name.cast<std::string>()
                                                    : py::bytes(name).cast<std::string>();
@@ -997,7 +1073,8 @@ PYBIND11_MODULE(_libtier, m) {
       .def_readonly("chunk_keys", &LoadOp::chunk_keys)
       .def_readonly("block_ids", &LoadOp::block_ids)
       .def_readonly("slot", &LoadOp::slot)
-      .def_readonly("slot_group", &LoadOp::slot_group);
+      .def_readonly("slot_group", &LoadOp::slot_group)
+      .def_readonly("lease", &LoadOp::lease);
   py::class_<SaveOp>(m, "SaveOp")
       .def_readonly("request", &SaveOp::request)
       .def_readonly("generation", &SaveOp::generation)
@@ -1006,12 +1083,16 @@ PYBIND11_MODULE(_libtier, m) {
       .def_readonly("chunk_keys", &SaveOp::chunk_keys)
       .def_readonly("block_ids", &SaveOp::block_ids)
       .def_readonly("slot", &SaveOp::slot)
-      .def_readonly("slot_group", &SaveOp::slot_group);
+      .def_readonly("slot_group", &SaveOp::slot_group)
+      .def_readonly("prefix_keys", &SaveOp::prefix_keys);
   py::class_<StepPlan>(m, "StepPlan", "One step's plan: submit it to every rank's Worker.")
       .def_property_readonly("step", &StepPlan::step)
       .def_property_readonly("has_work", &StepPlan::has_work)
       .def_property_readonly("loads", &StepPlan::loads)
-      .def_property_readonly("saves", &StepPlan::saves);
+      .def_property_readonly("saves", &StepPlan::saves)
+      .def("encode", &StepPlan::encode, "The plan as one wire message (docs/engine.md).")
+      .def_static("decode", &StepPlan::decode, py::arg("data"),
+                  "A plan from a wire message another process encoded.");
   py::class_<OpReport>(m, "OpReport", "One rank's terminal result for one operation.")
       .def(py::init([](std::string channel, std::uint64_t request, std::uint64_t generation,
                        std::uint32_t rank, bool ok, std::string reason) {
@@ -1067,6 +1148,8 @@ PYBIND11_MODULE(_libtier, m) {
       .def("take_reports", &Worker::take_reports)
       .def_property_readonly("queued_saves", &Worker::queued_saves)
       .def_property_readonly("queued_loads", &Worker::queued_loads)
+      .def("release_lease", &Worker::release_lease, py::arg("lease"))
+      .def("metrics", &Worker::metrics)
       .def("close", &Worker::close);
 
   py::class_<Scheduler, std::shared_ptr<Scheduler>>(m, "Scheduler",

@@ -116,3 +116,61 @@ def test_engine_errors(engine):
         libtier.Scheduler.create({"block_tokens": "x"}, worker, libtier.namespace_id({}))
     with pytest.raises(libtier.InvalidArgument, match="channel"):
         sched.process([libtier.OpReport("nope", 1, 1, 0, True)])
+
+
+def test_plans_and_reports_cross_processes_as_bytes(engine):
+    """The wire format (docs/engine.md "Wire format"): a plan and reports as bytes and back, the
+    header as documented, and every damaged message refused (never a partial plan)."""
+    import struct
+
+    sched, worker, layout = engine
+    prompt = np.arange(5000, 5000 + CHUNKS * BLOCK, dtype=np.uint32)
+    h = sched.add_request(1, prompt)
+    sched.lookup(h)
+    sched.after_alloc(h, local_tokens=0, blocks=[0, 1, 2, 3], group=0)
+    sched.on_computed(h, CHUNKS * BLOCK)
+    plan = sched.build_step()
+    assert plan.saves and plan.saves[0].slot is not None
+    data = plan.encode()
+    magic, version, kind, flags, body, reserved = struct.unpack_from("<4sHBBII", data)
+    assert (magic, version, kind, flags, reserved) == (b"LTWM", 1, 1, 0, 0)
+    assert body == len(data) - 24
+    back = libtier.StepPlan.decode(data)
+    assert back.step == plan.step
+    for a, b in zip(plan.saves, back.saves):
+        assert (a.request, a.generation, a.page_start, a.page_end) == \
+            (b.request, b.generation, b.page_start, b.page_end)
+        assert a.chunk_keys == b.chunk_keys and a.block_ids == b.block_ids
+        assert a.prefix_keys == b.prefix_keys and len(a.prefix_keys) == a.slot.tokens // BLOCK
+        assert (a.slot.tokens, a.slot.key, a.slot_group) == (b.slot.tokens, b.slot.key, b.slot_group)
+    assert libtier.StepPlan.decode(bytearray(data)).step == plan.step
+    assert libtier.StepPlan.decode(memoryview(data)).step == plan.step
+    with pytest.raises(libtier.InvalidArgument, match="truncated"):
+        libtier.StepPlan.decode(data[:-1])
+    flipped = bytearray(data)
+    flipped[-1] ^= 1
+    with pytest.raises(libtier.ChecksumMismatch):
+        libtier.StepPlan.decode(bytes(flipped))
+    with pytest.raises(libtier.NotSupported):
+        libtier.StepPlan.decode(data[:4] + b"\x02\x00" + data[6:])
+    with pytest.raises(libtier.InvalidArgument):
+        libtier.decode_reports(data)  # a plan is not reports
+
+    for c in range(CHUNKS):
+        fill(layout.page_regions([c]), c + 1)
+    worker.submit(back)  # the decoded plan, as a rank process submits it
+    worker.progress()
+    reports = worker.take_reports()
+    wire = libtier.encode_reports(reports)
+    got = libtier.decode_reports(wire)
+    assert [(r.channel, r.request, r.generation, r.rank, r.ok, r.reason) for r in got] == \
+        [(r.channel, r.request, r.generation, r.rank, r.ok, r.reason) for r in reports]
+    sched.process(got)
+    assert sched.saves_pending == 0
+    failed = libtier.OpReport("slot_save", 1, 99, 0, False, "sidecar_corrupt")
+    assert libtier.decode_reports(libtier.encode_reports([failed]))[0].reason == "sidecar_corrupt"
+    with pytest.raises(libtier.InvalidArgument, match="worker outcome"):
+        libtier.encode_reports([libtier.OpReport("load", 1, 1, 0, False, "made up")])
+    m = worker.metrics()
+    assert m["workers"][0]["rank"] == 0 and m["workers"][0]["slot_publishes"] == 1
+    assert "rank0/cpu" in m["tiers"] and "engine" not in m

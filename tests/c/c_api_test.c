@@ -383,16 +383,53 @@ static void test_engine(void) {
   CHECK(op.block_count == kChunks && op.block_ids[0] == 8);
   CHECK(op.has_slot == 1 && op.slot_group == 1);
   CHECK(tier_plan_load(plan, 1, &op) == TIER_INVALID_ARGUMENT);
+  const uint64_t lease = tier_plan_load_lease(plan, 0);
+  CHECK(lease != 0); /* the view (this worker) leased the hit */
+  CHECK(tier_plan_load_lease(plan, 1) == 0);
+  /* The plan crosses to the rank as bytes (docs/engine.md "Ranks as processes"). */
+  uint8_t* bytes = NULL;
+  size_t nbytes = 0;
+  REQUIRE_OK(tier_plan_encode(plan, &bytes, &nbytes));
+  tier_plan_free(plan);
+  tier_plan* got = (tier_plan*)1;
+  CHECK(tier_plan_decode(bytes, nbytes - 1, &got) == TIER_INVALID_ARGUMENT && got == NULL);
+  bytes[nbytes - 1] ^= 1;
+  CHECK(tier_plan_decode(bytes, nbytes, &got) == TIER_CHECKSUM_MISMATCH && got == NULL);
+  CHECK(strstr(tier_last_error(), "checksum") != NULL);
+  bytes[nbytes - 1] ^= 1;
+  tier_reports* none = NULL;
+  CHECK(tier_reports_decode(bytes, nbytes, &none) == TIER_INVALID_ARGUMENT && none == NULL);
+  REQUIRE_OK(tier_plan_decode(bytes, nbytes, &plan));
+  tier_free(bytes);
+  REQUIRE_OK(tier_plan_load(plan, 0, &op));
+  CHECK(op.request == 2 && op.page_end == kTokens && op.chunk_count == kChunks);
+  CHECK(op.block_count == kChunks && op.block_ids[0] == 8);
+  CHECK(op.has_slot == 1 && op.slot_group == 1 && op.slot.tokens == kTokens);
+  CHECK(tier_plan_load_lease(plan, 0) == lease);
   REQUIRE_OK(tier_worker_submit(w, plan));
   tier_plan_free(plan);
   CHECK(tier_worker_queued_loads(w) == 1);
   REQUIRE_OK(tier_worker_progress(w, SIZE_MAX, NULL));
-  tier_op_report reports[8];
+  tier_op_report taken[8];
   size_t n = 0;
-  REQUIRE_OK(tier_worker_take_reports(w, reports, 8, &n));
+  REQUIRE_OK(tier_worker_take_reports(w, taken, 8, &n));
+  CHECK(n == 1 && taken[0].ok == 1 && taken[0].channel == TIER_CHANNEL_LOAD);
+  REQUIRE_OK(tier_worker_release_lease(w, lease)); /* released already by the load: ignored */
+  /* The reports cross back as bytes. */
+  tier_op_report bad = taken[0];
+  bad.ok = 0;
+  bad.reason = "not an outcome";
+  CHECK(tier_reports_encode(&bad, 1, &bytes, &nbytes) == TIER_INVALID_ARGUMENT);
+  REQUIRE_OK(tier_reports_encode(taken, n, &bytes, &nbytes));
+  tier_reports* back = NULL;
+  REQUIRE_OK(tier_reports_decode(bytes, nbytes, &back));
+  tier_free(bytes);
+  const tier_op_report* reports = tier_reports_get(back, &n);
   CHECK(n == 1 && reports[0].ok == 1 && reports[0].channel == TIER_CHANNEL_LOAD);
+  CHECK(reports[0].request == 2 && reports[0].rank == 0 && strcmp(reports[0].reason, "") == 0);
   tier_events* ev = NULL;
   REQUIRE_OK(tier_scheduler_process(s, reports, n, &ev));
+  tier_reports_free(back);
   size_t count = 0;
   const uint64_t* loaded = tier_events_loaded(ev, &count);
   CHECK(count == 1 && loaded[0] == h2);
@@ -411,6 +448,10 @@ static void test_engine(void) {
   tier_free(text);
   REQUIRE_OK(tier_engine_metrics_prometheus(s, &w, 1, &text));
   CHECK(strstr(text, "libtier_engine_load_requests_total 1") != NULL);
+  tier_free(text);
+  REQUIRE_OK(tier_worker_metrics_json(w, &text));
+  CHECK(strstr(text, "\"loads_ok\":1") != NULL && strstr(text, "\"rank0/cpu\"") != NULL);
+  CHECK(strstr(text, "load_requests") == NULL); /* the worker's part only */
   tier_free(text);
 
   tier_scheduler_destroy(s);

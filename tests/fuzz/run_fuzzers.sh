@@ -8,7 +8,7 @@ set -euo pipefail
 src=$(realpath "$1")
 build=$(realpath -m "$2")
 seconds=${3:-4}
-targets=(aos1 object_header profile)
+targets=(aos1 engine_wire object_header profile)
 
 if ! command -v clang++ >/dev/null; then
   echo "clang++ not found: install clang (and libclang-rt-dev) to fuzz"; exit 77

@@ -5,7 +5,9 @@
 // a FaultyLayout that can fail SLOT snapshots), and a Worker per rank. Every step runs each rank's
 // submit+progress on its own thread, as TP workers do. A "forward" writes deterministic KV derived
 // from the prefix content (kv_content.hpp), so a restore can be checked bit for bit against a
-// recomputation. SimOptions::layout puts every rank's KV in host or GPU memory.
+// recomputation. SimOptions::layout puts every rank's KV in host or GPU memory; SimOptions::wire
+// sends every plan and report through the wire format (tier/engine/wire.hpp), as between
+// processes.
 
 #include <doctest/doctest.h>
 
@@ -20,6 +22,7 @@
 #include "tier/dsv4/kv_layout.hpp"
 #include "tierbench/kv_content.hpp"
 #include "tier/engine/scheduler.hpp"
+#include "tier/engine/wire.hpp"
 #include "tier/engine/worker.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"
@@ -147,6 +150,9 @@ struct SimOptions {
   std::uint64_t num_slots = 4;
   std::uint64_t prefill_chunk = 4096;
   dsv4::Dsv4LayoutOptions layout;  // where each rank's KV memory lives (host or GPU)
+  // Every plan reaches each rank as its own decoded copy of one encoded message, and each rank's
+  // reports reach the scheduler encoded and decoded, as between processes.
+  bool wire = false;
   // Per rank: the profile of that rank's stack (default: a CPU tier).
   std::function<Json(std::uint32_t rank)> profile = [](std::uint32_t) { return cpu_profile(); };
 };
@@ -211,8 +217,13 @@ class SimEngine {
   // One engine step: plan, dispatch to every rank, progress, aggregate.
   StepEvents step(bool progress = true) {
     last_plan = sched->build_step();
+    std::vector<StepPlan> plans(workers.size(), last_plan);
+    if (o_.wire) {
+      const auto bytes = require_value(wire::encode_plan(last_plan));
+      for (StepPlan& p : plans) p = require_value(wire::decode_plan(bytes));
+    }
     on_ranks([&](std::uint32_t r) {
-      workers[r]->submit(last_plan);
+      workers[r]->submit(plans[r]);
       if (progress) workers[r]->progress();
     });
     return collect();
@@ -221,6 +232,8 @@ class SimEngine {
     std::vector<OpReport> all;
     for (auto& w : workers) {
       auto rs = w->take_reports();
+      if (o_.wire)
+        rs = require_value(wire::decode_reports(require_value(wire::encode_reports(rs))));
       all.insert(all.end(), rs.begin(), rs.end());
     }
     return absorb(sched->process(all));

@@ -280,7 +280,33 @@ size_t tier_plan_save_count(const tier_plan* plan);
 /* The i-th operation; its pointers stay valid until tier_plan_free. Errors: INVALID_ARGUMENT. */
 int tier_plan_load(const tier_plan* plan, size_t index, tier_load_op* out);
 int tier_plan_save(const tier_plan* plan, size_t index, tier_save_op* out);
+/* The lookup lease the i-th load carries (0: none, or no such load): the scheduler's view took it
+ * and releases it with tier_worker_release_lease when the load is terminal, where the rank that
+ * loads is another process (docs/engine.md "Ranks as processes"). */
+uint64_t tier_plan_load_lease(const tier_plan* plan, size_t index);
 void tier_plan_free(tier_plan* plan);
+
+/* Plans and reports between processes (docs/engine.md "Ranks as processes"; the bytes are the
+ * wire format of docs/engine.md "Wire format": versioned, checksummed, checked on decode). Any
+ * thread, concurrently; a decoded plan or report list is read-only. A decoder never returns a
+ * partial result: a truncated, corrupt or malformed message is INVALID_ARGUMENT (the message
+ * names the byte offset), a checksum failure CHECKSUM_MISMATCH, another format version or an
+ * unknown required part NOT_SUPPORTED, a message over 64 MiB NO_SPACE. */
+
+/* The plan as one message: *out (free with tier_free) holds *size bytes. */
+int tier_plan_encode(const tier_plan* plan, uint8_t** out, size_t* size);
+/* A plan from a message another process encoded: submit it with tier_worker_submit, read it with
+ * the tier_plan_* getters, free it with tier_plan_free. */
+int tier_plan_decode(const void* bytes, size_t size, tier_plan** out);
+/* Reports as one message: *out (free with tier_free) holds *size bytes. Errors: INVALID_ARGUMENT
+ * (a channel out of range, a reason that is not "" or a worker outcome name). */
+int tier_reports_encode(const tier_op_report* reports, size_t count, uint8_t** out, size_t* size);
+/* Reports from a message, for tier_scheduler_process. */
+typedef struct tier_reports tier_reports;
+int tier_reports_decode(const void* bytes, size_t size, tier_reports** out);
+/* The decoded reports (*count of them); valid, reason strings included, until tier_reports_free. */
+const tier_op_report* tier_reports_get(const tier_reports* reports, size_t* count);
+void tier_reports_free(tier_reports* reports);
 
 /* Queues the plan's operations on this rank; never blocks on transfers. */
 int tier_worker_submit(tier_worker* worker, const tier_plan* plan);
@@ -293,6 +319,13 @@ int tier_worker_take_reports(tier_worker* worker, tier_op_report* out, size_t ca
                              size_t* count);
 size_t tier_worker_queued_saves(tier_worker* worker);
 size_t tier_worker_queued_loads(tier_worker* worker);
+/* Ends a lookup lease this worker handed out as the scheduler's view (tier_plan_load_lease);
+ * other ids are ignored. */
+int tier_worker_release_lease(tier_worker* worker, uint64_t lease);
+/* This worker's counters and its tiers' metrics as JSON ({"workers": [...], "tiers": {...}}, the
+ * worker parts of tier_engine_metrics_json), for a rank process without a scheduler; free with
+ * tier_free. */
+int tier_worker_metrics_json(tier_worker* worker, char** out);
 
 /* The scheduler, with rank 0's worker as its view of the tiers. */
 typedef struct tier_scheduler tier_scheduler;

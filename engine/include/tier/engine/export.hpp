@@ -10,7 +10,8 @@
 // libtier_engine_loaded_bytes_total{rank="r",tier="t"}, and the core's libtier_* tier metrics
 // with tier="rank<r>/<tier>".
 //
-// Threads: call on the scheduler thread; worker parts are read under each worker's lock.
+// Threads: call on the scheduler thread (worker_metrics_json: any thread); worker parts are read
+// under each worker's lock.
 
 #include <span>
 #include <string>
@@ -21,6 +22,9 @@
 namespace tier::engine {
 
 Json metrics_json(const Scheduler& scheduler, std::span<Worker* const> workers);
+// One worker's part of metrics_json ({"workers": [its entry], "tiers": {"rank<r>/<tier>": ...}}),
+// for a rank process that holds no Scheduler (docs/engine.md "Ranks as processes").
+Json worker_metrics_json(Worker& worker);
 std::string metrics_prometheus(const Scheduler& scheduler, std::span<Worker* const> workers);
 
 }  // namespace tier::engine

@@ -8,9 +8,11 @@
 #include <new>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tier/json.hpp"
 #include "tier/options.hpp"
+#include "tier/version.hpp"
 
 namespace tier::cli {
 namespace {
@@ -138,7 +140,8 @@ int dispatch(std::string_view program, int argc, char** argv) {
   std::sort(cmds.begin(), cmds.end(),
             [](const Command& a, const Command& b) { return std::string_view(a.name) < b.name; });
   auto usage = [&](std::FILE* out) {
-    fmt::print(out, "usage: {} COMMAND [options]\n\ncommands:\n", program);
+    fmt::print(out, "usage: {} COMMAND [options]   ({} --version prints the version)\n\ncommands:\n",
+               program, program);
     for (const auto& c : cmds) fmt::print(out, "  {} {}\n      {}\n", program, c.usage, c.help);
   };
   if (argc < 2) {
@@ -148,6 +151,10 @@ int dispatch(std::string_view program, int argc, char** argv) {
   std::string_view name = argv[1];
   if (name == "help" || name == "--help" || name == "-h") {
     usage(stdout);
+    return 0;
+  }
+  if (name == "--version") {
+    fmt::print("{} {}\n", program, tier::version());
     return 0;
   }
   for (const auto& c : cmds) {
@@ -166,8 +173,16 @@ int dispatch(std::string_view program, int argc, char** argv) {
       }
     }
   }
-  fmt::print(stderr, "{}: unknown command \"{}\"\n\n", program, name);
-  usage(stderr);
+  // A mistyped command gets the nearest one, not the whole usage.
+  std::vector<std::string> names;
+  for (const auto& c : cmds) names.emplace_back(c.name);
+  const std::string hint = did_you_mean(name, names);
+  if (!hint.empty())
+    fmt::print(stderr, "{}: unknown command \"{}\"; did you mean \"{}\"? ({} help lists them)\n",
+               program, name, hint, program);
+  else
+    fmt::print(stderr, "{}: unknown command \"{}\"; the commands are: {} ({} help says more)\n",
+               program, name, fmt::join(names, ", "), program);
   return 2;
 }
 

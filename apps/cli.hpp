@@ -47,7 +47,8 @@ struct Command {
 
 // Registration (called by TIER_CLI_COMMAND from static initializers).
 bool add_command(const Command& c);
-// Dispatches argv[1]; prints usage for "help", "--help" or an unknown command.
+// Dispatches argv[1]: usage for "help" or "--help", the version for "--version", and
+// for an unknown command the nearest one ("did you mean") or the list of commands.
 int dispatch(std::string_view program, int argc, char** argv);
 
 // Prints "program: message" to stderr and returns `code` (for `return fail(...)`).

@@ -1,5 +1,5 @@
 #pragma once
-// Replay workloads: a real trace in the Mooncake conversation format (apps/trace.hpp), or a
+// Replay workloads: a real trace in the Mooncake conversation format (tier/sizing/trace.hpp), or a
 // built-in generator of multi-turn conversations.
 
 #include <cstdint>
@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "tier/status.hpp"
-#include "trace.hpp"
+#include "tier/sizing/trace.hpp"
 
 namespace tier::bench {
 
-// The trace format and its reader are shared with tierctl (apps/trace.hpp).
-using cli::kTraceBlockTokens;
-using cli::load_trace;
-using cli::Request;
+// The trace format and its reader are shared with tierctl (libtier_sizing, sizing/).
+using sizing::kTraceBlockTokens;
+using sizing::load_trace;
+using sizing::Request;
 
 // A deterministic multi-turn conversation workload: `sessions` conversations that share a system
 // prompt, each turn resending its history plus new tokens, interleaved in time.

@@ -64,6 +64,11 @@ int run_explain(tier::cli::Args& args) {
   fmt::print("profile {}\n", path);
   fmt::print("  background writes in flight: at most {}\n", j["stack"]["max_inflight"].get<std::string>());
   fmt::print("  foreground timeout: {} ms\n", p->op_timeout_us / 1000);
+  if (p->metrics.enabled)
+    fmt::print("  metrics: GET http://{}/metrics (timeout {} ms, at most {} connections)\n",
+               j["metrics"]["listen"].get<std::string>(), p->metrics.timeout_us / 1000,
+               p->metrics.max_connections);
+  if (p->log_level) fmt::print("  log level: {}\n", tier::log_level_name(*p->log_level));
   for (std::size_t i = 0; i < p->tiers.size(); ++i) {
     const auto& t = p->tiers[i];
     fmt::print("  tier {} \"{}\": backend {} ({}), capacity {}, {}{}, on eviction {}{}\n", i, t.name,

@@ -1,5 +1,5 @@
 // tierctl size: the LRU hit ratio of a trace at every capacity, counted as `tierbench replay`
-// counts hits, in one pass (apps/tierctl/mrc.hpp, docs/sizing.md): a table at round sizes with
+// counts hits, in one pass (tier/sizing/mrc.hpp, docs/sizing.md): a table at round sizes with
 // the knee, the ratio at one size (--at), the whole curve (--json) and a plot (--plot).
 #include <fmt/format.h>
 
@@ -12,14 +12,20 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "mrc.hpp"
 #include "mrc_plot.hpp"
 #include "tier/json.hpp"
 #include "tier/options.hpp"
+#include "tier/sizing/mrc.hpp"
 #include "tier/tier_stack.hpp"
 
 namespace tier::cli {
 namespace {
+
+using sizing::CurveEstimate;
+using sizing::CurveOptions;
+using sizing::HitCurve;
+using sizing::kMinSampleRate;
+using sizing::trace_curve;
 
 constexpr const char* kUsage =
     "size --trace FILE [--block-bytes B] [--sample R] [--at BLOCKS] [--json] "
@@ -87,21 +93,6 @@ struct Report {
   std::optional<HitCurve::Step> knee;
   std::vector<std::uint64_t> rows;  // capacities of the table, increasing
 };
-
-// The knee (Satopaa et al.'s Kneedle on the normalized curve): the capacity where the curve is
-// furthest above the line from (0, 0) to (saturation, max ratio); past it, each block gains
-// less than the curve's average.
-std::optional<HitCurve::Step> knee_of(const HitCurve& c) {
-  const double top = c.max_ratio(), right = static_cast<double>(c.saturation());
-  if (top <= 0 || right <= 0) return std::nullopt;
-  std::optional<HitCurve::Step> best;
-  double best_gap = -1;
-  for (const HitCurve::Step& s : c.steps()) {
-    const double gap = s.hit_ratio / top - static_cast<double>(s.blocks) / right;
-    if (gap > best_gap) best_gap = gap, best = s;
-  }
-  return best;
-}
 
 // Powers of two up to the first at or past saturation, with the knee and saturation.
 std::vector<std::uint64_t> table_rows(const HitCurve& c,
@@ -243,7 +234,7 @@ int run_size(Args& args) {
     return fail(std::string(est.status().message()),
                 est.status().code() == Code::kNotFound ? 2 : 1);
   const HitCurve& c = est->curve;
-  const auto knee = knee_of(c);
+  const auto knee = sizing::knee(c);
   const Report r{*est, a.block_bytes, TierStack::image_bytes(a.block_bytes), knee,
                  table_rows(c, knee)};
   if (a.json)

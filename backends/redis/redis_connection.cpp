@@ -12,6 +12,7 @@
 
 #if TIER_REDIS_TLS
 #include "redis_tls.hpp"
+#include "tier/log.hpp"
 #endif
 
 namespace tier::redis {
@@ -241,6 +242,10 @@ void Connection::fail(const Status& why) {
   rpos_ = rend_ = 0;
   state_ = State::kBackoff;
   (was_ready ? stats_.disconnects : stats_.connect_failures).add();
+  if (log_enabled(LogLevel::kWarn))  // on the I/O thread (docs/logging.md)
+    log(LogLevel::kWarn, fmt::format("redis {}: {}: {}; retrying in {} ms", endpoint_.address(),
+                                     was_ready ? "connection lost" : "cannot connect",
+                                     why.message(), ms(backoff_)));
 
   const std::uint64_t g = gen_;
   backoff_timer_.expires_after(backoff_);

@@ -62,8 +62,9 @@ Status RegionCodec::decode(std::span<const std::byte> payload, RegionList dst) c
   Plan p;
   TIER_RETURN_IF_ERROR(plan(dst, p));
   if (payload.size() != p.plan.image_bytes)
-    return Status::invalid("stored object of " + std::to_string(payload.size()) +
-                           " bytes for regions of " + std::to_string(p.plan.image_bytes));
+    return Status::invalid("stored payload is " + std::to_string(payload.size()) +
+                           " bytes, these regions take " + std::to_string(p.plan.image_bytes) +
+                           ": nothing written");
   return p.executor->scatter(p.plan, payload);
 }
 

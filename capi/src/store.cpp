@@ -7,7 +7,12 @@
 #include <cstring>
 #include <string>
 
+#include <fmt/format.h>
+
+#include <atomic>
+
 #include "capi_internal.hpp"
+#include "tier/log.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"
 
@@ -169,6 +174,25 @@ tier_completion* take_done(tier_store& s, std::uint64_t ticket) {
   return c;
 }
 
+// Once per process: a persistent tier opened with the all-zero namespace shares its objects with
+// every program that does the same, whatever model it serves, and a program that opens it with a
+// namespace finds none of them (docs/integration.md, "Namespaces").
+void warn_default_namespace(TierStack& stack) {
+  static std::atomic<bool> warned{false};
+  for (std::size_t i = 0; i < stack.tier_count(); ++i) {
+    if (!stack.tier(i).capabilities().persistent) continue;
+    if (warned.exchange(true)) return;
+    log(LogLevel::kWarn,
+        fmt::format("tier {} is persistent and the store was opened with the default namespace: "
+                    "its objects are shared with every program that opens it so, whatever the "
+                    "model, and invisible to one that passes a namespace; pass the model's "
+                    "identity (Store.open(..., namespace={{\"model\": ...}}), tier_store_open's "
+                    "ns; docs/integration.md, \"Namespaces\")",
+                    stack.spec(i).name));
+    return;
+  }
+}
+
 Status open_store(Result<Profile> profile, const tier_key* ns, std::uint32_t rank,
                   tier_store** out) {
   TIER_RETURN_IF_ERROR(need(out, "out"));
@@ -183,6 +207,7 @@ Status open_store(Result<Profile> profile, const tier_key* ns, std::uint32_t ran
   s->op_timeout_ms = std::max<std::uint64_t>(1, profile->op_timeout_us / 1000);
   for (std::size_t i = 0; i < s->stack->tier_count(); ++i)
     s->tier_names.push_back(s->stack->spec(i).name);
+  if (s->ns == Key128{}) warn_default_namespace(*s->stack);
   *out = s.release();
   return Status::ok();
 }
@@ -350,6 +375,10 @@ int tier_store_metrics_prometheus(tier_store* store, char** out) {
   });
 }
 
+const char* tier_store_metrics_endpoint(tier_store* store) {
+  return store ? store->stack->metrics_endpoint().c_str() : "";
+}
+
 int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kind, int32_t device,
                          tier_memory** out) {
   return guarded([&]() -> Status {
@@ -398,6 +427,21 @@ int tier_store_lookup_prefix(tier_store* store, const tier_key* keys, size_t cou
     for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(*store, keys[i]));
     std::lock_guard<std::mutex> lock(store->mu);
     TIER_ASSIGN_OR_RETURN(*prefix, store->stack->lookup_prefix(k));
+    return Status::ok();
+  });
+}
+int tier_store_stat(tier_store* store, const tier_key* keys, size_t count, tier_object_stat* out) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    if (count && (!keys || !out)) return Status::invalid("keys or out is NULL");
+    std::vector<ObjectKey> k;
+    k.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(*store, keys[i]));
+    std::vector<ObjectStat> stats(count);
+    std::lock_guard<std::mutex> lock(store->mu);
+    TIER_RETURN_IF_ERROR(store->stack->stat(k, stats));
+    for (std::size_t i = 0; i < count; ++i)
+      out[i] = tier_object_stat{stats[i].tier, stats[i].payload_bytes, stats[i].stored_bytes};
     return Status::ok();
   });
 }

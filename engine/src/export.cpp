@@ -131,13 +131,13 @@ std::string metrics_prometheus(const Scheduler& scheduler, std::span<Worker* con
       out += fmt::format("libtier_engine_loaded_bytes_total{{rank=\"{}\",tier=\"{}\"}} {}\n",
                          w->rank(), names[i], loaded[i]);
   }
-  // The core's tier metrics, one series per rank and tier (kept alive while formatting).
-  std::vector<NamedMetrics> tiers;
-  for (Worker* w : workers) {
-    auto named = w->with_stack([](TierStack& s) { return s.metrics(); });
-    for (auto& n : named) tiers.push_back({fmt::format("rank{}/{}", w->rank(), n.tier), n.metrics});
-  }
-  out += tier::metrics_prometheus(tiers);
+  // Each rank's stack: its tiers labelled rank<r>/<name>, its own series rank="<r>" (the workers
+  // keep the stacks alive; formatting reads counters only).
+  std::vector<StackExposition> stacks;
+  for (Worker* w : workers)
+    stacks.push_back({w->with_stack([](TierStack& s) { return &s; }),
+                      fmt::format("rank{}/", w->rank()), fmt::format("rank=\"{}\"", w->rank())});
+  out += tier::metrics_prometheus(stacks);
   return out;
 }
 

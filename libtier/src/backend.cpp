@@ -58,9 +58,10 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
       TIER_RETURN_IF_ERROR(check_buffer(r, t, caps));
       bytes += t.size;
     }
-    if (bytes > caps.max_object_bytes)
-      return Status::invalid(fmt::format("put: image of {} bytes exceeds the tier's limit of {}",
-                                         bytes, caps.max_object_bytes));
+    if (bytes > caps.max_object_bytes)  // no room can ever be made: NoSpace, as documented
+      return Status(Code::kNoSpace,
+                    fmt::format("put: an image of {} bytes is larger than the tier takes ({} bytes)",
+                                bytes, caps.max_object_bytes));
     if (b.host_accessible()) {
       auto h = parse_object_header(b.bytes());
       if (!h) return Status::invalid("put: image has no valid object header: " + h.status().to_string());

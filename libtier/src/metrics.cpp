@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace tier {
 
 std::string_view op_name(Op op) noexcept {
@@ -12,6 +14,21 @@ std::string_view op_name(Op op) noexcept {
     case Op::kRemove: return "remove";
   }
   return "unknown";
+}
+
+void Histogram::observe(std::chrono::nanoseconds d) noexcept {
+  const std::int64_t ns = std::max<std::int64_t>(0, d.count());
+  const double seconds = static_cast<double>(ns) * 1e-9;
+  std::size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  buckets_[i].add();
+  sum_ns_.add(static_cast<std::uint64_t>(ns));
+}
+
+std::uint64_t Histogram::count() const noexcept {
+  std::uint64_t n = 0;
+  for (const Counter& b : buckets_) n += b.get();
+  return n;
 }
 
 Json TierMetrics::to_json() const {
@@ -43,6 +60,17 @@ Json metrics_json(const std::vector<NamedMetrics>& tiers) {
   return j;
 }
 
+std::string prometheus_escape(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
 std::string metrics_prometheus(const std::vector<NamedMetrics>& tiers) {
   std::string out;
   auto family = [&](std::string_view name, std::string_view help, std::string_view type) {
@@ -50,22 +78,24 @@ std::string metrics_prometheus(const std::vector<NamedMetrics>& tiers) {
   };
   family("libtier_ops_total", "Completed operations by tier, op and result.", "counter");
   for (const auto& t : tiers) {
+    const std::string tier = prometheus_escape(t.tier);
     for (std::size_t i = 0; i < kOpCount; ++i) {
       const OpCounters& c = t.metrics->ops[i];
       auto op = op_name(static_cast<Op>(i));
-      out += fmt::format("libtier_ops_total{{tier=\"{}\",op=\"{}\",result=\"ok\"}} {}\n", t.tier,
+      out += fmt::format("libtier_ops_total{{tier=\"{}\",op=\"{}\",result=\"ok\"}} {}\n", tier,
                          op, c.ok.get());
-      out += fmt::format("libtier_ops_total{{tier=\"{}\",op=\"{}\",result=\"miss\"}} {}\n", t.tier,
+      out += fmt::format("libtier_ops_total{{tier=\"{}\",op=\"{}\",result=\"miss\"}} {}\n", tier,
                          op, c.misses.get());
-      out += fmt::format("libtier_ops_total{{tier=\"{}\",op=\"{}\",result=\"error\"}} {}\n",
-                         t.tier, op, c.errors.get());
+      out += fmt::format("libtier_ops_total{{tier=\"{}\",op=\"{}\",result=\"error\"}} {}\n", tier,
+                         op, c.errors.get());
     }
   }
   family("libtier_bytes_total", "Bytes moved by successful operations.", "counter");
   for (const auto& t : tiers)
     for (std::size_t i = 0; i < kOpCount; ++i)
-      out += fmt::format("libtier_bytes_total{{tier=\"{}\",op=\"{}\"}} {}\n", t.tier,
-                         op_name(static_cast<Op>(i)), t.metrics->ops[i].bytes.get());
+      out += fmt::format("libtier_bytes_total{{tier=\"{}\",op=\"{}\"}} {}\n",
+                         prometheus_escape(t.tier), op_name(static_cast<Op>(i)),
+                         t.metrics->ops[i].bytes.get());
   struct Single {
     const char* name;
     const char* help;
@@ -93,7 +123,8 @@ std::string metrics_prometheus(const std::vector<NamedMetrics>& tiers) {
   for (const Single& s : kSingles) {
     family(s.name, s.help, "counter");
     for (const auto& t : tiers)
-      out += fmt::format("{}{{tier=\"{}\"}} {}\n", s.name, t.tier, (t.metrics->*s.field).get());
+      out += fmt::format("{}{{tier=\"{}\"}} {}\n", s.name, prometheus_escape(t.tier),
+                         (t.metrics->*s.field).get());
   }
   return out;
 }

@@ -379,8 +379,9 @@ Result<ObjectHeader> check_scattered_header(std::span<const std::span<std::byte>
                                        h->format_id, h->stage_id, want->format_id,
                                        want->stage_id));
   if (h->payload_bytes != payload_bytes)
-    return Status::invalid(fmt::format("object payload of {} bytes for regions of {}",
-                                       h->payload_bytes, payload_bytes));
+    return Status::invalid(
+        fmt::format("stored payload is {} bytes, these regions take {}: nothing written",
+                    h->payload_bytes, payload_bytes));
   return *h;
 }
 

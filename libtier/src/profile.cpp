@@ -1,7 +1,10 @@
 #include "tier/profile.hpp"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -228,6 +231,87 @@ void read_stack(const Json& v, const std::string& path, ProfileDraft& draft, Con
   if (stack.contains("op_timeout")) draft.profile.op_timeout_us = stack["op_timeout"];
 }
 
+const std::vector<OptionSpec>& metrics_specs() {
+  static const std::vector<OptionSpec> specs = parse_option_specs(R"JSON([
+    {"name": "listen", "type": "string", "default": "127.0.0.1:9464",
+     "doc": "address:port of the HTTP endpoint serving GET /metrics (Prometheus text): an IPv4 address, [IPv6] or localhost; port 0 picks a free port; a loopback address unless allow_remote"},
+    {"name": "allow_remote", "type": "bool", "default": false,
+     "doc": "allow a listen address other than a loopback one: the counters are then served to anyone who can connect"},
+    {"name": "timeout", "type": "duration", "default": "5s", "min": 1000, "max": 60000000,
+     "doc": "longest a request may take to arrive and its answer to be sent; a slower client is disconnected"},
+    {"name": "max_connections", "type": "uint", "default": 16, "min": 1, "max": 1024,
+     "doc": "connections served at once; a connection beyond them is closed at once"}
+  ])JSON");
+  return specs;
+}
+
+const std::vector<OptionSpec>& log_specs() {
+  static const std::vector<OptionSpec> specs = parse_option_specs(R"JSON([
+    {"name": "level", "type": "enum", "choices": ["error", "warn", "info", "debug", "off"],
+     "default": "warn",
+     "doc": "libtier's log level for the process, applied when a stack opens this profile, unless TIER_LOG_LEVEL or the program set one (docs/logging.md)"}
+  ])JSON");
+  return specs;
+}
+
+// "host:port" into `m`: host an IPv4 literal, "[IPv6]" or "localhost". Returns the error, or "".
+std::string parse_listen(const std::string& text, MetricsEndpoint& m) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos)
+    return fmt::format("expected address:port like \"127.0.0.1:9464\", got \"{}\"", text);
+  std::string host = text.substr(0, colon);
+  const std::string port = text.substr(colon + 1);
+  unsigned long p = 0;
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      (p = std::stoul(port)) > 65535)
+    return fmt::format("port \"{}\" is not a number in [0, 65535]", port);
+  if (host == "localhost") host = "127.0.0.1";
+  bool loopback = false;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    in6_addr a6{};
+    if (inet_pton(AF_INET6, host.c_str(), &a6) != 1)
+      return fmt::format("\"{}\" is not an IPv6 address", host);
+    loopback = IN6_IS_ADDR_LOOPBACK(&a6);
+  } else {
+    in_addr a4{};
+    if (inet_pton(AF_INET, host.c_str(), &a4) != 1)
+      return fmt::format(
+          "\"{}\" is not an IPv4 address, [IPv6] or localhost (names are not resolved)", host);
+    loopback = (ntohl(a4.s_addr) >> 24) == 127;
+  }
+  if (!loopback && !m.allow_remote)
+    return fmt::format(
+        "{} is not a loopback address: anyone who can connect would read the counters; set "
+        "\"allow_remote\": true to listen there",
+        host);
+  m.host = host;
+  m.port = static_cast<std::uint16_t>(p);
+  return "";
+}
+
+void read_metrics(const Json& v, const std::string& path, ProfileDraft& draft,
+                  ConfigErrors& errors) {
+  const std::size_t before = errors.list().size();
+  Json m = resolve_options(v, metrics_specs(), path, errors);
+  if (errors.list().size() != before) return;
+  MetricsEndpoint& out = draft.profile.metrics;
+  out.enabled = true;
+  out.allow_remote = m["allow_remote"].get<bool>();
+  out.timeout_us = m["timeout"].get<std::uint64_t>();
+  out.max_connections = m["max_connections"].get<std::uint32_t>();
+  if (std::string why = parse_listen(m["listen"].get<std::string>(), out); !why.empty())
+    errors.add(path + "/listen", why);
+}
+
+void read_log(const Json& v, const std::string& path, ProfileDraft& draft, ConfigErrors& errors) {
+  const std::size_t before = errors.list().size();
+  Json l = resolve_options(v, log_specs(), path, errors);
+  if (errors.list().size() != before) return;
+  draft.profile.log_level = parse_log_level(l["level"].get<std::string>()).value();
+}
+
 void read_tiers(const Json& v, const std::string& path, ProfileDraft& draft, ConfigErrors& errors) {
   if (!v.is_array() || v.empty()) {
     errors.add(path, "expected a non-empty array of tiers, got " + describe_json(v));
@@ -258,6 +342,12 @@ constexpr KeySpec<ProfileDraft> kProfileKeys[] = {
      read_plugins},
     {"stack", "object", "options of the tier stack: max_inflight_bytes, op_timeout", "",
      read_stack},
+    {"metrics", "object",
+     "an HTTP endpoint serving GET /metrics: listen, allow_remote, timeout, max_connections "
+     "(docs/metrics.md)",
+     "", read_metrics},
+    {"log", "object", "libtier's log level: {\"level\": \"info\"} (docs/logging.md)", "",
+     read_log},
     {"tiers", "array of objects", "the tiers, fastest first", "an array of tiers, fastest first",
      read_tiers},
 };
@@ -338,8 +428,32 @@ struct PluginLookup {
   }
 };
 
+Result<std::string> read_profile_file(const std::string& path);  // below
+
+// The option schema of the plugin file of `kind` and `type`, read from the data file the build
+// installs beside it (libtier_backend_disk.so: libtier_backend_disk.json, the same JSON as the
+// plugin's tier_plugin::options_json), so that a plugin's options are checked without loading it.
+// The file is read as a profile is: a regular file of at most kMaxProfileBytes. Errors: NotFound
+// (no plugin file of that kind and type, or no schema beside it), InvalidArgument (malformed).
+Result<std::vector<OptionSpec>> installed_schema(const Registry& registry, PluginKind kind,
+                                                 const std::string& type) {
+  TIER_ASSIGN_OR_RETURN(std::filesystem::path file, registry.locate(type, kind));
+  if (file.filename() != fmt::format("libtier_{}_{}.so", plugin_kind_name(kind), type))
+    return Status::not_found(fmt::format("{} is not a {} plugin", file.string(),
+                                         plugin_kind_name(kind)));
+  const std::string schema = file.replace_extension(".json").string();
+  auto text = read_profile_file(schema);
+  if (!text) return text.status();
+  try {
+    return parse_option_specs(*text);
+  } catch (const std::exception& e) {
+    return Status::invalid(fmt::format("{}: not an option schema: {}", schema, e.what()));
+  }
+}
+
 // The options of `ref` with defaults filled in; its options as written when its plugin is not
-// loaded (reported in lookup.unchecked); nullopt when its type is unknown.
+// loaded and has no schema installed beside it (reported in lookup.unchecked); nullopt when its
+// type is unknown.
 std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
                                        const PluginLookup& lookup,
                                        const std::filesystem::path& base_dir,
@@ -351,14 +465,27 @@ std::optional<Json> resolve_plugin_ref(const PluginRef& ref, PluginKind kind,
     auto names = registry.names(kind);  // registered names and plugin files, nothing loaded
     if (!lookup.load) {
       std::string why;
-      if (std::find(names.begin(), names.end(), ref.type) != names.end())
-        why = fmt::format("{} \"{}\" is a plugin that is not loaded: its options are not checked",
-                          plugin_kind_name(kind), ref.type);
-      else if (lookup.listed_not_loaded)
+      if (std::find(names.begin(), names.end(), ref.type) != names.end()) {
+        auto schema = installed_schema(registry, kind, ref.type);
+        if (schema) {  // checked without loading the plugin
+          Json options = resolve_options(ref.options, *schema, ref.path, errors);
+          anchor_paths(options, *schema, base_dir);
+          return options;
+        }
+        if (!(schema.status() == Code::kNotFound)) {
+          errors.add(where, std::string(schema.status().message()));
+          return std::nullopt;
+        }
+        why = fmt::format(
+            "{} \"{}\" is a plugin that is not loaded and has no option schema beside it: its "
+            "options are not checked",
+            plugin_kind_name(kind), ref.type);
+      } else if (lookup.listed_not_loaded) {
         why = fmt::format(
             "{} \"{}\" is not registered; it may come from the profile's plugins, "
             "which are not loaded: not checked",
             plugin_kind_name(kind), ref.type);
+      }
       if (!why.empty()) {
         if (lookup.unchecked != nullptr) lookup.unchecked->push_back(ref.path + ": " + why);
         return ref.options;
@@ -447,6 +574,14 @@ Json Profile::to_json() const {
   j["stack"] = {{"max_inflight_bytes", max_inflight_bytes},
                 {"max_inflight", format_size(max_inflight_bytes)},
                 {"op_timeout_us", op_timeout_us}};
+  if (metrics.enabled)
+    j["metrics"] = {{"listen", metrics.host.find(':') != std::string::npos
+                                   ? fmt::format("[{}]:{}", metrics.host, metrics.port)
+                                   : fmt::format("{}:{}", metrics.host, metrics.port)},
+                    {"allow_remote", metrics.allow_remote},
+                    {"timeout_us", metrics.timeout_us},
+                    {"max_connections", metrics.max_connections}};
+  if (log_level) j["log"] = {{"level", std::string(log_level_name(*log_level))}};
   j["tiers"] = Json::array();
   for (const auto& t : tiers) {
     Json backend = t.backend_options;
@@ -479,6 +614,8 @@ Json Profile::to_json() const {
 Json profile_schema_json() {
   return {{"profile", key_table_json<ProfileDraft>(kProfileKeys)},
           {"stack", options_schema_json(stack_specs())},
+          {"metrics", options_schema_json(metrics_specs())},
+          {"log", options_schema_json(log_specs())},
           {"tier", key_table_json<TierDraft>(kTierKeys)}};
 }
 

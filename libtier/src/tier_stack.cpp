@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tier/log.hpp"
 #include "tier/object.hpp"
 
 namespace tier {
@@ -45,6 +46,11 @@ TierStack::TierStack(const Profile& profile)
 
 TierStack::Entry::Entry(TierStack& s) : stack_(s) { s.lock_counted(); }
 
+TierStack::Entry::~Entry() {
+  stack_.note_usage();
+  stack_.mu_.unlock();
+}
+
 void TierStack::lock_counted() {
   entering_.fetch_add(1);
   mu_.lock();
@@ -61,6 +67,7 @@ void TierStack::let_others_in() {
 }
 
 TierStack::~TierStack() {
+  metrics_server_.reset();  // its thread reads the counters below
   flush(std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout_)).ignore();
   // Backends go first: after their destructors no request can touch a pending image.
   for (auto& t : tiers_) t.backend.reset();
@@ -98,6 +105,8 @@ Result<std::unique_ptr<TierStack>> TierStack::open(const Profile& profile, Regis
                    [](const Tier& t) { return t.spec.write; }))
     return Status(Code::kNotSupported,
                   fmt::format("no writable tier can run here ({})", fmt::join(stack->skipped_, "; ")));
+  for (const std::string& why : stack->skipped_)
+    log(LogLevel::kInfo, fmt::format("{}: optional tier left out: {}", profile.source, why));
   for (std::size_t i = 0; i < stack->tiers_.size(); ++i) {
     if (stack->tiers_[i].spec.on_evict != EvictPolicy::kDemote) continue;
     for (std::size_t j = i + 1; j < stack->tiers_.size(); ++j) {
@@ -107,6 +116,7 @@ Result<std::unique_ptr<TierStack>> TierStack::open(const Profile& profile, Regis
       }
     }
   }
+  TIER_RETURN_IF_ERROR(stack->start_metrics(profile));
   return stack;
 }
 
@@ -214,6 +224,7 @@ Result<std::uint64_t> TierStack::submit_one(int t, Op op, const ObjectKey& key, 
   IoRequest req{op, key, buf, id, tail, skip, check};
   p.tier = t;
   p.op = op;
+  p.submitted = Clock::now();
   pending_.emplace(id, std::move(p));
   const auto deadline = Clock::now() + op_timeout_;
   for (;;) {
@@ -235,10 +246,14 @@ void TierStack::reap(int t, std::size_t min, std::chrono::microseconds wait) {
   Completion batch[64];
   auto r = b.poll(batch, std::min<std::size_t>(min, 64), wait);
   if (!r) return;
+  const auto now = Clock::now();
   for (std::size_t i = 0; i < *r; ++i) {
     auto it = pending_.find(batch[i].user_data);
     if (it == pending_.end()) continue;
     Pending& p = it->second;
+    p.reaped = now;
+    if (p.op == Op::kPut || p.op == Op::kGet)
+      note_duration(p.op == Op::kPut ? StackOp::kPut : StackOp::kGet, t, p.submitted, now);
     if (!p.background) {
       p.done = std::move(batch[i]);
       p.finished = true;
@@ -356,12 +371,14 @@ void TierStack::wait_for(const std::vector<std::uint64_t>& ids) {
   }
 }
 
-Completion TierStack::take(std::uint64_t id) {
+Completion TierStack::take(std::uint64_t id, Clock::time_point* reaped) {
+  if (reaped != nullptr) *reaped = Clock::now();
   if (timed_out_.erase(id) > 0)
     return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
   auto it = pending_.find(id);
   if (it == pending_.end() || !it->second.finished)
     return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
+  if (reaped != nullptr) *reaped = it->second.reaped;
   Completion c = std::move(it->second.done);
   recycle(it->second.image);
   pending_.erase(it);
@@ -529,6 +546,7 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
                        std::span<Status> out) {
   if (out.size() != items.size()) return Status::invalid("save: out.size() != items.size()");
   Entry entry(*this);
+  const auto start = Clock::now();
   int first = -1;
   for (std::size_t t = 0; t < tiers_.size(); ++t)
     if (tiers_[t].spec.write) {
@@ -568,9 +586,12 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
     if (ids[i] == 0) {
       if (out[i].is_ok()) out[i] = Status(Code::kBadState, "not submitted");
       counters_.save_failures.add();
+      note_duration(StackOp::kSave, first, start, Clock::now());
       continue;
     }
-    Completion c = take(ids[i]);
+    Clock::time_point reaped;
+    Completion c = take(ids[i], &reaped);
+    note_duration(StackOp::kSave, first, start, reaped);
     if (c.status.is_ok() || c.status == Code::kAlreadyExists) {
       out[i] = Status::ok();
       counters_.saved_bytes.add(c.bytes);
@@ -586,6 +607,7 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
                        std::span<LoadResult> out) {
   if (out.size() != items.size()) return Status::invalid("load: out.size() != items.size()");
   Entry entry(*this);
+  const auto start = Clock::now();
   std::vector<std::size_t> raw_size(items.size(), 0);
   std::vector<char> unserved(items.size(), 1);
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -657,27 +679,61 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       }
       for (; served <= i && finished(served); ++served)
         serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
-                  unserved[served]);
+                  unserved[served], start);
     }
     wait_for({ids.begin() + static_cast<std::ptrdiff_t>(served), ids.end()});
     for (; served < items.size(); ++served)
       serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
-                unserved[served]);
+                unserved[served], start);
   }
-  for (std::size_t i = 0; i < items.size(); ++i)
-    if (!out[i].status.is_ok()) counters_.load_misses.add();
+  const auto end = Clock::now();
+  std::size_t refused = 0, first_refused = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (out[i].status.is_ok()) continue;
+    counters_.load_misses.add();
+    note_duration(StackOp::kLoad, -1, start, end);
+    if (out[i].status == Code::kInvalidArgument && refused++ == 0) first_refused = i;
+  }
+  if (refused > 0 && log_enabled(LogLevel::kWarn))  // a caller's mistake, reported per key only
+    log(LogLevel::kWarn,
+        fmt::format("load: {} of {} items refused; item {} (key {}): {}", refused, items.size(),
+                    first_refused, items[first_refused].key.to_string(),
+                    out[first_refused].status.message()));
   return Status::ok();
 }
 
+Status TierStack::wrong_size(int t, const LoadItem& item, const Codec& codec,
+                             std::size_t image_bytes) const {
+  const std::size_t want = codec.encoded_size(item.dst).value_or(0);
+  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+  if (stage)
+    return Status::invalid(fmt::format(
+        "tier {} stores an image of {} bytes (stage {}), more than a payload of {} bytes takes: "
+        "the regions do not match the stored object; nothing written",
+        tiers_[static_cast<std::size_t>(t)].spec.name, image_bytes, stage->name(), want));
+  return Status::invalid(
+      fmt::format("stored payload is {} bytes, these regions take {}: nothing written",
+                  image_bytes - kObjectHeaderBytes, want));
+}
+
 void TierStack::serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id,
-                          Image& buf, LoadResult& out, char& unserved) {
+                          Image& buf, LoadResult& out, char& unserved, Clock::time_point start) {
   if (id == 0) return;
   Completion c = take(id);
   if (!c.status.is_ok()) {
+    // The tier refused the image for its size (a buffer too small, a scattered get's payload
+    // of another size): say both sizes.
+    const bool wrong_sized =
+        c.status == Code::kInvalidArgument && c.bytes > kObjectHeaderBytes &&
+        (tiers_[static_cast<std::size_t>(t)].stage
+             ? buf && c.bytes > buf->size()
+             : c.bytes - kObjectHeaderBytes != codec.encoded_size(item.dst).value_or(0));
     if (c.status == Code::kChecksumMismatch) {
       // Never served; drop the corrupt copy so a recomputed object can be stored again.
       remove_background(t, item.key);
       out.status = c.status;
+    } else if (wrong_sized) {
+      out.status = wrong_size(t, item, codec, c.bytes);
     } else if (!(c.status == Code::kNotFound) && out.status == Code::kNotFound) {
       out.status = c.status;
     }
@@ -697,6 +753,7 @@ void TierStack::serve_get(int t, const LoadItem& item, const Codec& codec, std::
   }
   out = LoadResult{Status::ok(), t};
   unserved = 0;
+  note_duration(StackOp::kLoad, t, start, Clock::now());
 }
 
 Status TierStack::serve_load(int t, const LoadItem& item, const Codec& codec,
@@ -779,20 +836,5 @@ Status TierStack::flush(std::chrono::milliseconds timeout) {
   }
   return Status::ok();
 }
-
-std::vector<NamedMetrics> TierStack::metrics() const {
-  std::vector<NamedMetrics> m;
-  for (const auto& t : tiers_) m.push_back({t.spec.name, &t.backend->metrics()});
-  return m;
-}
-
-Json TierStack::metrics_json() const {
-  Json j;
-  j["tiers"] = tier::metrics_json(metrics());
-  j["stack"] = counters_.to_json();
-  return j;
-}
-
-std::string TierStack::metrics_prometheus() const { return tier::metrics_prometheus(metrics()); }
 
 }  // namespace tier

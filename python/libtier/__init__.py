@@ -13,37 +13,18 @@
   reports between a scheduler process and rank processes as bytes.
 - errors: :class:`Error` and one subclass per status code (:class:`NotFound`, ...), carrying
   ``.code``, ``.code_name`` and the library's ``.message``.
+- the log (docs/logging.md): libtier's messages reach the ``logging`` logger ``"libtier"``;
+  :func:`set_log_level`, :func:`flush_logs`.
+- sizing (docs/sizing.md): :func:`miss_ratio_curve`, the LRU hit ratio of a trace at every
+  capacity, as ``tierctl size``.
+- ``libtier.profiles``: the profiles that ship with the package (``profiles.path("cpu")``);
+  ``libtier.prometheus``: the metrics in a ``prometheus_client`` registry (imported on demand).
 
 Buffers are used in place (zero-copy): numpy arrays, torch tensors (CPU, pinned or CUDA), any
 object exposing ``__array_interface__`` or ``__cuda_array_interface__``, or :class:`Region`.
 Every transfer releases the GIL. See ``__init__.pyi`` for the full typed surface and each call's
 thread-safety.
 """
-
-import ctypes as _ctypes
-import glob as _glob
-import os as _os
-
-
-def _preload_bundled_libraries():
-    """Loads the libraries a wheel bundles, before the extension needs them.
-
-    meson-python (0.12) puts libtier's shared libraries in ``.libtier.mesonpy.libs`` beside the
-    package under their file names (``libtier.so.0.1.0``) without the soname links
-    (``libtier.so.0``) that the extension and the plugins ask for; a library loaded by path is
-    found by its soname afterwards. Dependency order. A build tree or a ``meson install`` has no
-    such directory and finds the libraries through RUNPATH."""
-    libs = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))),
-                         ".libtier.mesonpy.libs")
-    if not _os.path.isdir(libs):
-        return
-    for name in ("libtier", "libtier_gpu", "libtier_dsv4", "libtier_engine",
-                 "libtier_dsv4_layout", "libtier_c"):
-        for path in sorted(_glob.glob(_os.path.join(libs, name + ".so.*"))):
-            _ctypes.CDLL(path)
-
-
-_preload_bundled_libraries()
 
 from ._errors import (  # noqa: E402
     AlreadyExists,
@@ -71,6 +52,8 @@ from ._libtier import (  # noqa: E402
     LoadOp,
     MatchResult,
     MemoryKind,
+    MissRatioCurve,
+    ObjectStat,
     OpReport,
     Region,
     Registration,
@@ -85,16 +68,23 @@ from ._libtier import (  # noqa: E402
     decode_reports,
     encode_reports,
     external_key,
+    miss_ratio_curve,
     namespace_id,
     region_of,
     version,
 )
+from . import profiles  # noqa: E402
+from ._log import flush_logs, log_level, set_log_level  # noqa: E402
+
+__version__ = version()
 
 __all__ = [
     "ABI_VERSION", "AlreadyExists", "BadState", "Boundary", "Cancelled", "ChecksumMismatch",
     "Code", "Completion", "DeviceError", "Dsv4Layout", "Error", "InvalidArgument", "IoError",
-    "LoadDecision", "LoadOp", "MatchResult", "MemoryKind", "NoSpace", "NotFound", "NotSupported",
-    "OpReport", "Region", "Registration", "Rejected", "Retry", "SaveOp", "Scheduler",
-    "StepEvents", "StepPlan", "Store", "TimedOut", "Worker", "abi_version", "chunk_keys",
-    "decode_reports", "encode_reports", "external_key", "namespace_id", "region_of", "version",
+    "LoadDecision", "LoadOp", "MatchResult", "MemoryKind", "MissRatioCurve", "NoSpace",
+    "NotFound", "NotSupported", "ObjectStat", "OpReport", "Region", "Registration", "Rejected",
+    "Retry", "SaveOp", "Scheduler", "StepEvents", "StepPlan", "Store", "TimedOut", "Worker",
+    "__version__", "abi_version", "chunk_keys", "decode_reports", "encode_reports",
+    "external_key", "flush_logs", "log_level", "miss_ratio_curve", "namespace_id", "profiles",
+    "region_of", "set_log_level", "version",
 ]

@@ -16,12 +16,18 @@ Conventions used below:
 Threads: every transfer releases the GIL. The Store's calls may be made from several threads at
 once (they serialize on a lock per Store). Scheduler and Worker follow the engine's contract:
 one thread per Scheduler; a Worker's calls may come from its rank thread while the scheduler
-thread uses it as the view (they share its Store's lock).
+thread uses it as the view (they share its Store's lock). The key functions, the log calls and
+miss_ratio_curve may be called from any thread.
+
+The extension's docstrings are made from this file at build time (gen_docs.py), so help() shows
+the same text; python/tests/test_docs.py checks that they agree.
 """
 
 import enum
 import os
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+from . import profiles as profiles
 
 from ._errors import (
     AlreadyExists as AlreadyExists,
@@ -50,13 +56,32 @@ ProfileLike = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 ABI_VERSION: int
 """TIER_C_ABI_VERSION the extension was compiled against."""
 
+__version__: str
+"""The package's version, which is libtier's (version())."""
+
 def abi_version() -> int:
     """The C ABI version of the loaded libtier_c (tier_abi_version())."""
 
 def version() -> str:
-    """libtier's version string."""
+    """libtier's version string, e.g. "0.1.0" (tier_version(); CHANGELOG.md)."""
+
+# The log (docs/logging.md): libtier's messages go to the logger "libtier" of Python's logging.
+
+def set_log_level(level: str) -> None:
+    """Sets libtier's log level for the process: "error", "warn", "info", "debug" or "off".
+
+    It always applies, and profiles no longer change it (docs/logging.md)."""
+
+def log_level() -> str:
+    """libtier's log level now: "error", "warn", "info", "debug" or "off"."""
+
+def flush_logs(timeout: float = 5.0) -> bool:
+    """Waits until every message libtier logged before this call was handed to ``logging``.
+    Returns False when `timeout` seconds passed first."""
 
 class MemoryKind(enum.IntEnum):
+    """Where a Region's memory is."""
+
     HOST = 0  # pageable host memory
     PINNED = 1  # page-locked host memory
     DEVICE = 2  # GPU memory of Region.device
@@ -67,15 +92,20 @@ class Region:
 
     def __init__(
         self, ptr: int, nbytes: int, kind: MemoryKind = MemoryKind.HOST, device: int = -1
-    ) -> None: ...
+    ) -> None:
+        """A view of `nbytes` at address `ptr`. Raises InvalidArgument for an unknown kind."""
     @property
-    def ptr(self) -> int: ...
+    def ptr(self) -> int:
+        """The address of the first byte."""
     @property
-    def nbytes(self) -> int: ...
+    def nbytes(self) -> int:
+        """The size in bytes."""
     @property
-    def kind(self) -> MemoryKind: ...
+    def kind(self) -> MemoryKind:
+        """Where the memory is."""
     @property
-    def device(self) -> int: ...
+    def device(self) -> int:
+        """The GPU ordinal of DEVICE memory, else -1."""
 
 def region_of(buffer: BufferLike) -> Region:
     """How the library sees `buffer` (pointer, size, kind, device), without copying it."""
@@ -100,7 +130,10 @@ def chunk_keys(
 ) -> list[str]:
     """Chained chunk keys of `tokens` (u32 values) in `chunk`-token chunks (tier::chunk_keys).
 
-    `namespace` is a namespace id or a model identity dict (hashed with namespace_id)."""
+    `namespace` is a namespace id or a model identity dict (hashed with namespace_id). `tokens`
+    are ints (or objects with ``__index__``) or a 1-D numpy array of an integer dtype; anything
+    else raises TypeError (a float is never truncated to a token), and a value outside
+    [0, 2^32) raises InvalidArgument."""
 
 def external_key(name: Union[str, bytes]) -> str:
     """A key for an engine's own object name (e.g. SGLang's page hash strings), docs/keys.md."""
@@ -109,7 +142,8 @@ class Completion:
     """The outcome of one asynchronous batch (Store.save_async / Store.load_async)."""
 
     @property
-    def ticket(self) -> int: ...
+    def ticket(self) -> int:
+        """The ticket save_async or load_async returned."""
     @property
     def op(self) -> str:
         """"save" or "load"."""
@@ -127,10 +161,28 @@ class Registration:
     """Memory registered with a Store (Store.register); released by release() or `with`."""
 
     @property
-    def region(self) -> Region: ...
-    def release(self) -> None: ...
+    def region(self) -> Region:
+        """The memory registered."""
+    def release(self) -> None:
+        """Ends the registration (before the Store closes). Idempotent."""
     def __enter__(self) -> "Registration": ...
     def __exit__(self, *exc: object) -> None: ...
+
+class ObjectStat:
+    """Where a stored object is and how large it is (Store.stat)."""
+
+    @property
+    def tier(self) -> int:
+        """The index of the fastest readable tier holding it."""
+    @property
+    def tier_name(self) -> str:
+        """That tier's name."""
+    @property
+    def nbytes(self) -> int:
+        """Its payload: the bytes a load's buffers must hold in all."""
+    @property
+    def stored_bytes(self) -> int:
+        """Its image in that tier: the 96-byte header and any stage's encoding included."""
 
 class Store:
     """A profile's tiers used as one cache (a TierStack behind the C API's tier_store).
@@ -149,34 +201,51 @@ class Store:
     ) -> "Store":
         """Opens the tiers of `profile`: a path to a JSON profile, JSON text, or a dict.
 
-        `namespace`: a namespace id or a model identity dict (default: the all-zero namespace).
-        Raises InvalidArgument (bad profile, with every problem and its JSON path), IoError..."""
+        `namespace`: a namespace id or a model identity dict. Pass one: the default, the all-zero
+        namespace, is shared by every program that opens the tiers without one, whatever its
+        model, and a persistent tier opened so logs a warning (docs/integration.md,
+        "Namespaces"). A profile's "metrics" section starts its HTTP endpoint
+        (metrics_endpoint). Raises InvalidArgument (bad profile, with every problem and its JSON
+        path), NotFound (no such file), IoError (a tier, or the metrics endpoint's address)..."""
     def close(self) -> None:
         """Waits for background work (write-through, demotion) and closes the tiers.
         Later calls raise BadState. Idempotent."""
     def __enter__(self) -> "Store": ...
     def __exit__(self, *exc: object) -> None: ...
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """Whether close() was called."""
     @property
-    def namespace(self) -> str: ...
+    def namespace(self) -> str:
+        """The namespace id the Store's objects are stored under (32 hex digits)."""
     @property
-    def rank(self) -> int: ...
+    def rank(self) -> int:
+        """The TP rank the Store's objects are stored under."""
     @property
-    def tier_names(self) -> list[str]: ...
+    def tier_names(self) -> list[str]:
+        """The tiers' names, fastest first (optional tiers left out are not listed)."""
+    @property
+    def metrics_endpoint(self) -> Optional[str]:
+        """"host:port" of the HTTP endpoint serving GET /metrics that the profile's "metrics"
+        section started (the port chosen when it asked for 0), or None."""
 
     def lookup_prefix(self, keys: Sequence[KeyLike]) -> int:
         """Length of the leading run of `keys` stored in some readable tier."""
     def exists(self, keys: Sequence[KeyLike]) -> list[bool]:
         """Whether each key is stored in some readable tier."""
+    def stat(self, keys: Sequence[KeyLike]) -> list[Optional[ObjectStat]]:
+        """Where each key is stored and how large it is; None for a key no readable tier holds.
+        ``stat(keys)[i].nbytes`` is the size a load's buffers for key i must have."""
     def save(self, keys: Sequence[KeyLike], buffers: Sequence[Regions]) -> list[Code]:
         """Stores each key's regions (blocking; the GIL is released). One code per key: OK
-        (stored, or stored already) or the first writable tier's error. Raises only for errors
-        of the whole call (InvalidArgument: length mismatch, an unusable buffer; BadState)."""
+        (stored, or stored already) or the first writable tier's error (NO_SPACE: the object is
+        larger than that tier can ever hold). Raises only for errors of the whole call
+        (InvalidArgument: length mismatch, an unusable buffer; BadState)."""
     def load(self, keys: Sequence[KeyLike], buffers: Sequence[Regions]) -> list[Code]:
         """Loads each key into its regions (blocking; the GIL is released). One code per key:
-        OK, NOT_FOUND (a miss) or the decode error; the regions' sizes must equal the stored
-        object's (else INVALID_ARGUMENT for that key, nothing written)."""
+        OK, NOT_FOUND (a miss) or the decode error. The regions' sizes must add up to the stored
+        object's (stat() gives it); else INVALID_ARGUMENT for that key, nothing written, and a
+        warning on the "libtier" logger names both sizes."""
     def load_with_tiers(
         self, keys: Sequence[KeyLike], buffers: Sequence[Regions]
     ) -> tuple[list[Code], list[int]]:
@@ -204,23 +273,33 @@ class Store:
         (NotSupported in a build without it); regions inside a registered pinned range are
         treated as pinned. HOST and DEVICE registrations record the range."""
     def metrics(self) -> dict[str, Any]:
-        """Counters as a dict (the tiers' and the stack's, docs/metrics.md)."""
+        """Counters, usage and latencies as a dict (the tiers' and the stack's,
+        docs/metrics.md)."""
     def metrics_prometheus(self) -> str:
-        """Counters as Prometheus text format 0.0.4."""
+        """Counters, usage gauges and latency histograms as Prometheus text format 0.0.4
+        (libtier.prometheus.register adds them to a prometheus_client registry)."""
 
 # The offload engine (docs/engine.md): DSV4 PAGE+SLOT semantics, one call per engine step.
 
 class Boundary:
+    """A committed SLOT boundary: `tokens` and the key of its SLOT object."""
+
     tokens: int
     key: str
 
 class MatchResult:
+    """Scheduler.lookup's answer: `tokens` the tiers can provide (0: none), `park` (the load is
+    asynchronous: wait for process()), `page_hit` (the PAGE prefix before the SLOT shrink) and
+    the `slot` a load resumes from."""
+
     tokens: int
     park: bool
     page_hit: int
     slot: Optional[Boundary]
 
 class LoadDecision:
+    """Scheduler.after_alloc's answer (docs/engine.md)."""
+
     action: str  # "none" | "load" | "recompute" | "handoff"
     reason: str
     load_start: int
@@ -228,6 +307,9 @@ class LoadDecision:
     handoff_tokens: int
 
 class LoadOp:
+    """A load of a step's plan: PAGE chunks [page_start, page_end) into `block_ids`, and the
+    SLOT `slot` into state group `slot_group` when present."""
+
     request: int
     generation: int
     page_start: int  # tokens the engine already holds (its own prefix cache)
@@ -241,6 +323,9 @@ class LoadOp:
     lease: int  # the scheduler's view's lookup lease (0: none); Worker.release_lease ends it
 
 class SaveOp:
+    """A save of a step's plan: PAGE chunks [page_start, page_end) from `block_ids`, and a SLOT
+    at `slot` from state group `slot_group` when present."""
+
     request: int
     generation: int
     page_start: int
@@ -255,13 +340,17 @@ class StepPlan:
     """One step's plan: submit the same plan to every rank's Worker."""
 
     @property
-    def step(self) -> int: ...
+    def step(self) -> int:
+        """The step number."""
     @property
-    def has_work(self) -> bool: ...
+    def has_work(self) -> bool:
+        """Whether the plan holds any load or save."""
     @property
-    def loads(self) -> list[LoadOp]: ...
+    def loads(self) -> list[LoadOp]:
+        """The loads, in order."""
     @property
-    def saves(self) -> list[SaveOp]: ...
+    def saves(self) -> list[SaveOp]:
+        """The saves, in order."""
     def encode(self) -> bytes:
         """The plan as one wire message (docs/engine.md "Wire format"), for rank processes.
         Any thread (GIL released)."""
@@ -283,6 +372,9 @@ class OpReport:
     reason: str
 
 class StepEvents:
+    """Scheduler.process's answer: request handles whose loads succeeded, whose loads failed
+    (recompute them), and whose blocks may now be freed."""
+
     loaded: list[int]
     load_failed: list[int]
     freeable: list[int]
@@ -302,16 +394,20 @@ class Dsv4Layout:
         """`geometry`: a preset name ("v4-pro-fp8", ...) or a model description dict
         ({"preset": ..., "num_blocks": ..., "num_slots": ..., ...}, docs/dsv4.md)."""
     @property
-    def block_tokens(self) -> int: ...
+    def block_tokens(self) -> int:
+        """Tokens per KV block."""
     @property
-    def page_bytes_per_block(self) -> int: ...
+    def page_bytes_per_block(self) -> int:
+        """PAGE bytes one block holds."""
     @property
-    def slot_bytes(self) -> int: ...
+    def slot_bytes(self) -> int:
+        """Bytes of one state group (a SLOT)."""
     def page_regions(self, block_ids: Sequence[int]) -> list[Region]:
         """The KV memory of a PAGE chunk made of `block_ids` (what the engine's forward writes)."""
     def slot_regions(self, group: int) -> list[Region]:
         """The KV memory of state group `group` (one request's SLOT)."""
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Frees the layout's memory; later calls raise BadState."""
 
 class Worker:
     """One TP rank's worker: moves PAGE chunks and SLOT sidecars between its layout and Store.
@@ -328,13 +424,16 @@ class Worker:
         """`config`: the EngineConfig JSON (docs/engine.md); the Store and layout must stay
         open while the worker exists (it keeps them referenced)."""
     @property
-    def rank(self) -> int: ...
+    def rank(self) -> int:
+        """The worker's TP rank."""
     def submit(self, plan: StepPlan) -> None:
         """Queues the step's operations; never blocks."""
     def progress(self, max_saves: Optional[int] = None) -> int:
         """Runs queued loads, then up to `max_saves` queued saves (GIL released); returns the
         number of operations finished."""
-    def take_reports(self) -> list[OpReport]: ...
+    def take_reports(self) -> list[OpReport]:
+        """The reports of operations finished since the last call (give them to
+        Scheduler.process)."""
     def release_lease(self, lease: int) -> None:
         """Ends a lookup lease this worker took as the scheduler's view (LoadOp.lease), when the
         load ran in another process; other ids are ignored."""
@@ -342,10 +441,13 @@ class Worker:
         """This worker's counters and its tiers' metrics ({"workers": [...], "tiers": {...}}),
         for a rank process without a Scheduler."""
     @property
-    def queued_saves(self) -> int: ...
+    def queued_saves(self) -> int:
+        """Saves submitted and not yet run."""
     @property
-    def queued_loads(self) -> int: ...
-    def close(self) -> None: ...
+    def queued_loads(self) -> int:
+        """Loads submitted and not yet run."""
+    def close(self) -> None:
+        """Destroys the worker; later calls raise BadState."""
 
 class Scheduler:
     """The scheduler half of the offload engine; one thread at a time."""
@@ -354,26 +456,102 @@ class Scheduler:
     def create(config: Mapping[str, Any], view: Worker, page_namespace: KeyLike) -> "Scheduler":
         """`view`: rank 0's Worker (lookups and commit records go through it)."""
     def add_request(self, request_id: int, prompt: TokensLike) -> int:
-        """Registers a request; returns its handle (never reused)."""
-    def lookup(self, handle: int) -> MatchResult: ...
+        """Registers a request and its prompt (token ids, validated as chunk_keys's tokens);
+        returns its handle (never reused)."""
+    def lookup(self, handle: int) -> MatchResult:
+        """What the tiers hold of the request's prompt, before the engine's own prefix match."""
     def after_alloc(
         self, handle: int, local_tokens: int, blocks: Sequence[int], group: int = -1
     ) -> LoadDecision:
         """`local_tokens`: the engine's own prefix-cache hit after allocation (tokens already in
         its KV memory). The keyword's old name `hbm_tokens=` still works, with a
         DeprecationWarning, until 0.2."""
-    def set_blocks(self, handle: int, blocks: Sequence[int]) -> None: ...
-    def cut_prefill_chunk(self, handle: int, start: int, length: int) -> int: ...
-    def on_computed(self, handle: int, computed_tokens: int) -> None: ...
-    def build_step(self) -> StepPlan: ...
-    def process(self, reports: Iterable[OpReport]) -> StepEvents: ...
-    def should_defer_free(self, handle: int) -> bool: ...
+    def set_blocks(self, handle: int, blocks: Sequence[int]) -> None:
+        """The request's KV blocks after the engine allocated more."""
+    def cut_prefill_chunk(self, handle: int, start: int, length: int) -> int:
+        """The prefill chunk length to compute from `start` (at most `length`), cut at a SLOT
+        boundary when a save is due there."""
+    def on_computed(self, handle: int, computed_tokens: int) -> None:
+        """The request now holds `computed_tokens` computed tokens."""
+    def build_step(self) -> StepPlan:
+        """This step's plan (call every step, also when idle)."""
+    def process(self, reports: Iterable[OpReport]) -> StepEvents:
+        """Aggregates every rank's reports (Worker.take_reports) into the step's events."""
+    def should_defer_free(self, handle: int) -> bool:
+        """True while a save or load still uses the request's blocks."""
     def finish(self, handle: int) -> bool:
         """True: the request's blocks may be freed now; else once process() lists it freeable."""
     @property
-    def loads_pending(self) -> int: ...
+    def loads_pending(self) -> int:
+        """Loads emitted and not yet terminal."""
     @property
-    def saves_pending(self) -> int: ...
-    def metrics(self, workers: Sequence[Worker] = ...) -> dict[str, Any]: ...
-    def metrics_prometheus(self, workers: Sequence[Worker] = ...) -> str: ...
-    def close(self) -> None: ...
+    def saves_pending(self) -> int:
+        """Saves emitted and not yet terminal."""
+    def metrics(self, workers: Sequence[Worker] = ...) -> dict[str, Any]:
+        """The engine's, the workers' and their tiers' counters as a dict."""
+    def metrics_prometheus(self, workers: Sequence[Worker] = ...) -> str:
+        """The same as Prometheus text format 0.0.4, with each worker's stack's usage gauges and
+        latency histograms (tiers labelled "rank<r>/<name>")."""
+    def close(self) -> None:
+        """Destroys the scheduler; later calls raise BadState."""
+
+# Sizing (docs/sizing.md): the LRU hit ratio of a trace at every capacity, as `tierctl size`.
+
+class MissRatioCurve:
+    """The LRU hit-ratio curve of a Mooncake-format trace, counted as `tierbench replay` counts
+    hits (the leading run of each request's blocks present), from miss_ratio_curve()."""
+
+    @property
+    def requests(self) -> int:
+        """Requests in the trace."""
+    @property
+    def blocks(self) -> int:
+        """Blocks requested, repeats included."""
+    @property
+    def tracked_blocks(self) -> int:
+        """Distinct blocks tracked (all of them when exact; the sample's otherwise)."""
+    @property
+    def exact(self) -> bool:
+        """Whether every block was tracked (sample 1)."""
+    @property
+    def sample_rate(self) -> float:
+        """The sample rate used (a multiple of 2^-24)."""
+    @property
+    def block_bytes(self) -> int:
+        """The payload of one block, as given."""
+    @property
+    def image_bytes(self) -> int:
+        """What one block takes in a tier: its payload and the 96-byte object header."""
+    @property
+    def saturation(self) -> int:
+        """The smallest capacity, in blocks, with the largest hit ratio."""
+    @property
+    def max_hit_ratio(self) -> float:
+        """The hit ratio at saturation (every repeat a hit)."""
+    @property
+    def knee(self) -> Optional[tuple[int, float]]:
+        """(blocks, hit ratio) where the curve is furthest above the line from the origin to
+        saturation; None when no block is requested twice."""
+    def hit_ratio(self, blocks: int) -> float:
+        """The hit ratio of an LRU tier of `blocks` blocks."""
+    def miss_ratio(self, blocks: int) -> float:
+        """1 - hit_ratio(blocks)."""
+    def error(self, blocks: int) -> float:
+        """The error stated for hit_ratio(blocks) when sampled (0 when exact)."""
+    def capacity_bytes(self, blocks: int) -> int:
+        """The tier capacity that holds `blocks` blocks: blocks * image_bytes."""
+    def steps(self) -> list[tuple[int, float]]:
+        """The whole curve: (blocks, hit ratio) at every capacity where the ratio rises."""
+
+def miss_ratio_curve(
+    trace: Union[str, "os.PathLike[str]"],
+    *,
+    block_bytes: int = 65536,
+    sample: float = 1.0,
+    max_tracked: int = 33554432,
+) -> MissRatioCurve:
+    """The LRU hit-ratio curve of a Mooncake-format trace in one pass (tierctl size; Mattson's
+    stack distances, exact at sample 1; SHARDS sampling below 1, with the error it states).
+    Runs with the GIL released. Raises NotFound (no trace), InvalidArgument (a malformed
+    trace, a sample outside (0, 1], block_bytes 0), NoSpace (more than `max_tracked` distinct
+    blocks tracked)."""

@@ -9,8 +9,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,11 +23,20 @@
 #include <string>
 #include <vector>
 
+#include "_docs.h"
 #include "tier/tier.h"
 
 namespace py = pybind11;
 
 namespace {
+
+// The docstring of `name` (e.g. "Store.save"): the stub's signature and docstring, generated from
+// __init__.pyi by gen_docs.py. A name the stub does not document fails the import, naming it.
+const char* doc(const char* name) {
+  for (const auto& d : libtier_docs::kDocs)
+    if (std::strcmp(d.name, name) == 0) return d.text;
+  throw std::runtime_error(std::string("libtier: __init__.pyi documents no ") + name);
+}
 
 py::object errors_module() {
   static py::object* mod = new py::object(py::module_::import("libtier._errors"));
@@ -69,6 +82,62 @@ py::object py_code(int code) {
   return errors_module().attr("Code")(code);
 }
 
+// ---- log ----------------------------------------------------------------------------------
+
+// libtier's messages on their way to Python's logging (python/libtier/_log.py): the library's
+// sink queues them on whatever thread logs, never taking the GIL; _log.py's thread takes them
+// with the GIL released (_take_logs) and logs them under the GIL.
+struct LogQueue {
+  static constexpr std::size_t kMax = 4096;  // beyond: dropped, and counted
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<int, std::string>> messages;
+  std::uint64_t queued = 0, taken = 0, dropped = 0;
+  bool closed = false;
+};
+std::atomic<LogQueue*> g_logs{new LogQueue};  // replaced after a fork, never freed
+
+void queue_log(void*, int level, const char* message) {
+  LogQueue& q = *g_logs.load();
+  {
+    std::lock_guard<std::mutex> lock(q.mu);
+    if (q.closed) return;
+    if (q.messages.size() >= LogQueue::kMax) {
+      ++q.dropped;
+      return;
+    }
+    q.messages.emplace_back(level, message);
+    ++q.queued;
+  }
+  q.cv.notify_one();
+}
+
+// (messages, dropped since the last call, closed), waiting up to `timeout` seconds for one.
+py::tuple take_logs(double timeout) {
+  LogQueue& q = *g_logs.load();
+  std::deque<std::pair<int, std::string>> out;
+  std::uint64_t dropped = 0;
+  bool closed = false;
+  {
+    py::gil_scoped_release nogil;
+    std::unique_lock<std::mutex> lock(q.mu);
+    q.cv.wait_for(lock, std::chrono::duration<double>(timeout),
+                  [&] { return q.closed || !q.messages.empty() || q.dropped > 0; });
+    out.swap(q.messages);
+    q.taken += out.size();
+    std::swap(dropped, q.dropped);
+    closed = q.closed;
+  }
+  py::list messages;
+  for (auto& [level, text] : out) {  // a message is not trusted to be UTF-8
+    PyObject* str =
+        PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+    if (str == nullptr) throw py::error_already_set();
+    messages.append(py::make_tuple(level, py::reinterpret_steal<py::str>(str)));
+  }
+  return py::make_tuple(messages, dropped, closed);
+}
+
 // ---- keys ---------------------------------------------------------------------------------
 
 tier_key to_key(py::handle h) {
@@ -106,17 +175,57 @@ tier_key namespace_of(py::handle ns) {
   }
   return to_key(ns);
 }
-std::vector<std::uint32_t> to_u32(py::handle seq) {
-  if (py::isinstance<py::array>(seq)) {
-    auto a = py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast>::ensure(seq);
-    if (!a) raise_invalid("tokens: not convertible to uint32");
-    return std::vector<std::uint32_t>(a.data(), a.data() + a.size());
-  }
+// Token ids or block ids (`what` names them): a sequence of ints or a 1-D numpy array of an
+// integer dtype, each in [0, 2^32). Anything that is not an integer is refused with TypeError, a
+// float array too (it is never truncated: 0.5 is not token 0); an integer out of range with
+// InvalidArgument.
+std::vector<std::uint32_t> to_u32(py::handle seq, const char* what) {
+  auto out_of_range = [&](const std::string& v, std::size_t i) {
+    raise_invalid(std::string(what) + "[" + std::to_string(i) + "] = " + v +
+                  " is not in [0, 2^32)");
+  };
   std::vector<std::uint32_t> out;
+  if (py::isinstance<py::array>(seq)) {
+    auto a = py::reinterpret_borrow<py::array>(seq);
+    const char kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u')
+      throw py::type_error(std::string(what) + ": an array of integers is needed, got dtype " +
+                           py::str(a.dtype()).cast<std::string>());
+    if (a.ndim() > 1) raise_invalid(std::string(what) + ": a 1-D array is needed");
+    if (kind == 'u') {
+      auto u = py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+      for (py::ssize_t i = 0; i < u.size(); ++i) {
+        if (u.data()[i] > 0xffffffffULL) out_of_range(std::to_string(u.data()[i]), i);
+        out.push_back(static_cast<std::uint32_t>(u.data()[i]));
+      }
+    } else {
+      auto v = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+      for (py::ssize_t i = 0; i < v.size(); ++i) {
+        if (v.data()[i] < 0 || v.data()[i] > 0xffffffffLL) out_of_range(std::to_string(v.data()[i]), i);
+        out.push_back(static_cast<std::uint32_t>(v.data()[i]));
+      }
+    }
+    return out;
+  }
+  if (!py::isinstance<py::iterable>(seq) || py::isinstance<py::str>(seq) ||
+      py::isinstance<py::bytes>(seq))
+    throw py::type_error(std::string(what) + ": a sequence of integers is needed, got " +
+                         py::str(py::type::handle_of(seq).attr("__name__")).cast<std::string>());
+  std::size_t i = 0;
   for (py::handle h : seq) {
-    long long v = h.cast<long long>();
-    if (v < 0 || v > 0xffffffffLL) raise_invalid("a token id is an unsigned 32-bit integer");
-    out.push_back(static_cast<std::uint32_t>(v));
+    // int and what implements __index__ (numpy's integer scalars); never bool, float or str.
+    if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr()))
+      throw py::type_error(std::string(what) + "[" + std::to_string(i) +
+                           "]: an integer is needed, got " +
+                           py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>() +
+                           " " + py::repr(h).cast<std::string>());
+    py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(h.ptr()));
+    if (!v) throw py::error_already_set();
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0 || x < 0 || x > 0xffffffffLL) out_of_range(py::repr(h).cast<std::string>(), i);
+    out.push_back(static_cast<std::uint32_t>(x));
+    ++i;
   }
   return out;
 }
@@ -261,6 +370,12 @@ std::string take_string(char* text) {
 
 // ---- Store --------------------------------------------------------------------------------
 
+struct ObjectStat {
+  int tier = -1;
+  std::string tier_name;
+  std::uint64_t nbytes = 0, stored_bytes = 0;
+};
+
 struct Completion {
   std::uint64_t ticket = 0;
   std::string op;
@@ -337,6 +452,32 @@ class Store {
     }
     check(rc);
     return n;
+  }
+  std::vector<std::optional<ObjectStat>> stat(py::handle keys) {
+    auto k = to_keys(keys);
+    tier_store* h = handle();
+    std::vector<tier_object_stat> st(k.size());
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_stat(h, k.data(), k.size(), st.data());
+    }
+    check(rc);
+    std::vector<std::optional<ObjectStat>> out;
+    for (const tier_object_stat& x : st) {
+      if (x.tier < 0) {
+        out.emplace_back();
+        continue;
+      }
+      out.push_back(ObjectStat{x.tier, tier_store_tier_name(h, static_cast<std::size_t>(x.tier)),
+                               x.payload_bytes, x.stored_bytes});
+    }
+    return out;
+  }
+  std::optional<std::string> metrics_endpoint() const {
+    std::string e = tier_store_metrics_endpoint(handle());
+    if (e.empty()) return std::nullopt;
+    return e;
   }
   std::vector<bool> exists(py::handle keys) {
     auto k = to_keys(keys);
@@ -693,7 +834,7 @@ class Dsv4Layout {
     return h_;
   }
   std::vector<Region> page_regions(py::handle block_ids) const {
-    auto ids = to_u32(block_ids);
+    auto ids = to_u32(block_ids, "block_ids");
     std::size_t n = 0;
     check(tier_dsv4_layout_page_regions(handle(), ids.data(), ids.size(), nullptr, 0, &n));
     std::vector<tier_region> r(n);
@@ -816,7 +957,7 @@ class Scheduler {
     return h_;
   }
   std::uint64_t add_request(std::uint64_t id, py::handle prompt) {
-    auto p = to_u32(prompt);
+    auto p = to_u32(prompt, "prompt");
     std::uint64_t h = 0;
     check(tier_scheduler_add_request(handle(), id, p.data(), p.size(), &h));
     return h;
@@ -833,7 +974,7 @@ class Scheduler {
     return MatchResult{m.tokens, m.park != 0, m.page_hit, boundary(m.has_slot, m.slot)};
   }
   LoadDecision after_alloc(std::uint64_t h, std::uint64_t local, py::handle blocks, int group) {
-    auto b = to_u32(blocks);
+    auto b = to_u32(blocks, "blocks");
     tier_load_decision d;
     tier_scheduler* s = handle();
     int rc;
@@ -845,7 +986,7 @@ class Scheduler {
     return LoadDecision{kActions[d.action], d.reason, d.load_start, d.load_end, d.handoff_tokens};
   }
   void set_blocks(std::uint64_t h, py::handle blocks) {
-    auto b = to_u32(blocks);
+    auto b = to_u32(blocks, "blocks");
     check(tier_scheduler_set_blocks(handle(), h, b.data(), b.size()));
   }
   std::uint64_t cut_prefill_chunk(std::uint64_t h, std::uint64_t start, std::uint64_t len) {
@@ -921,17 +1062,98 @@ class Scheduler {
   tier_scheduler* h_ = nullptr;
 };
 
+// ---- sizing -------------------------------------------------------------------------------
+
+class MissRatioCurve {
+ public:
+  MissRatioCurve(tier_curve* c, std::uint64_t block_bytes) : c_(c, tier_curve_free), block_bytes_(block_bytes) {}
+  std::uint64_t requests() const { return tier_curve_requests(c_.get()); }
+  std::uint64_t blocks() const { return tier_curve_blocks(c_.get()); }
+  std::uint64_t tracked_blocks() const { return tier_curve_tracked_blocks(c_.get()); }
+  bool exact() const { return tier_curve_sample_rate(c_.get()) == 1.0; }
+  double sample_rate() const { return tier_curve_sample_rate(c_.get()); }
+  std::uint64_t block_bytes() const { return block_bytes_; }
+  std::uint64_t image_bytes() const { return block_bytes_ + kHeaderBytes; }
+  std::uint64_t saturation() const { return tier_curve_saturation(c_.get()); }
+  double max_hit_ratio() const { return hit_ratio(saturation()); }
+  std::optional<std::pair<std::uint64_t, double>> knee() const {
+    std::uint64_t b = 0;
+    double r = 0;
+    if (!tier_curve_knee(c_.get(), &b, &r)) return std::nullopt;
+    return std::make_pair(b, r);
+  }
+  double hit_ratio(std::uint64_t blocks) const { return tier_curve_hit_ratio(c_.get(), blocks); }
+  double error(std::uint64_t blocks) const { return tier_curve_error(c_.get(), blocks); }
+  std::uint64_t capacity_bytes(std::uint64_t blocks) const {
+    const std::uint64_t per = image_bytes();
+    return blocks > UINT64_MAX / per ? UINT64_MAX : blocks * per;
+  }
+  std::vector<std::pair<std::uint64_t, double>> steps() const {
+    std::size_t n = 0;
+    check(tier_curve_steps(c_.get(), nullptr, nullptr, 0, &n));
+    std::vector<std::uint64_t> b(n);
+    std::vector<double> r(n);
+    check(tier_curve_steps(c_.get(), b.data(), r.data(), n, &n));
+    std::vector<std::pair<std::uint64_t, double>> out;
+    for (std::size_t i = 0; i < n; ++i) out.emplace_back(b[i], r[i]);
+    return out;
+  }
+
+ private:
+  static constexpr std::uint64_t kHeaderBytes = 96;  // docs/object-format.md
+  std::shared_ptr<tier_curve> c_;
+  std::uint64_t block_bytes_;
+};
+
+MissRatioCurve miss_ratio_curve(py::object trace, std::uint64_t block_bytes, double sample,
+                                std::uint64_t max_tracked) {
+  if (block_bytes == 0) raise_invalid("block_bytes must be > 0");
+  const std::string path = py::str(py::module_::import("os").attr("fspath")(trace));
+  tier_curve* c = nullptr;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = tier_curve_from_trace(path.c_str(), sample, max_tracked, &c);
+  }
+  check(rc);
+  return MissRatioCurve(c, block_bytes);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_libtier, m) {
+  // Each docstring starts with the stub's own signature line (gen_docs.py), not pybind11's.
+  py::options options;
+  options.disable_function_signatures();
   m.doc() = "libtier's C API (tier/tier.h) as Python objects; see libtier/__init__.pyi.";
   if (tier_abi_version() != TIER_C_ABI_VERSION)
     throw std::runtime_error("libtier_c ABI " + std::to_string(tier_abi_version()) +
                              ", the extension was built for " +
                              std::to_string(TIER_C_ABI_VERSION));
   m.attr("ABI_VERSION") = TIER_C_ABI_VERSION;
-  m.def("abi_version", &tier_abi_version, "The C ABI version of the loaded libtier_c.");
-  m.def("version", [] { return std::string(tier_version()); }, "libtier's version string.");
+
+  // The log's plumbing, for python/libtier/_log.py (not public).
+  m.def("_take_logs", &take_logs, py::arg("timeout"));
+  m.def("_log_counts", [] {
+    LogQueue& q = *g_logs.load();
+    std::lock_guard<std::mutex> lock(q.mu);
+    return py::make_tuple(q.queued, q.taken);
+  });
+  m.def("_log_route", [] { tier_log_set_sink(queue_log, nullptr); });
+  m.def("_log_close", [] {
+    tier_log_set_sink(nullptr, nullptr);
+    LogQueue& q = *g_logs.load();
+    {
+      std::lock_guard<std::mutex> lock(q.mu);
+      q.closed = true;
+    }
+    q.cv.notify_all();
+  });
+  m.def("_log_after_fork", [] { g_logs.store(new LogQueue); });
+  m.def("_set_log_level", [](int level) { check(tier_log_set_level(level)); });
+  m.def("_log_level", &tier_log_level);
+  m.def("abi_version", &tier_abi_version, doc("abi_version"));
+  m.def("version", [] { return std::string(tier_version()); }, doc("version"));
 
   py::object int_enum = py::module_::import("enum").attr("IntEnum");
   py::dict kinds;
@@ -940,21 +1162,25 @@ PYBIND11_MODULE(_libtier, m) {
   kinds["DEVICE"] = static_cast<int>(TIER_MEMORY_DEVICE);
   kinds["SHM"] = static_cast<int>(TIER_MEMORY_SHM);
   py::object memory_kind = int_enum("MemoryKind", kinds, py::arg("module") = "libtier");
+  memory_kind.attr("__doc__") = doc("MemoryKind");
   m.attr("MemoryKind") = memory_kind;
 
-  py::class_<Region>(m, "Region", "A non-owning view {ptr, nbytes, kind, device}.")
+  py::class_<Region>(m, "Region", doc("Region"))
       .def(py::init([memory_kind](std::uintptr_t ptr, std::size_t nbytes, int kind, int device) {
              if (kind < TIER_MEMORY_HOST || kind > TIER_MEMORY_SHM)
                raise_invalid("unknown memory kind " + std::to_string(kind));
              return Region{ptr, nbytes, kind, device};
            }),
            py::arg("ptr"), py::arg("nbytes"), py::arg("kind") = static_cast<int>(TIER_MEMORY_HOST),
-           py::arg("device") = -1)
-      .def_property_readonly("ptr", [](const Region& r) { return r.ptr; })
-      .def_property_readonly("nbytes", [](const Region& r) { return r.nbytes; })
+           py::arg("device") = -1, doc("Region.__init__"))
+      .def_property_readonly("ptr", [](const Region& r) { return r.ptr; }, doc("Region.ptr"))
+      .def_property_readonly("nbytes", [](const Region& r) { return r.nbytes; },
+                             doc("Region.nbytes"))
       .def_property_readonly("kind",
-                             [memory_kind](const Region& r) { return memory_kind(r.kind); })
-      .def_property_readonly("device", [](const Region& r) { return r.device; })
+                             [memory_kind](const Region& r) { return memory_kind(r.kind); },
+                             doc("Region.kind"))
+      .def_property_readonly("device", [](const Region& r) { return r.device; },
+                             doc("Region.device"))
       .def("__repr__", [](const Region& r) {
         return "Region(ptr=" + std::to_string(r.ptr) + ", nbytes=" + std::to_string(r.nbytes) +
                ", kind=" + std::to_string(r.kind) + ", device=" + std::to_string(r.device) + ")";
@@ -962,7 +1188,7 @@ PYBIND11_MODULE(_libtier, m) {
   m.def("region_of", [](py::handle b) {
     tier_region r = to_region(b, false);
     return Region{reinterpret_cast<std::uintptr_t>(r.ptr), r.bytes, r.kind, r.device};
-  }, py::arg("buffer"), "How the library sees `buffer`, without copying it.");
+  }, py::arg("buffer"), doc("region_of"));
 
   m.def("namespace_id", [](py::object identity) {
     std::string text = py::isinstance<py::str>(identity) ? identity.cast<std::string>()
@@ -970,91 +1196,105 @@ PYBIND11_MODULE(_libtier, m) {
     tier_key k;
     check(tier_namespace_id(text.c_str(), &k));
     return hex(k);
-  }, py::arg("identity"), "Namespace id of a model identity (a dict or its JSON text).");
+  }, py::arg("identity"), doc("namespace_id"));
   m.def("chunk_keys", [](py::object ns, py::handle tokens, std::size_t chunk, bool partial) {
     tier_key k = py::isinstance<py::dict>(ns) ? namespace_of(ns) : to_key(ns);
-    auto t = to_u32(tokens);
+    auto t = to_u32(tokens, "tokens");
     std::size_t n = 0;
     check(tier_chunk_keys(&k, t.data(), t.size(), chunk, partial, nullptr, 0, &n));
     std::vector<tier_key> out(n);
     check(tier_chunk_keys(&k, t.data(), t.size(), chunk, partial, out.data(), n, &n));
     return hexes(out.data(), n);
   }, py::arg("namespace"), py::arg("tokens"), py::arg("chunk"), py::arg("include_partial") = false,
-     "Chained chunk keys of `tokens` in `chunk`-token chunks (docs/keys.md).");
-  m.def("encode_reports", &encode_reports, py::arg("reports"),
-        "Reports as one wire message (docs/engine.md \"Wire format\").");
-  m.def("decode_reports", &decode_reports, py::arg("data"),
-        "Reports from a wire message another process encoded.");
+     doc("chunk_keys"));
+  m.def("encode_reports", &encode_reports, py::arg("reports"), doc("encode_reports"));
+  m.def("decode_reports", &decode_reports, py::arg("data"), doc("decode_reports"));
   m.def("external_key", [](py::object name) {
     std::string b = py::isinstance<py::str>(name) ? name.cast<std::string>()
                                                    : py::bytes(name).cast<std::string>();
     tier_key k;
     tier_external_key(b.data(), b.size(), &k);
     return hex(k);
-  }, py::arg("name"), "A key for an engine's own object name (docs/keys.md).");
+  }, py::arg("name"), doc("external_key"));
 
-  py::class_<Completion>(m, "Completion", "The outcome of one asynchronous batch.")
-      .def_readonly("ticket", &Completion::ticket)
-      .def_readonly("op", &Completion::op)
-      .def_readonly("codes", &Completion::codes)
-      .def_readonly("tiers", &Completion::tiers)
-      .def_readonly("ok", &Completion::ok);
+  py::class_<Completion>(m, "Completion", doc("Completion"))
+      .def_readonly("ticket", &Completion::ticket, doc("Completion.ticket"))
+      .def_readonly("op", &Completion::op, doc("Completion.op"))
+      .def_readonly("codes", &Completion::codes, doc("Completion.codes"))
+      .def_readonly("tiers", &Completion::tiers, doc("Completion.tiers"))
+      .def_readonly("ok", &Completion::ok, doc("Completion.ok"));
 
-  py::class_<Store, std::shared_ptr<Store>>(m, "Store",
-                                            "A profile's tiers as one cache; see __init__.pyi.")
+  py::class_<ObjectStat>(m, "ObjectStat", doc("ObjectStat"))
+      .def_readonly("tier", &ObjectStat::tier, doc("ObjectStat.tier"))
+      .def_readonly("tier_name", &ObjectStat::tier_name, doc("ObjectStat.tier_name"))
+      .def_readonly("nbytes", &ObjectStat::nbytes, doc("ObjectStat.nbytes"))
+      .def_readonly("stored_bytes", &ObjectStat::stored_bytes, doc("ObjectStat.stored_bytes"))
+      .def("__repr__", [](const ObjectStat& o) {
+        return "ObjectStat(tier=" + std::to_string(o.tier) + ", tier_name='" + o.tier_name +
+               "', nbytes=" + std::to_string(o.nbytes) +
+               ", stored_bytes=" + std::to_string(o.stored_bytes) + ")";
+      });
+
+  py::class_<Store, std::shared_ptr<Store>>(m, "Store", doc("Store"))
       .def_static("open", &Store::open, py::arg("profile"), py::kw_only(),
-                  py::arg("namespace") = py::none(), py::arg("rank") = 0)
-      .def("close", &Store::close)
+                  py::arg("namespace") = py::none(), py::arg("rank") = 0, doc("Store.open"))
+      .def("close", &Store::close, doc("Store.close"))
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](Store& s, py::args) { s.close(); })
-      .def_property_readonly("closed", &Store::closed)
-      .def_property_readonly("namespace", &Store::ns)
-      .def_property_readonly("rank", &Store::rank)
-      .def_property_readonly("tier_names", &Store::tier_names)
-      .def("lookup_prefix", &Store::lookup_prefix, py::arg("keys"))
-      .def("exists", &Store::exists, py::arg("keys"))
-      .def("save", &Store::save, py::arg("keys"), py::arg("buffers"))
-      .def("load", &Store::load, py::arg("keys"), py::arg("buffers"))
-      .def("load_with_tiers", &Store::load_with_tiers, py::arg("keys"), py::arg("buffers"))
+      .def_property_readonly("closed", &Store::closed, doc("Store.closed"))
+      .def_property_readonly("namespace", &Store::ns, doc("Store.namespace"))
+      .def_property_readonly("rank", &Store::rank, doc("Store.rank"))
+      .def_property_readonly("tier_names", &Store::tier_names, doc("Store.tier_names"))
+      .def_property_readonly("metrics_endpoint", &Store::metrics_endpoint,
+                             doc("Store.metrics_endpoint"))
+      .def("lookup_prefix", &Store::lookup_prefix, py::arg("keys"), doc("Store.lookup_prefix"))
+      .def("exists", &Store::exists, py::arg("keys"), doc("Store.exists"))
+      .def("stat", &Store::stat, py::arg("keys"), doc("Store.stat"))
+      .def("save", &Store::save, py::arg("keys"), py::arg("buffers"), doc("Store.save"))
+      .def("load", &Store::load, py::arg("keys"), py::arg("buffers"), doc("Store.load"))
+      .def("load_with_tiers", &Store::load_with_tiers, py::arg("keys"), py::arg("buffers"),
+           doc("Store.load_with_tiers"))
       .def("save_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, false); },
-           py::arg("keys"), py::arg("buffers"))
+           py::arg("keys"), py::arg("buffers"), doc("Store.save_async"))
       .def("load_async", [](Store& s, py::handle k, py::handle b) { return s.submit(k, b, true); },
-           py::arg("keys"), py::arg("buffers"))
-      .def("poll", &Store::poll)
-      .def("wait", &Store::wait, py::arg("ticket") = py::none(), py::arg("timeout") = py::none())
-      .def("remove", &Store::remove, py::arg("keys"))
-      .def("progress", &Store::progress)
-      .def("flush", &Store::flush, py::arg("timeout") = py::none())
+           py::arg("keys"), py::arg("buffers"), doc("Store.load_async"))
+      .def("poll", &Store::poll, doc("Store.poll"))
+      .def("wait", &Store::wait, py::arg("ticket") = py::none(), py::arg("timeout") = py::none(),
+           doc("Store.wait"))
+      .def("remove", &Store::remove, py::arg("keys"), doc("Store.remove"))
+      .def("progress", &Store::progress, doc("Store.progress"))
+      .def("flush", &Store::flush, py::arg("timeout") = py::none(), doc("Store.flush"))
       .def("register",
            [](std::shared_ptr<Store> s, py::object buffer, std::optional<int> kind,
               std::optional<int> device) {
              return std::make_shared<Registration>(std::move(s), std::move(buffer), kind, device);
            },
-           py::arg("buffer"), py::arg("kind") = py::none(), py::arg("device") = py::none())
-      .def("metrics", &Store::metrics)
-      .def("metrics_prometheus", &Store::metrics_prometheus);
+           py::arg("buffer"), py::arg("kind") = py::none(), py::arg("device") = py::none(),
+           doc("Store.register"))
+      .def("metrics", &Store::metrics, doc("Store.metrics"))
+      .def("metrics_prometheus", &Store::metrics_prometheus, doc("Store.metrics_prometheus"));
 
-  py::class_<Registration, std::shared_ptr<Registration>>(m, "Registration")
-      .def_property_readonly("region", &Registration::region)
-      .def("release", &Registration::release)
+  py::class_<Registration, std::shared_ptr<Registration>>(m, "Registration", doc("Registration"))
+      .def_property_readonly("region", &Registration::region, doc("Registration.region"))
+      .def("release", &Registration::release, doc("Registration.release"))
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](Registration& r, py::args) { r.release(); });
 
-  py::class_<Boundary>(m, "Boundary")
+  py::class_<Boundary>(m, "Boundary", doc("Boundary"))
       .def_readonly("tokens", &Boundary::tokens)
       .def_readonly("key", &Boundary::key);
-  py::class_<MatchResult>(m, "MatchResult")
+  py::class_<MatchResult>(m, "MatchResult", doc("MatchResult"))
       .def_readonly("tokens", &MatchResult::tokens)
       .def_readonly("park", &MatchResult::park)
       .def_readonly("page_hit", &MatchResult::page_hit)
       .def_readonly("slot", &MatchResult::slot);
-  py::class_<LoadDecision>(m, "LoadDecision")
+  py::class_<LoadDecision>(m, "LoadDecision", doc("LoadDecision"))
       .def_readonly("action", &LoadDecision::action)
       .def_readonly("reason", &LoadDecision::reason)
       .def_readonly("load_start", &LoadDecision::load_start)
       .def_readonly("load_end", &LoadDecision::load_end)
       .def_readonly("handoff_tokens", &LoadDecision::handoff_tokens);
-  py::class_<LoadOp>(m, "LoadOp")
+  py::class_<LoadOp>(m, "LoadOp", doc("LoadOp"))
       .def_readonly("request", &LoadOp::request)
       .def_readonly("generation", &LoadOp::generation)
       .def_readonly("page_start", &LoadOp::page_start)
@@ -1075,7 +1315,7 @@ PYBIND11_MODULE(_libtier, m) {
       .def_readonly("slot", &LoadOp::slot)
       .def_readonly("slot_group", &LoadOp::slot_group)
       .def_readonly("lease", &LoadOp::lease);
-  py::class_<SaveOp>(m, "SaveOp")
+  py::class_<SaveOp>(m, "SaveOp", doc("SaveOp"))
       .def_readonly("request", &SaveOp::request)
       .def_readonly("generation", &SaveOp::generation)
       .def_readonly("page_start", &SaveOp::page_start)
@@ -1085,15 +1325,14 @@ PYBIND11_MODULE(_libtier, m) {
       .def_readonly("slot", &SaveOp::slot)
       .def_readonly("slot_group", &SaveOp::slot_group)
       .def_readonly("prefix_keys", &SaveOp::prefix_keys);
-  py::class_<StepPlan>(m, "StepPlan", "One step's plan: submit it to every rank's Worker.")
-      .def_property_readonly("step", &StepPlan::step)
-      .def_property_readonly("has_work", &StepPlan::has_work)
-      .def_property_readonly("loads", &StepPlan::loads)
-      .def_property_readonly("saves", &StepPlan::saves)
-      .def("encode", &StepPlan::encode, "The plan as one wire message (docs/engine.md).")
-      .def_static("decode", &StepPlan::decode, py::arg("data"),
-                  "A plan from a wire message another process encoded.");
-  py::class_<OpReport>(m, "OpReport", "One rank's terminal result for one operation.")
+  py::class_<StepPlan>(m, "StepPlan", doc("StepPlan"))
+      .def_property_readonly("step", &StepPlan::step, doc("StepPlan.step"))
+      .def_property_readonly("has_work", &StepPlan::has_work, doc("StepPlan.has_work"))
+      .def_property_readonly("loads", &StepPlan::loads, doc("StepPlan.loads"))
+      .def_property_readonly("saves", &StepPlan::saves, doc("StepPlan.saves"))
+      .def("encode", &StepPlan::encode, doc("StepPlan.encode"))
+      .def_static("decode", &StepPlan::decode, py::arg("data"), doc("StepPlan.decode"));
+  py::class_<OpReport>(m, "OpReport", doc("OpReport"))
       .def(py::init([](std::string channel, std::uint64_t request, std::uint64_t generation,
                        std::uint32_t rank, bool ok, std::string reason) {
              return OpReport{std::move(channel), request, generation, rank, ok, std::move(reason)};
@@ -1106,13 +1345,12 @@ PYBIND11_MODULE(_libtier, m) {
       .def_readonly("rank", &OpReport::rank)
       .def_readonly("ok", &OpReport::ok)
       .def_readonly("reason", &OpReport::reason);
-  py::class_<StepEvents>(m, "StepEvents")
+  py::class_<StepEvents>(m, "StepEvents", doc("StepEvents"))
       .def_readonly("loaded", &StepEvents::loaded)
       .def_readonly("load_failed", &StepEvents::load_failed)
       .def_readonly("freeable", &StepEvents::freeable);
 
-  py::class_<Dsv4Layout, std::shared_ptr<Dsv4Layout>>(m, "Dsv4Layout",
-                                                      "The DSV4 KV layout of one rank.")
+  py::class_<Dsv4Layout, std::shared_ptr<Dsv4Layout>>(m, "Dsv4Layout", doc("Dsv4Layout"))
       .def_static("create",
                   [](py::object geometry, py::object ns, std::uint32_t tp_size,
                      std::uint32_t tp_rank, const std::string& memory, int device) {
@@ -1120,20 +1358,27 @@ PYBIND11_MODULE(_libtier, m) {
                                                         device);
                   },
                   py::arg("geometry"), py::arg("page_namespace"), py::arg("tp_size") = 1,
-                  py::arg("tp_rank") = 0, py::arg("memory") = "host", py::arg("device") = 0)
-      .def_property_readonly("block_tokens",
-                             [](const Dsv4Layout& l) { return tier_dsv4_layout_block_tokens(l.handle()); })
-      .def_property_readonly("page_bytes_per_block",
-                             [](const Dsv4Layout& l) {
-                               return tier_dsv4_layout_page_bytes_per_block(l.handle());
-                             })
-      .def_property_readonly("slot_bytes",
-                             [](const Dsv4Layout& l) { return tier_dsv4_layout_slot_bytes(l.handle()); })
-      .def("page_regions", &Dsv4Layout::page_regions, py::arg("block_ids"))
-      .def("slot_regions", &Dsv4Layout::slot_regions, py::arg("group"))
-      .def("close", &Dsv4Layout::close);
+                  py::arg("tp_rank") = 0, py::arg("memory") = "host", py::arg("device") = 0,
+                  doc("Dsv4Layout.create"))
+      .def_property_readonly(
+          "block_tokens",
+          [](const Dsv4Layout& l) { return tier_dsv4_layout_block_tokens(l.handle()); },
+          doc("Dsv4Layout.block_tokens"))
+      .def_property_readonly(
+          "page_bytes_per_block",
+          [](const Dsv4Layout& l) { return tier_dsv4_layout_page_bytes_per_block(l.handle()); },
+          doc("Dsv4Layout.page_bytes_per_block"))
+      .def_property_readonly(
+          "slot_bytes",
+          [](const Dsv4Layout& l) { return tier_dsv4_layout_slot_bytes(l.handle()); },
+          doc("Dsv4Layout.slot_bytes"))
+      .def("page_regions", &Dsv4Layout::page_regions, py::arg("block_ids"),
+           doc("Dsv4Layout.page_regions"))
+      .def("slot_regions", &Dsv4Layout::slot_regions, py::arg("group"),
+           doc("Dsv4Layout.slot_regions"))
+      .def("close", &Dsv4Layout::close, doc("Dsv4Layout.close"));
 
-  py::class_<Worker, std::shared_ptr<Worker>>(m, "Worker", "One TP rank's worker.")
+  py::class_<Worker, std::shared_ptr<Worker>>(m, "Worker", doc("Worker"))
       .def_static("create",
                   [](py::object config, std::uint32_t rank, std::shared_ptr<Store> store,
                      std::shared_ptr<Dsv4Layout> layout, py::object ns) {
@@ -1141,28 +1386,30 @@ PYBIND11_MODULE(_libtier, m) {
                                                     std::move(layout), ns);
                   },
                   py::arg("config"), py::arg("rank"), py::arg("store"), py::arg("layout"),
-                  py::arg("page_namespace"))
-      .def_property_readonly("rank", &Worker::rank)
-      .def("submit", &Worker::submit, py::arg("plan"))
-      .def("progress", &Worker::progress, py::arg("max_saves") = py::none())
-      .def("take_reports", &Worker::take_reports)
-      .def_property_readonly("queued_saves", &Worker::queued_saves)
-      .def_property_readonly("queued_loads", &Worker::queued_loads)
-      .def("release_lease", &Worker::release_lease, py::arg("lease"))
-      .def("metrics", &Worker::metrics)
-      .def("close", &Worker::close);
+                  py::arg("page_namespace"), doc("Worker.create"))
+      .def_property_readonly("rank", &Worker::rank, doc("Worker.rank"))
+      .def("submit", &Worker::submit, py::arg("plan"), doc("Worker.submit"))
+      .def("progress", &Worker::progress, py::arg("max_saves") = py::none(),
+           doc("Worker.progress"))
+      .def("take_reports", &Worker::take_reports, doc("Worker.take_reports"))
+      .def_property_readonly("queued_saves", &Worker::queued_saves, doc("Worker.queued_saves"))
+      .def_property_readonly("queued_loads", &Worker::queued_loads, doc("Worker.queued_loads"))
+      .def("release_lease", &Worker::release_lease, py::arg("lease"), doc("Worker.release_lease"))
+      .def("metrics", &Worker::metrics, doc("Worker.metrics"))
+      .def("close", &Worker::close, doc("Worker.close"));
 
-  py::class_<Scheduler, std::shared_ptr<Scheduler>>(m, "Scheduler",
-                                                    "The scheduler half of the offload engine.")
+  py::class_<Scheduler, std::shared_ptr<Scheduler>>(m, "Scheduler", doc("Scheduler"))
       .def_static("create",
                   [](py::object config, std::shared_ptr<Worker> view, py::object ns) {
                     return std::make_shared<Scheduler>(config, std::move(view), ns);
                   },
-                  py::arg("config"), py::arg("view"), py::arg("page_namespace"))
-      .def("add_request", &Scheduler::add_request, py::arg("request_id"), py::arg("prompt"))
-      .def("lookup", &Scheduler::lookup, py::arg("handle"))
+                  py::arg("config"), py::arg("view"), py::arg("page_namespace"),
+                  doc("Scheduler.create"))
+      .def("add_request", &Scheduler::add_request, py::arg("request_id"), py::arg("prompt"),
+           doc("Scheduler.add_request"))
+      .def("lookup", &Scheduler::lookup, py::arg("handle"), doc("Scheduler.lookup"))
       .def("after_alloc", &Scheduler::after_alloc, py::arg("handle"), py::arg("local_tokens"),
-           py::arg("blocks"), py::arg("group") = -1)
+           py::arg("blocks"), py::arg("group") = -1, doc("Scheduler.after_alloc"))
       // The keyword's deprecated name (0.1.0), kept for one release (CHANGELOG.md).
       .def(
           "after_alloc",
@@ -1171,20 +1418,54 @@ PYBIND11_MODULE(_libtier, m) {
             return s.after_alloc(h, local, blocks, group);
           },
           py::arg("handle"), py::arg("hbm_tokens"), py::arg("blocks"), py::arg("group") = -1)
-      .def("set_blocks", &Scheduler::set_blocks, py::arg("handle"), py::arg("blocks"))
+      .def("set_blocks", &Scheduler::set_blocks, py::arg("handle"), py::arg("blocks"),
+           doc("Scheduler.set_blocks"))
       .def("cut_prefill_chunk", &Scheduler::cut_prefill_chunk, py::arg("handle"),
-           py::arg("start"), py::arg("length"))
+           py::arg("start"), py::arg("length"), doc("Scheduler.cut_prefill_chunk"))
       .def("on_computed", &Scheduler::on_computed, py::arg("handle"),
-           py::arg("computed_tokens"))
-      .def("build_step", &Scheduler::build_step)
-      .def("process", &Scheduler::process, py::arg("reports"))
-      .def("should_defer_free", &Scheduler::should_defer_free, py::arg("handle"))
-      .def("finish", &Scheduler::finish, py::arg("handle"))
-      .def_property_readonly("loads_pending", &Scheduler::loads_pending)
-      .def_property_readonly("saves_pending", &Scheduler::saves_pending)
+           py::arg("computed_tokens"), doc("Scheduler.on_computed"))
+      .def("build_step", &Scheduler::build_step, doc("Scheduler.build_step"))
+      .def("process", &Scheduler::process, py::arg("reports"), doc("Scheduler.process"))
+      .def("should_defer_free", &Scheduler::should_defer_free, py::arg("handle"),
+           doc("Scheduler.should_defer_free"))
+      .def("finish", &Scheduler::finish, py::arg("handle"), doc("Scheduler.finish"))
+      .def_property_readonly("loads_pending", &Scheduler::loads_pending,
+                             doc("Scheduler.loads_pending"))
+      .def_property_readonly("saves_pending", &Scheduler::saves_pending,
+                             doc("Scheduler.saves_pending"))
       .def("metrics", &Scheduler::metrics,
-           py::arg("workers") = std::vector<std::shared_ptr<Worker>>{})
+           py::arg("workers") = std::vector<std::shared_ptr<Worker>>{}, doc("Scheduler.metrics"))
       .def("metrics_prometheus", &Scheduler::metrics_prometheus,
-           py::arg("workers") = std::vector<std::shared_ptr<Worker>>{})
-      .def("close", &Scheduler::close);
+           py::arg("workers") = std::vector<std::shared_ptr<Worker>>{},
+           doc("Scheduler.metrics_prometheus"))
+      .def("close", &Scheduler::close, doc("Scheduler.close"));
+
+  py::class_<MissRatioCurve>(m, "MissRatioCurve", doc("MissRatioCurve"))
+      .def_property_readonly("requests", &MissRatioCurve::requests, doc("MissRatioCurve.requests"))
+      .def_property_readonly("blocks", &MissRatioCurve::blocks, doc("MissRatioCurve.blocks"))
+      .def_property_readonly("tracked_blocks", &MissRatioCurve::tracked_blocks,
+                             doc("MissRatioCurve.tracked_blocks"))
+      .def_property_readonly("exact", &MissRatioCurve::exact, doc("MissRatioCurve.exact"))
+      .def_property_readonly("sample_rate", &MissRatioCurve::sample_rate,
+                             doc("MissRatioCurve.sample_rate"))
+      .def_property_readonly("block_bytes", &MissRatioCurve::block_bytes,
+                             doc("MissRatioCurve.block_bytes"))
+      .def_property_readonly("image_bytes", &MissRatioCurve::image_bytes,
+                             doc("MissRatioCurve.image_bytes"))
+      .def_property_readonly("saturation", &MissRatioCurve::saturation,
+                             doc("MissRatioCurve.saturation"))
+      .def_property_readonly("max_hit_ratio", &MissRatioCurve::max_hit_ratio,
+                             doc("MissRatioCurve.max_hit_ratio"))
+      .def_property_readonly("knee", &MissRatioCurve::knee, doc("MissRatioCurve.knee"))
+      .def("hit_ratio", &MissRatioCurve::hit_ratio, py::arg("blocks"),
+           doc("MissRatioCurve.hit_ratio"))
+      .def("miss_ratio", [](const MissRatioCurve& c, std::uint64_t b) { return 1.0 - c.hit_ratio(b); },
+           py::arg("blocks"), doc("MissRatioCurve.miss_ratio"))
+      .def("error", &MissRatioCurve::error, py::arg("blocks"), doc("MissRatioCurve.error"))
+      .def("capacity_bytes", &MissRatioCurve::capacity_bytes, py::arg("blocks"),
+           doc("MissRatioCurve.capacity_bytes"))
+      .def("steps", &MissRatioCurve::steps, doc("MissRatioCurve.steps"));
+  m.def("miss_ratio_curve", &miss_ratio_curve, py::arg("trace"), py::kw_only(),
+        py::arg("block_bytes") = 65536, py::arg("sample") = 1.0,
+        py::arg("max_tracked") = std::uint64_t{1} << 25, doc("miss_ratio_curve"));
 }

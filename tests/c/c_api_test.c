@@ -1,8 +1,9 @@
 /* The C API (tier/tier.h) compiled and driven as C: status codes and errors, keys (golden
  * vectors of docs/keys.md), the store (blocking and asynchronous batches, scatter/gather,
- * registration, metrics, several threads at once) and the offload engine over a small DSV4
- * layout (a save of PAGE+SLOT, then a resume that restores the bytes). Needs TIER_PLUGIN_DIR for
- * the cpu plugin. Exit 0 when every check passed, 1 otherwise. */
+ * registration, metrics, stat, several threads at once), the log (levels, a sink), the metrics
+ * endpoint, the sizing curve, and the offload engine over a small DSV4 layout (a save of
+ * PAGE+SLOT, then a resume that restores the bytes). Needs TIER_PLUGIN_DIR for the cpu plugin.
+ * Exit 0 when every check passed, 1 otherwise. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -460,11 +461,124 @@ static void test_engine(void) {
   tier_store_close(store);
 }
 
+/* What the sink received (this test installs it on one thread; messages come from any). */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int log_count = 0, log_last_level = -1;
+static char log_last[512];
+static void on_log(void* user, int level, const char* message) {
+  pthread_mutex_lock(&log_mu);
+  ++*(int*)user;
+  ++log_count;
+  log_last_level = level;
+  snprintf(log_last, sizeof log_last, "%s", message);
+  pthread_mutex_unlock(&log_mu);
+}
+
+static void test_log_stat_metrics(void) {
+  int level = tier_log_level();
+  CHECK(tier_log_set_level(7) == TIER_INVALID_ARGUMENT);
+  REQUIRE_OK(tier_log_set_level(TIER_LOG_WARN));
+  CHECK(tier_log_level() == TIER_LOG_WARN);
+  int calls = 0;
+  tier_log_set_sink(on_log, &calls);
+  tier_store* store = NULL;
+  REQUIRE_OK(tier_store_open_json(
+      "{\"tiers\": [{\"name\": \"cpu\", \"capacity\": \"1MiB\", \"backend\": \"cpu\"}],"
+      " \"metrics\": {\"listen\": \"127.0.0.1:0\"}}",
+      NULL, 0, &store));
+  CHECK(strncmp(tier_store_metrics_endpoint(store), "127.0.0.1:", 10) == 0);
+  uint8_t data[300], small[100];
+  fill(data, sizeof data, 3);
+  tier_region r = {data, sizeof data, TIER_MEMORY_HOST, -1};
+  tier_item item = {key_n(1), &r, 1};
+  int32_t code = -1;
+  REQUIRE_OK(tier_store_save(store, &item, 1, &code));
+  CHECK(code == TIER_OK);
+  /* Larger than the tier: NO_SPACE. */
+  static uint8_t huge[2 << 20];
+  tier_region hr = {huge, sizeof huge, TIER_MEMORY_HOST, -1};
+  tier_item big = {key_n(2), &hr, 1};
+  REQUIRE_OK(tier_store_save(store, &big, 1, &code));
+  CHECK(code == TIER_NO_SPACE);
+  /* Stat: where and how large. */
+  tier_key keys[2] = {key_n(1), key_n(2)};
+  tier_object_stat st[2];
+  REQUIRE_OK(tier_store_stat(store, keys, 2, st));
+  CHECK(st[0].tier == 0 && st[0].payload_bytes == 300 && st[0].stored_bytes == 396);
+  CHECK(st[1].tier == -1);
+  /* A load into the wrong size: INVALID_ARGUMENT for the key, and a warning naming both sizes. */
+  tier_region sr = {small, sizeof small, TIER_MEMORY_HOST, -1};
+  tier_item wrong = {key_n(1), &sr, 1};
+  REQUIRE_OK(tier_store_load(store, &wrong, 1, &code, NULL));
+  CHECK(code == TIER_INVALID_ARGUMENT);
+  pthread_mutex_lock(&log_mu);
+  CHECK(calls >= 1 && log_last_level == TIER_LOG_WARN);
+  CHECK(strstr(log_last, "stored payload is 300 bytes, these regions take 100") != NULL);
+  pthread_mutex_unlock(&log_mu);
+  char* text = NULL;
+  REQUIRE_OK(tier_store_metrics_prometheus(store, &text));
+  CHECK(strstr(text, "libtier_tier_used_bytes{tier=\"cpu\"} 396\n") != NULL);
+  CHECK(strstr(text, "libtier_op_duration_seconds_count{op=\"save\",tier=\"cpu\"} 2\n") != NULL);
+  tier_free(text);
+  tier_store_close(store);
+  /* After the sink is removed it is never called again. */
+  tier_log_set_sink(NULL, NULL);
+  int before = calls;
+  REQUIRE_OK(tier_store_open_json(kProfile, NULL, 0, &store));
+  REQUIRE_OK(tier_store_load(store, &wrong, 1, &code, NULL));
+  tier_store_close(store);
+  CHECK(calls == before);
+  REQUIRE_OK(tier_log_set_level(level));
+}
+
+static void write_text(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  if (!f) exit(1);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_curve(void) {
+  char path[] = "/tmp/c_api_trace_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  write_text(path,
+             "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+             "{\"timestamp\": 1, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 3]}\n"
+             "{\"timestamp\": 2, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}\n");
+  tier_curve* c = NULL;
+  REQUIRE_OK(tier_curve_from_trace(path, 1.0, 0, &c));
+  CHECK(tier_curve_requests(c) == 3 && tier_curve_blocks(c) == 6);
+  CHECK(tier_curve_tracked_blocks(c) == 3);
+  /* Chained blocks 1, 1-2, 1-3: 1 comes back at stack distance 2 (twice), 1-2 at 3. */
+  CHECK(tier_curve_hit_ratio(c, 1) == 0);
+  CHECK(tier_curve_hit_ratio(c, 2) == 2.0 / 6);
+  CHECK(tier_curve_hit_ratio(c, 3) == 3.0 / 6);
+  CHECK(tier_curve_saturation(c) == 3);
+  CHECK(tier_curve_error(c, 3) == 0);
+  size_t n = 0;
+  REQUIRE_OK(tier_curve_steps(c, NULL, NULL, 0, &n));
+  CHECK(n == 2);
+  uint64_t blocks[2];
+  double ratios[2];
+  REQUIRE_OK(tier_curve_steps(c, blocks, ratios, 2, &n));
+  CHECK(blocks[0] == 2 && blocks[1] == 3 && ratios[1] == 3.0 / 6);
+  uint64_t knee = 0;
+  double knee_ratio = 0;
+  CHECK(tier_curve_knee(c, &knee, &knee_ratio) == 1 && knee == 2);
+  tier_curve_free(c);
+  CHECK(tier_curve_from_trace(path, 0.0, 0, &c) == TIER_INVALID_ARGUMENT && c == NULL);
+  CHECK(tier_curve_from_trace("/nonexistent/trace.jsonl", 1.0, 0, &c) == TIER_NOT_FOUND);
+  remove(path);
+}
+
 int main(void) {
   test_status();
   test_keys();
   test_store();
   test_threads();
+  test_log_stat_metrics();
+  test_curve();
   test_engine();
   if (failures) {
     fprintf(stderr, "%d checks failed\n", failures);

@@ -9,12 +9,58 @@ tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 out=$("$tierctl" check "$source/profiles/cpu.json" 2>&1) || fail "check of a valid profile exited $?: $out"
 grep -q "ok (1 tier)" <<<"$out" || fail "unexpected check output: $out"
 
-# Without --load-plugins the options of the cpu plugin are checked only where it is linked in
-# (-Dstatic_plugins=true); the structure always is.
+# Without --load-plugins the options of the built-in plugins are checked all the same, against
+# the schema installed beside each (libtier_backend_cpu.json), without loading it.
 out=$("$tierctl" check "$source/tests/cli/bad_profile.json" 2>&1)
 rc=$?
 [ $rc -eq 1 ] || fail "check of a bad profile exited $rc, expected 1"
+grep -qF '/tiers/0/backend/mdoe: unknown option "mdoe"; did you mean "mode"?' <<<"$out" || fail "$out"
 grep -qF '/tiers/1/capacity: expected a size like "64GiB", got -3' <<<"$out" || fail "$out"
+grep -qF 'not checked' <<<"$out" && fail "check left options unchecked: $out"
+# Issue 25's typo: a backend option misspelt, found without loading the plugin.
+echo '{"tiers": [{"name": "c", "capacity": "1MiB", "backend": {"type": "cpu", "pinnned": true}}]}' \
+  > "$tmp/typo.json"
+out=$("$tierctl" check "$tmp/typo.json" 2>&1)
+[ $? -eq 1 ] && grep -qF '/tiers/0/backend/pinnned: unknown option "pinnned"; did you mean "pinned"?' <<<"$out" ||
+  fail "check of a misspelt option: $out"
+plugins=$(dirname "$tierctl")/../../libtier/plugins
+shopt -s nullglob
+for so in "$plugins"/libtier_*.so; do  # every built-in plugin has its schema beside it
+  [ -f "${so%.so}.json" ] || fail "no schema beside $so"
+done
+echo '{"tiers": [{"name": "d", "capacity": "1MiB", "backend": {"type": "disk", "path": "x", "queue_dpeth": 8}},
+  {"name": "c", "capacity": "1MiB", "backend": "cpu", "stage": {"type": "zstd", "levle": 3}}]}' > "$tmp/typo2.json"
+out=$("$tierctl" check "$tmp/typo2.json" 2>&1)
+[ $? -eq 1 ] && grep -qF '/tiers/0/backend/queue_dpeth: unknown option' <<<"$out" &&
+  grep -qF '/tiers/1/stage/levle: unknown option "levle"; did you mean "level"?' <<<"$out" ||
+  fail "check of misspelt disk and zstd options: $out"
+# A malformed schema beside a plugin is an error naming it, not a pass (the plugin is a copy of the
+# cpu plugin's file under another name: it is never loaded).
+if [ -f "$plugins/libtier_backend_cpu.so" ]; then
+  mkdir -p "$tmp/plugins" && cp "$plugins/libtier_backend_cpu.so" "$tmp/plugins/libtier_backend_cpux.so"
+  echo '[{"name": 3}]' > "$tmp/plugins/libtier_backend_cpux.json"
+  echo '{"tiers": [{"name": "c", "capacity": "1MiB", "backend": "cpux"}]}' > "$tmp/cpux.json"
+  out=$(TIER_PLUGIN_DIR=$tmp/plugins "$tierctl" check "$tmp/cpux.json" 2>&1)
+  [ $? -eq 1 ] && grep -qF "libtier_backend_cpux.json: not an option schema" <<<"$out" ||
+    fail "check with a malformed schema: $out"
+fi
+
+# The metrics endpoint and the log level a profile asks for, in explain.
+echo '{"metrics": {"listen": "localhost:0"}, "log": {"level": "info"},
+  "tiers": [{"name": "c", "capacity": "1MiB", "backend": "cpu"}]}' > "$tmp/metrics.json"
+out=$("$tierctl" explain "$tmp/metrics.json") || fail "explain exited $?: $out"
+grep -qF 'metrics: GET http://127.0.0.1:0/metrics' <<<"$out" && grep -qF 'log level: info' <<<"$out" ||
+  fail "explain of metrics and log: $out"
+
+# --version, and a mistyped command gets the nearest one, not the whole usage.
+out=$("$tierctl" --version) || fail "--version exited $?"
+grep -qE '^tierctl [0-9]+\.[0-9]+\.[0-9]+$' <<<"$out" || fail "--version: $out"
+out=$("$tierctl" chek profiles/cpu.json 2>&1)
+[ $? -eq 2 ] && grep -qF 'unknown command "chek"; did you mean "check"?' <<<"$out" ||
+  fail "mistyped command: $out"
+[ "$(wc -l <<<"$out")" -eq 1 ] || fail "a mistyped command printed more than one line: $out"
+out=$("$tierctl" zzzzzz 2>&1)
+[ $? -eq 2 ] && grep -qF 'the commands are: ' <<<"$out" || fail "unknown command: $out"
 out=$("$tierctl" check --load-plugins "$source/tests/cli/bad_profile.json" 2>&1)
 rc=$?
 [ $rc -eq 1 ] || fail "check --load-plugins of a bad profile exited $rc, expected 1"

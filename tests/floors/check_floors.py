@@ -10,6 +10,7 @@ makes each subfolder a component of its own:
   0  libtier/         the core, with the entry glue every plugin links (libtier/plugins/)
   1  hip/             the GPU runtime and kernels
   2  engine/          the generic offload engine
+  2  sizing/          request traces and their LRU hit-ratio curves
   2  backends/<name>/ one backend plugin each
   2  codecs/<name>/   one codec each
   3  layouts/<name>/  the engine's KV layout for a model family
@@ -33,6 +34,7 @@ FLOORS = {
     "libtier": (0, False),
     "hip": (1, False),
     "engine": (2, False),
+    "sizing": (2, False),
     "backends": (2, True),
     "codecs": (2, True),
     "layouts": (3, True),

@@ -18,8 +18,8 @@ import re
 import subprocess
 import sys
 
-TOPS = ("libtier", "hip", "engine", "backends", "codecs", "layouts", "capi", "python", "apps",
-        "tests", "docs", "profiles", ".ci", "subprojects")
+TOPS = ("libtier", "hip", "engine", "sizing", "backends", "codecs", "layouts", "capi", "python",
+        "apps", "tests", "docs", "profiles", ".ci", "subprojects")
 EXT = r"(?:hpp|cpp|h|c|hip|cu|py|pyi|sh|md|json|map|build|txt|toml|in)"
 PATH_RE = re.compile(r"(?<![\w./-])((?:%s)/[\w./{},*-]*?\.(?:%s|\{[\w,]+\}))(?![\w])" %
                      ("|".join(re.escape(t) for t in TOPS), EXT))

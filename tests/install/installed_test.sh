@@ -10,7 +10,9 @@
 #     and reports (exit 3, not a pass) one too large to exercise eviction;
 #  5. the installed tierctl lists plugins and prints a plugin's option schema;
 #  6. the offload engine runs out of tree with a custom KvLayout (libtier_engine.pc,
-#     dense_engine.cpp) and with the DSV4 layout (libtier_dsv4_layout.pc, dsv4_engine.cpp).
+#     dense_engine.cpp) and with the DSV4 layout (libtier_dsv4_layout.pc, dsv4_engine.cpp);
+#  7. every pkg-config file carries the project's version, tierctl --version says it, and each
+#     installed plugin has its option schema beside it, which tierctl check reads.
 set -euo pipefail
 build=$1 source=$2
 work=$(mktemp -d /tmp/libtier-install.XXXXXX)
@@ -50,6 +52,7 @@ for pc in "$pcdir"/*.pc; do
   case $module in  # where the set's headers are, and the include root its cflags name
     libtier) dir=tier base=. ;;
     libtier_engine) dir=tier/engine base=. ;;
+    libtier_sizing) dir=tier/sizing base=. ;;
     libtier_gpu) dir=tier/gpu base=tier/gpu ;;
     libtier_dsv4) dir=tier/dsv4 base=. ;;
     libtier_dsv4_layout) dir=tier/dsv4 base=. ;;
@@ -77,6 +80,24 @@ for pc in "$pcdir"/*.pc; do
   checked=$((checked + 1))
 done
 [ "$checked" -ge 4 ] || { echo "FAIL: only $checked pkg-config files installed"; exit 1; }
+
+# 7. Versions, and the plugins' schemas beside them.
+version=$(sed -n "s/^  version: '\(.*\)',$/\1/p" "$source/meson.build")
+[ -n "$version" ] || { echo "FAIL: no version in meson.build"; exit 1; }
+for pc in "$pcdir"/*.pc; do
+  got=$(pkg-config --modversion "$(basename "$pc" .pc)")
+  [ "$got" = "$version" ] || { echo "FAIL: $pc says version '$got', the project $version"; exit 1; }
+done
+[ "$("$tierctl" --version)" = "tierctl $version" ] || { echo "FAIL: tierctl --version"; exit 1; }
+for so in "$libdir"/libtier/plugins/libtier_*.so; do
+  [ -f "${so%.so}.json" ] || { echo "FAIL: no option schema beside $so"; exit 1; }
+done
+echo '{"tiers": [{"name": "c", "capacity": "1MiB", "backend": {"type": "cpu", "pinnned": true}}]}' \
+  > "$work/typo.json"
+out=$(env -u TIER_PLUGIN_DIR "$tierctl" check "$work/typo.json" 2>&1) && {
+  echo "FAIL: the installed tierctl check passed a misspelt option: $out"; exit 1; }
+grep -qF 'did you mean "pinned"?' <<<"$out" || { echo "FAIL: $out"; exit 1; }
+echo "every .pc file says version $version; each installed plugin's schema is beside it and read"
 
 bindir=$(dirname "$tierctl")
 conformance=$bindir/tier-conformance

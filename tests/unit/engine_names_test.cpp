@@ -65,4 +65,10 @@ TEST_CASE("counters export the reference names as json and prometheus") {
   CHECK(p.find("libtier_engine_saves_pending 0\n") != std::string::npos);
   CHECK(p.find("# TYPE libtier_engine_loads_pending gauge") != std::string::npos);
   CHECK(p.find("tier=\"rank1/cpu\"") != std::string::npos);
+  // Each rank's stack: usage gauges, the stack's counters and latencies, labelled by rank.
+  CHECK(p.find("libtier_tier_used_bytes{tier=\"rank1/cpu\"} ") != std::string::npos);
+  CHECK(p.find("libtier_stack_saves_total{rank=\"1\"} ") != std::string::npos);
+  CHECK(p.find("libtier_op_duration_seconds_count{op=\"save\",tier=\"rank0/cpu\",rank=\"0\"} ") !=
+        std::string::npos);
+  CHECK(p.find("# TYPE libtier_stack_saves_total counter") == p.rfind("# TYPE libtier_stack_saves_total"));
 }

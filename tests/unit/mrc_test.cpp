@@ -1,7 +1,7 @@
-// tierctl size's one-pass curve (apps/tierctl/mrc.hpp) against brute-force LRU simulations that
+// tierctl size's one-pass curve (tier/sizing/mrc.hpp) against brute-force LRU simulations that
 // count hits as tierbench replay does, on synthetic traces and on the real trace when
 // $TIER_TEST_DATA holds it; the trace reader's errors on malformed lines.
-#include "mrc.hpp"
+#include "tier/sizing/mrc.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -12,13 +12,13 @@
 #include <random>
 
 #include "support/lru_model.hpp"
-#include "trace.hpp"
+#include "tier/sizing/trace.hpp"
 
 using tier::Code;
-using tier::cli::CurveBuilder;
-using tier::cli::CurveEstimate;
-using tier::cli::CurveOptions;
-using tier::cli::Request;
+using tier::sizing::CurveBuilder;
+using tier::sizing::CurveEstimate;
+using tier::sizing::CurveOptions;
+using tier::sizing::Request;
 using tier::test::lru_hits;  // the replay's LRU model, by brute force
 using Trace = tier::test::TraceIds;
 
@@ -68,7 +68,7 @@ std::string write_file(const std::string& name, const std::string& text) {
 
 TEST_CASE("stack distances equal a naive LRU stack's, across renumberings") {
   std::mt19937 rng(7);
-  tier::cli::StackDistances sd;
+  tier::sizing::StackDistances sd;
   std::list<std::uint64_t> stack;    // most recent first
   for (int i = 0; i < 20000; ++i) {  // far past the first 1024 slots: many renumberings
     const std::uint64_t k = rng() % (i < 10000 ? 50 : 700);
@@ -188,7 +188,7 @@ TEST_CASE("malformed trace lines: an error with the line number") {
   for (const auto& [line, message] : cases) {
     // A blank line still counts: the bad one is line 3.
     const std::string path = write_file("bad.jsonl", ok + "\n\n" + line + "\n" + ok + "\n");
-    auto e = tier::cli::trace_curve(path, {});
+    auto e = tier::sizing::trace_curve(path, {});
     INFO(line);
     REQUIRE(!e.is_ok());
     CHECK(e.status().code() == Code::kInvalidArgument);
@@ -198,12 +198,12 @@ TEST_CASE("malformed trace lines: an error with the line number") {
   }
   // A line past the bound, without a newline, is refused without reading it whole.
   const std::string path =
-      write_file("long.jsonl", ok + "\n" + std::string(tier::cli::kMaxTraceLineBytes + 10, ' '));
-  auto e = tier::cli::trace_curve(path, {});
+      write_file("long.jsonl", ok + "\n" + std::string(tier::sizing::kMaxTraceLineBytes + 10, ' '));
+  auto e = tier::sizing::trace_curve(path, {});
   REQUIRE(!e.is_ok());
   CHECK(std::string(e.status().message()).find(":2: line longer than") != std::string::npos);
   std::filesystem::remove(path);
-  CHECK(tier::cli::trace_curve("/nonexistent/trace.jsonl", {}).status().code() == Code::kNotFound);
+  CHECK(tier::sizing::trace_curve("/nonexistent/trace.jsonl", {}).status().code() == Code::kNotFound);
 }
 
 TEST_CASE("the real trace: the curve equals brute-force LRU at several capacities") {
@@ -212,11 +212,11 @@ TEST_CASE("the real trace: the curve equals brute-force LRU at several capacitie
     MESSAGE("no mooncake_conversation_trace.jsonl under $TIER_TEST_DATA: case skipped");
     return;
   }
-  auto requests = tier::cli::load_trace(path);
+  auto requests = tier::sizing::load_trace(path);
   REQUIRE(requests.is_ok());
   Trace t;
   for (const Request& r : *requests) t.push_back(r.blocks);
-  auto e = tier::cli::trace_curve(path, {});
+  auto e = tier::sizing::trace_curve(path, {});
   REQUIRE(e.is_ok());
   CHECK(e->blocks == block_count(t));
   for (std::uint64_t c : {1ul, 64ul, 1000ul, 5000ul, 8192ul, 40000ul, e->curve.saturation(),

@@ -15,10 +15,12 @@
  *  - Memory named by a tier_region is the caller's: it must stay valid (and, for a save,
  *    unchanged) until the call returns, or for an asynchronous submit until its completion has
  *    been returned by tier_store_poll/tier_store_wait.
- *  - No library thread ever calls into the caller: there are no callbacks.
+ *  - No library thread ever calls into the caller, but for the log sink (tier_log_set_sink),
+ *    which receives libtier's messages on whichever thread logs them.
  *
  * Threads
- *  - Key functions, tier_code_name, tier_last_error, tier_version: any thread, concurrently.
+ *  - Key functions, tier_code_name, tier_last_error, tier_version, tier_log_*, tier_curve_*:
+ *    any thread, concurrently (a tier_curve is read-only once made).
  *  - tier_store_*: any thread, concurrently. Each store serializes its calls on one lock (the
  *    TierStack behind it has one owner at a time); an asynchronous submit queues the batch for
  *    the store's own transfer thread, which takes the same lock. A store must not be closed while
@@ -67,9 +69,35 @@ const char* tier_code_name(int code);
 /* The message of the last failing call on this thread ("" when none failed yet). */
 const char* tier_last_error(void);
 uint32_t tier_abi_version(void);
+/* libtier's version, "0.1.0" (the Meson project's; CHANGELOG.md). */
 const char* tier_version(void);
 /* Frees a string returned by the library. */
 void tier_free(void* p);
+
+/* ---- Log (docs/logging.md) --------------------------------------------------------------- */
+
+/* Levels, most severe first. A message is emitted when its level is at or below the threshold:
+ * TIER_LOG_WARN by default, TIER_LOG_LEVEL in the environment (error, warn, info, debug, off), a
+ * profile's "log": {"level": ...} (unless the environment or this call chose one), or
+ * tier_log_set_level (always applies). */
+enum {
+  TIER_LOG_OFF = 0,
+  TIER_LOG_ERROR = 1,
+  TIER_LOG_WARN = 2,
+  TIER_LOG_INFO = 3,
+  TIER_LOG_DEBUG = 4
+};
+/* Errors: INVALID_ARGUMENT (not a TIER_LOG_* value). */
+int tier_log_set_level(int level);
+int tier_log_level(void);
+/* Receives each message emitted: its level (TIER_LOG_ERROR..TIER_LOG_DEBUG) and one line of text,
+ * valid only during the call. It runs on the thread that logs, which may be a library thread (a
+ * Redis tier's I/O thread, a store's transfer thread, the metrics endpoint's thread), one message
+ * at a time. It must return quickly and must not call into libtier. */
+typedef void (*tier_log_fn)(void* user, int level, const char* message);
+/* Routes messages to `fn` (NULL: back to stderr, the default). When this returns, the previous
+ * sink is not running and is never called again. Never call it from inside a sink. */
+void tier_log_set_sink(tier_log_fn fn, void* user);
 
 /* ---- Keys (docs/keys.md) ---------------------------------------------------------------- */
 
@@ -117,8 +145,12 @@ typedef struct tier_region {
 typedef struct tier_store tier_store;
 
 /* Opens the tiers of a profile file (or of JSON text) for objects of namespace `ns` (NULL: all
- * zero) and TP rank `rank`. Errors: INVALID_ARGUMENT (every problem with its JSON path), NOT_FOUND
- * (no such file), the tiers' errors. */
+ * zero) and TP rank `rank`. A store with the all-zero namespace over a persistent tier logs a
+ * warning once per process: its objects are found by any program that opens it so, whatever its
+ * model (docs/integration.md, "Namespaces"). A profile's "metrics" section starts its HTTP
+ * endpoint (tier_store_metrics_endpoint). Errors: INVALID_ARGUMENT (every problem with its JSON
+ * path), NOT_FOUND (no such file), IO_ERROR (the metrics endpoint cannot listen), the tiers'
+ * errors. */
 int tier_store_open(const char* profile_path, const tier_key* ns, uint32_t rank, tier_store** out);
 int tier_store_open_json(const char* profile_json, const tier_key* ns, uint32_t rank,
                          tier_store** out);
@@ -130,10 +162,13 @@ size_t tier_store_tier_count(tier_store* store);
 /* The name of tier `index` (valid while the store is open), or NULL. */
 const char* tier_store_tier_name(tier_store* store, size_t index);
 
-/* Counters (docs/metrics.md) as JSON text and as Prometheus text format 0.0.4; free with
- * tier_free. */
+/* Counters, usage gauges and latency histograms (docs/metrics.md) as JSON text and as Prometheus
+ * text format 0.0.4; free with tier_free. */
 int tier_store_metrics_json(tier_store* store, char** out);
 int tier_store_metrics_prometheus(tier_store* store, char** out);
+/* "host:port" of the metrics endpoint the profile started (the port chosen when it asked for
+ * 0), "" without one; valid while the store is open. */
+const char* tier_store_metrics_endpoint(tier_store* store);
 
 /* Registers memory with a store until tier_memory_release. TIER_MEMORY_PINNED page-locks the
  * host range through the GPU runtime (NOT_SUPPORTED in a build without it, or with no GPU);
@@ -159,12 +194,22 @@ int tier_store_lookup_prefix(tier_store* store, const tier_key* keys, size_t cou
                              size_t* prefix);
 /* out[i] = 1 when keys[i] is stored in a readable tier, else 0. */
 int tier_store_exists(tier_store* store, const tier_key* keys, size_t count, uint8_t* out);
+/* Where each key is stored and how large it is. */
+typedef struct tier_object_stat {
+  int32_t tier;           /* the fastest readable tier holding it; -1: not stored */
+  uint64_t payload_bytes; /* what a load's regions must hold in all */
+  uint64_t stored_bytes;  /* its image in that tier: the 96-byte header and any stage included */
+} tier_object_stat;
+/* out[i] for keys[i]. Reads a key's image only where its tier applies a stage (to learn the
+ * payload size). Errors: INVALID_ARGUMENT (NULL arrays). */
+int tier_store_stat(tier_store* store, const tier_key* keys, size_t count, tier_object_stat* out);
 /* Blocking batch save: codes[i] is TIER_OK (stored, or stored already: put-if-absent) or the
- * first writable tier's error for item i. The call's own status is an error only when the batch
+ * first writable tier's error for item i (NO_SPACE: larger than that tier can ever hold). The call's own status is an error only when the batch
  * could not be attempted (INVALID_ARGUMENT: a malformed region list; BAD_STATE). */
 int tier_store_save(tier_store* store, const tier_item* items, size_t count, int32_t* codes);
 /* Blocking batch load: codes[i] is TIER_OK, TIER_NOT_FOUND (a miss) or the decode error of item i
- * (INVALID_ARGUMENT when the regions' size differs from the stored object's: nothing written).
+ * (INVALID_ARGUMENT when the regions' size differs from the stored object's: nothing written; the
+ * sizes are logged as a warning, and tier_store_stat gives the stored size).
  * tiers (may be NULL) receives the index of the tier that served each item, or -1. */
 int tier_store_load(tier_store* store, const tier_item* items, size_t count, int32_t* codes,
                     int32_t* tiers);
@@ -392,6 +437,37 @@ int tier_engine_metrics_json(tier_scheduler* s, tier_worker* const* workers, siz
                              char** out);
 int tier_engine_metrics_prometheus(tier_scheduler* s, tier_worker* const* workers,
                                    size_t worker_count, char** out);
+
+/* ---- Sizing (docs/sizing.md) ------------------------------------------------------------- */
+
+/* The LRU hit-ratio curve of a Mooncake-format trace (JSON lines of {"timestamp",
+ * "input_length", "output_length", "hash_ids"}), counted as tierbench replay counts hits, in one
+ * pass in bounded memory: what `tierctl size` prints. Capacities are in blocks (one hash id); a
+ * tier holds capacity / (block payload + 96) of them. Read-only once made: any thread. */
+typedef struct tier_curve tier_curve;
+/* sample_rate in (0, 1]: 1 is exact (Mattson's stack distances), below 1 SHARDS sampling with an
+ * error (tier_curve_error); max_tracked (0: 2^25) bounds the distinct blocks tracked. Errors:
+ * NOT_FOUND (no trace), INVALID_ARGUMENT (a malformed line, with its number and field; a rate
+ * out of range), IO_ERROR, NO_SPACE (more than max_tracked blocks). */
+int tier_curve_from_trace(const char* trace_path, double sample_rate, uint64_t max_tracked,
+                          tier_curve** out);
+void tier_curve_free(tier_curve* curve);
+uint64_t tier_curve_requests(const tier_curve* curve);
+uint64_t tier_curve_blocks(const tier_curve* curve);         /* requested, repeats included */
+uint64_t tier_curve_tracked_blocks(const tier_curve* curve); /* distinct blocks tracked */
+double tier_curve_sample_rate(const tier_curve* curve);      /* as used: a multiple of 2^-24 */
+/* The hit ratio at `blocks` blocks, and (sampled) the error stated for it; 0 when exact. */
+double tier_curve_hit_ratio(const tier_curve* curve, uint64_t blocks);
+double tier_curve_error(const tier_curve* curve, uint64_t blocks);
+/* The smallest capacity with the largest hit ratio. */
+uint64_t tier_curve_saturation(const tier_curve* curve);
+/* The knee: 0 when no block is requested twice (nothing written), else 1 with its capacity and
+ * hit ratio. */
+int tier_curve_knee(const tier_curve* curve, uint64_t* blocks, double* hit_ratio);
+/* Every capacity where the ratio rises, increasing, with the ratio from there on: at most
+ * `capacity` written, *count is the total (capacity 0 sizes). */
+int tier_curve_steps(const tier_curve* curve, uint64_t* blocks, double* hit_ratios,
+                     size_t capacity, size_t* count);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,8 @@
 //   "version": 1,                         // optional; only 1 exists
 //   "plugins": ["mock", "/opt/x/libtier_backend_y.so"],   // loaded before tiers are checked
 //   "stack": { "max_inflight_bytes": "256MiB", "op_timeout": "10s" },
+//   "metrics": { "listen": "127.0.0.1:9464" },   // optional: the HTTP endpoint of /metrics
+//   "log": { "level": "info" },                    // optional: error | warn | info | debug | off
 //   "tiers": [
 //     { "name": "cpu", "capacity": "${TIER_CPU_CAPACITY:-4GiB}",
 //       "backend": { "type": "cpu", ...backend options... },
@@ -17,10 +19,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tier/json.hpp"
+#include "tier/log.hpp"
 #include "tier/registry.hpp"
 #include "tier/status.hpp"
 
@@ -44,12 +48,24 @@ struct TierSpec {
   EvictPolicy on_evict = EvictPolicy::kDemote;
 };
 
+// The profile's "metrics" section: an HTTP endpoint serving GET /metrics (docs/metrics.md).
+struct MetricsEndpoint {
+  bool enabled = false;        // the profile has a "metrics" section
+  std::string host;            // an IP address literal ("localhost" is read as 127.0.0.1)
+  std::uint16_t port = 9464;   // 0: a free port, chosen when the endpoint starts
+  bool allow_remote = false;   // a host other than a loopback address was allowed explicitly
+  std::uint64_t timeout_us = 5'000'000;  // longest a request may take to arrive and be answered
+  std::uint32_t max_connections = 16;    // connections served at once; more are closed at once
+};
+
 struct Profile {
   std::string source;  // file path, or "<inline>"
   std::vector<std::string> plugins;
   std::uint64_t max_inflight_bytes = 256ull << 20;
   std::uint64_t op_timeout_us = 10'000'000;
   std::vector<TierSpec> tiers;
+  MetricsEndpoint metrics;
+  std::optional<LogLevel> log_level;  // "log": {"level": ...}; applied when a stack opens
 
   // The resolved profile with every default filled in (tierctl explain).
   Json to_json() const;

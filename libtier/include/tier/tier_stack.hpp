@@ -29,6 +29,11 @@
 // waits for its put (the offload engine's scheduler looks up through a worker's stack while the
 // worker saves). A call still waits while another thread encodes, decodes or polls a tier once
 // (bounded by the poll slice, 10 ms at most). tier() and the metrics read counters only.
+//
+// Metrics (docs/metrics.md): the tiers' counters, the stack's, each tier's usage as of the end of
+// the last call, and the latency of saves, loads, puts and gets; all readable from any thread
+// without the stack's lock. A profile's "metrics" section starts an HTTP endpoint serving them
+// (a thread of its own that reads those counters and never calls user code).
 
 #include <atomic>
 #include <chrono>
@@ -62,12 +67,40 @@ struct LoadResult {
   int tier = -1;     // the tier that served it
 };
 
+// The operations timed by the stack (libtier_op_duration_seconds): a save and a load per item, from
+// the start of the call to the item's result; a put and a get per request the stack submits to a
+// tier, foreground or background, from its submit to its completion.
+enum class StackOp : std::uint8_t { kSave = 0, kLoad = 1, kPut = 2, kGet = 3 };
+inline constexpr std::size_t kStackOpCount = 4;
+std::string_view stack_op_name(StackOp op) noexcept;
+
+// Where an object is stored and how large it is (TierStack::stat).
+struct ObjectStat {
+  int tier = -1;                    // the fastest readable tier holding it; -1: not stored
+  std::uint64_t payload_bytes = 0;  // its raw payload: what Codec::decode receives
+  std::uint64_t stored_bytes = 0;   // its image in that tier, header and stage included
+};
+
 // Stack-level counters (tier-level ones live in each Backend's metrics).
 struct StackCounters {
   Counter saves, saved_bytes, save_failures, loads, loaded_bytes, load_misses, decode_failures;
   Counter writethrough_dropped, demotions_dropped;
   Json to_json() const;
 };
+
+class TierStack;
+// One stack of a Prometheus exposition of several (the offload engine's, one per rank): its tiers
+// are labelled `tier_prefix` + their names, and its stack-wide series carry `labels` (text such as
+// `rank="0"`, or empty).
+struct StackExposition {
+  const TierStack* stack = nullptr;
+  std::string tier_prefix;
+  std::string labels;
+};
+// Prometheus text format 0.0.4 of every stack: the tiers' counters (tier/metrics.hpp), each
+// tier's usage gauges, the stacks' counters and the op_duration histograms (docs/metrics.md).
+// Reads counters only: any thread, without the stacks' locks.
+std::string metrics_prometheus(std::span<const StackExposition> stacks);
 
 class TierStack {
  public:
@@ -104,6 +137,10 @@ class TierStack {
 
   // Index of the fastest readable tier holding `key`, or -1.
   Result<int> locate(const ObjectKey& key);
+  // out[i] for keys[i]: where it is stored and its sizes. A key's image is read only from a tier
+  // that applies a stage (the payload's size is then in the stage's encoding); a key that tier
+  // cannot read back has payload_bytes 0. Errors: InvalidArgument (out.size() != keys.size()).
+  Status stat(std::span<const ObjectKey> keys, std::span<ObjectStat> out);
 
   // Saves every item with `codec`. out[i] is Ok (stored, or present already), or the error of
   // the first writable tier. `out.size()` must equal `items.size()`.
@@ -121,12 +158,28 @@ class TierStack {
   std::uint64_t background_bytes() const noexcept { return bg_bytes_.load(); }
 
   StackCounters& counters() noexcept { return counters_; }
+  const StackCounters& counters() const noexcept { return counters_; }
   std::vector<NamedMetrics> metrics() const;
+  // Tier `i`'s usage (Backend::usage) as of the end of the last call into the stack.
+  Usage usage(std::size_t i) const noexcept;
+  // Latencies of `op` on tier `tier`; tier -1: none (a load that missed every tier, a save that
+  // reached none).
+  const Histogram& op_duration(StackOp op, int tier) const noexcept;
   Json metrics_json() const;
   std::string metrics_prometheus() const;
+  // "host:port" of the metrics endpoint the profile started (the port chosen when it asked for
+  // 0), or empty.
+  const std::string& metrics_endpoint() const noexcept;
 
  private:
   class EvictSink;  // per-tier EvictionHandler forwarding to on_evict
+  class MetricsServer;  // the profile's HTTP endpoint (libtier/src/metrics_http.cpp)
+  struct MetricsServerStop {  // stops and joins its thread
+    void operator()(MetricsServer* s) const noexcept;
+  };
+  struct TierGauges {   // usage(i), published by note_usage()
+    std::atomic<std::uint64_t> capacity_bytes{0}, used_bytes{0}, objects{0};
+  };
   // Uninitialized bytes, recycled through pool_ so steady-state saves and loads neither zero
   // nor fault in fresh memory. They start on a page and the allocation is padded to whole pages
   // (the padding zeroed), so that the region handed to a tier can be rounded up to its
@@ -164,6 +217,7 @@ class TierStack {
     std::uint64_t charged = 0;  // bytes counted against max_inflight_bytes
     Completion done;
     bool finished = false;
+    std::chrono::steady_clock::time_point submitted, reaped;  // for op_duration
   };
 
   explicit TierStack(const Profile& profile);
@@ -171,7 +225,7 @@ class TierStack {
   class Entry {
    public:
     explicit Entry(TierStack& s);
-    ~Entry() { stack_.mu_.unlock(); }
+    ~Entry();  // publishes the tiers' usage, then releases mu_
     Entry(const Entry&) = delete;
     Entry& operator=(const Entry&) = delete;
 
@@ -183,6 +237,15 @@ class TierStack {
   // releases mu_ until one such thread got in, then takes it back.
   void let_others_in();
   void on_evict(int tier, const ObjectKey& key, std::span<const std::byte> image) noexcept;
+  // Metrics hooks: every tier's usage into gauges_ (with mu_ held), and one latency.
+  void note_usage() noexcept;
+  void note_duration(StackOp op, int tier, std::chrono::steady_clock::time_point start,
+                     std::chrono::steady_clock::time_point end) noexcept;
+  // Makes gauges_ and durations_ for tiers_ and starts the profile's metrics endpoint.
+  Status start_metrics(const Profile& profile);
+  // Starts metrics_server_ and sets metrics_endpoint_. Errors: IoError (cannot listen),
+  // NotSupported (built without the endpoint).
+  Status start_endpoint(const MetricsEndpoint& endpoint);
 
   Image acquire(std::size_t bytes);
   // The region tier `t` reads or writes for `image`: its bytes, rounded up to the tier's
@@ -209,9 +272,13 @@ class TierStack {
                      Status& out);
   // Takes the finished get `id` (0: none was submitted) of `item` from tier `t` and serves it
   // from `buf` into item.dst (null `buf`: a scattered get, already in item.dst): out and
-  // unserved say whether it was served, or why not.
+  // unserved say whether it was served, or why not; a served item's latency counts from `start`.
   void serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id, Image& buf,
-                 LoadResult& out, char& unserved);
+                 LoadResult& out, char& unserved, std::chrono::steady_clock::time_point start);
+  // InvalidArgument naming the sizes: tier `t` holds an image of `image_bytes` for `item`, which
+  // its regions cannot take.
+  Status wrong_size(int t, const LoadItem& item, const Codec& codec,
+                    std::size_t image_bytes) const;
   // Decodes `image`, read from tier `t` for `item`, into item.dst and promotes its payload into
   // the faster writable tiers. Returns: Ok, or why the image cannot be served (a copy that
   // fails its checks is removed from tier `t`).
@@ -235,7 +302,8 @@ class TierStack {
   void drain_evictions();
   // Waits for foreground ids; on timeout they turn into background requests (TimedOut).
   void wait_for(const std::vector<std::uint64_t>& ids);
-  Completion take(std::uint64_t id);
+  // The completion of `id`, and (when `reaped` is given) when it was reaped.
+  Completion take(std::uint64_t id, std::chrono::steady_clock::time_point* reaped = nullptr);
 
   std::vector<Tier> tiers_;
   std::vector<std::string> skipped_;
@@ -256,7 +324,11 @@ class TierStack {
   std::unordered_map<LeaseId, StackLease> leases_;
   LeaseId next_lease_ = 1;
   StackCounters counters_;
-  std::mutex mu_;  // everything above, and every call into a backend
+  std::unique_ptr<TierGauges[]> gauges_;   // one per tier
+  std::unique_ptr<Histogram[]> durations_;  // [op * (tiers + 1) + tier + 1]
+  std::unique_ptr<MetricsServer, MetricsServerStop> metrics_server_;
+  std::string metrics_endpoint_;
+  std::mutex mu_;  // everything above but the metrics, and every call into a backend
   std::atomic<int> entering_{0};           // threads blocked taking mu_
   std::atomic<std::uint64_t> entries_{0};  // times mu_ was taken through lock_counted()
 };

@@ -1,4 +1,4 @@
-#include "mrc.hpp"
+#include "tier/sizing/mrc.hpp"
 
 #include <fmt/format.h>
 
@@ -6,9 +6,9 @@
 #include <bit>
 #include <cmath>
 
-#include "trace.hpp"
+#include "tier/sizing/trace.hpp"
 
-namespace tier::cli {
+namespace tier::sizing {
 
 std::uint64_t StackDistances::count_upto(std::uint64_t slot) const {
   std::uint64_t n = 0;
@@ -200,4 +200,17 @@ Result<CurveEstimate> trace_curve(const std::string& path, const CurveOptions& o
   return std::move(builder).finish();
 }
 
-}  // namespace tier::cli
+std::optional<HitCurve::Step> knee(const HitCurve& c) {
+  const double top = c.max_ratio(), right = static_cast<double>(c.saturation());
+  if (top <= 0 || right <= 0) return std::nullopt;
+  std::optional<HitCurve::Step> best;
+  double best_gap = -1;
+  for (const HitCurve::Step& s : c.steps()) {
+    const double gap = s.hit_ratio / top - static_cast<double>(s.blocks) / right;
+    if (gap > best_gap) best_gap = gap, best = s;
+  }
+  return best;
+}
+
+
+}  // namespace tier::sizing

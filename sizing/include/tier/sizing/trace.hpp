@@ -1,5 +1,6 @@
 #pragma once
-// Mooncake-format request traces, shared by tierbench (replay) and tierctl (size). A request is
+// Mooncake-format request traces, read by tierbench (replay), tierctl (size) and the C API's
+// tier_curve_from_trace (libtier_sizing, docs/sizing.md). A request is
 // its ordered prefix blocks (one block = 512 tokens in the trace); equal leading block ids mean a
 // reusable prefix.
 
@@ -11,7 +12,7 @@
 
 #include "tier/status.hpp"
 
-namespace tier::cli {
+namespace tier::sizing {
 
 inline constexpr std::uint32_t kTraceBlockTokens = 512;
 // The longest trace line read (a request of ~1.5 million blocks); longer is an error.
@@ -57,4 +58,4 @@ class TraceReader {
 // The whole trace in memory. `limit` = 0 reads everything.
 Result<std::vector<Request>> load_trace(const std::string& path, std::size_t limit = 0);
 
-}  // namespace tier::cli
+}  // namespace tier::sizing

@@ -1,4 +1,4 @@
-#include "trace.hpp"
+#include "tier/sizing/trace.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "tier/json.hpp"
 
-namespace tier::cli {
+namespace tier::sizing {
 namespace {
 
 // `v` as an unsigned integer no larger than `max`; nlohmann's get<> would wrap -1 and truncate
@@ -112,4 +112,4 @@ Result<std::vector<Request>> load_trace(const std::string& path, std::size_t lim
   return out;
 }
 
-}  // namespace tier::cli
+}  // namespace tier::sizing

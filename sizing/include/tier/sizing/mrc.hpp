@@ -26,6 +26,7 @@
 // own, and the spread of their curves gives the stated error (CurveEstimate::error_at).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -34,7 +35,7 @@
 #include "tier/key.hpp"
 #include "tier/status.hpp"
 
-namespace tier::cli {
+namespace tier::sizing {
 
 // LRU stack distances of a stream of keys, O(log n) per access: a Fenwick tree over access times
 // holds a 1 at each key's last access, so the distinct keys touched since a key's last access
@@ -163,8 +164,13 @@ class CurveBuilder {
   std::vector<Sample> samples_;  // [0]: the whole sample; then the groups when sampled
 };
 
-// The curve of a Mooncake-format trace (apps/trace.hpp), read in one pass in bounded memory.
+// The knee (Satopaa et al.'s Kneedle on the normalized curve): the capacity where the curve is
+// furthest above the line from (0, 0) to (saturation, max ratio); past it, each block gains
+// less than the curve's average. nullopt when no block is requested twice.
+std::optional<HitCurve::Step> knee(const HitCurve& curve);
+
+// The curve of a Mooncake-format trace (tier/sizing/trace.hpp), read in one pass in bounded memory.
 // Errors: the trace reader's, and CurveBuilder's.
 Result<CurveEstimate> trace_curve(const std::string& path, const CurveOptions& options);
 
-}  // namespace tier::cli
+}  // namespace tier::sizing

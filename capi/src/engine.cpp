@@ -43,7 +43,6 @@ struct tier_events {
 struct tier_scheduler {
   tier_worker* view = nullptr;
   std::unique_ptr<Scheduler> scheduler;
-  std::set<std::string, std::less<>> reasons;  // report reasons the caller passed, interned
 };
 
 namespace {
@@ -158,6 +157,11 @@ void fill_op_common(COp& c, const Op& op, const Keys& keys) {
 }  // namespace
 
 extern "C" {
+
+const char* tier_outcome_name(int32_t outcome) {
+  if (outcome < 0 || outcome >= kWorkerOutcomeCount) return "unknown";
+  return outcome_name(static_cast<WorkerOutcome>(outcome)).data();
+}
 
 int tier_dsv4_layout_create(const char* geometry, const tier_key* page_ns, uint32_t tp_size,
                             uint32_t tp_rank, const char* options_json, tier_dsv4_layout** out) {
@@ -305,9 +309,10 @@ int tier_worker_take_reports(tier_worker* worker, tier_op_report* out, size_t ca
     std::size_t n = 0;
     while (n < capacity && !worker->reports.empty()) {
       const OpReport& r = worker->reports.front();
-      // The worker's reasons are outcome_name() literals: NUL-terminated, static.
+      // outcome_name() gives NUL-terminated static literals.
       out[n++] = tier_op_report{static_cast<std::int32_t>(r.channel), r.rank, r.id.request,
-                                r.id.generation, r.ok ? 1 : 0, r.reason.data()};
+                                r.id.generation, r.ok() ? 1 : 0,
+                                static_cast<std::int32_t>(r.outcome), outcome_name(r.outcome).data()};
       worker->reports.pop_front();
     }
     *count = n;
@@ -345,12 +350,27 @@ void tier_scheduler_destroy(tier_scheduler* scheduler) { delete scheduler; }
 
 int tier_scheduler_add_request(tier_scheduler* s, uint64_t request_id, const uint32_t* prompt,
                                size_t prompt_tokens, uint64_t* handle) {
+  return tier_scheduler_add_request_extra(s, request_id, prompt, prompt_tokens, nullptr, 0,
+                                          handle);
+}
+int tier_scheduler_add_request_extra(tier_scheduler* s, uint64_t request_id,
+                                     const uint32_t* prompt, size_t prompt_tokens,
+                                     const void* extra_key, size_t extra_key_bytes,
+                                     uint64_t* handle) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
     TIER_RETURN_IF_ERROR(need(handle, "handle"));
     if (prompt_tokens && !prompt) return Status::invalid("prompt is NULL");
-    *handle = sc.add_request(request_id, std::span(prompt, prompt_tokens));
+    if (extra_key_bytes && !extra_key) return Status::invalid("extra_key is NULL");
+    *handle = sc.add_request(
+        request_id, std::span(prompt, prompt_tokens),
+        std::string_view(static_cast<const char*>(extra_key), extra_key ? extra_key_bytes : 0));
     return Status::ok();
   });
+}
+uint32_t tier_scheduler_epoch(tier_scheduler* s) {
+  if (!s) return 0;
+  std::lock_guard<std::mutex> lock(s->view->store->mu);
+  return s->scheduler->epoch();
 }
 int tier_scheduler_lookup(tier_scheduler* s, uint64_t handle, tier_match* out) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
@@ -422,11 +442,13 @@ int tier_scheduler_process(tier_scheduler* s, const tier_op_report* reports, siz
       const tier_op_report& r = reports[i];
       if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
         return Status::invalid("report " + std::to_string(i) + ": unknown channel");
-      // The aggregator keeps reasons as views: intern the caller's strings.
-      std::string_view reason;
-      if (r.reason && *r.reason) reason = *s->reasons.emplace(r.reason).first;
+      if (r.outcome < 0 || r.outcome >= kWorkerOutcomeCount)
+        return Status::invalid("report " + std::to_string(i) + ": unknown outcome " +
+                               std::to_string(r.outcome));
+      if ((r.ok != 0) != (r.outcome == 0))
+        return Status::invalid("report " + std::to_string(i) + ": ok and outcome disagree");
       in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
-                            r.rank, r.ok != 0, reason});
+                            r.rank, static_cast<WorkerOutcome>(r.outcome)});
     }
     StepEvents ev = sc.process(in);
     auto e = std::make_unique<tier_events>();

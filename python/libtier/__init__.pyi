@@ -89,10 +89,14 @@ def chunk_keys(
     tokens: TokensLike,
     chunk: int,
     include_partial: bool = False,
+    extra_key: Union[str, bytes, None] = None,
 ) -> list[str]:
     """Chained chunk keys of `tokens` (u32 values) in `chunk`-token chunks (tier::chunk_keys).
 
-    `namespace` is a namespace id or a model identity dict (hashed with namespace_id)."""
+    `namespace` is a namespace id or a model identity dict (hashed with namespace_id).
+    `extra_key`: what besides the tokens makes the KV differ (a LoRA adapter, multimodal content
+    hashes, a cache salt; a str counts as its UTF-8 bytes), mixed into the first chunk so every
+    key differs; None or empty: the keys without one (docs/keys.md)."""
 
 def external_key(name: Union[str, bytes]) -> str:
     """A key for an engine's own object name (e.g. SGLang's page hash strings), docs/keys.md."""
@@ -185,6 +189,10 @@ class Store:
         its Completion. Raises TimedOut after `timeout` seconds, NotFound for an unknown ticket."""
     def remove(self, keys: Sequence[KeyLike]) -> list[Code]:
         """Removes each key from every tier."""
+    def clear(self) -> int:
+        """Removes every object of this Store's namespace from every tier, every rank's objects
+        included (tier_store_clear), and returns how many were removed. Raises NotSupported when
+        a tier cannot list its keys (the redis tier; the other tiers are cleared all the same)."""
     def progress(self) -> None:
         """Advances background work without blocking."""
     def flush(self, timeout: Optional[float] = None) -> None:
@@ -261,7 +269,13 @@ class OpReport:
     generation: int
     rank: int
     ok: bool
-    reason: str
+    reason: str  # the outcome's stable name ("" when ok), docs/engine.md
+    outcome: int  # the outcome's stable number (TIER_OUTCOME_*; 0 when ok)
+    def __init__(
+        self, channel: str, request: int, generation: int, rank: int, ok: bool, reason: str = ""
+    ) -> None:
+        """A report received from another process: a failed one names its outcome by `reason`
+        (InvalidArgument for an unknown name, or ok and reason disagreeing)."""
 
 class StepEvents:
     loaded: list[int]
@@ -328,8 +342,14 @@ class Scheduler:
     @staticmethod
     def create(config: Mapping[str, Any], view: Worker, page_namespace: KeyLike) -> "Scheduler":
         """`view`: rank 0's Worker (lookups and commit records go through it)."""
-    def add_request(self, request_id: int, prompt: TokensLike) -> int:
-        """Registers a request; returns its handle (never reused)."""
+    def add_request(
+        self, request_id: int, prompt: TokensLike, extra_key: Union[str, bytes, None] = None
+    ) -> int:
+        """Registers a request; returns its handle (never reused). `extra_key` as for
+        chunk_keys(): requests with equal tokens and different extra keys share no KV."""
+    @property
+    def epoch(self) -> int:
+        """The high 24 bits of every generation this scheduler emits (random per scheduler)."""
     def lookup(self, handle: int) -> MatchResult: ...
     def after_alloc(
         self, handle: int, local_tokens: int, blocks: Sequence[int], group: int = -1

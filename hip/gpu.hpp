@@ -293,4 +293,12 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
 // Whether `p` is page-locked host memory mapped for the devices (cudaHostAlloc'd or registered).
 bool is_mapped_pinned(const void* p) noexcept;
 
+namespace testing {
+// Fault injection for tests: while set on the calling thread, every Event::synchronize() on that
+// thread (the executor's wait for its gather or scatter, a verification's wait) waits for the
+// event as usual and then reports a DeviceError, as a failed event sync would. Other threads are
+// unaffected, so one TP rank's thread fails while the others go on.
+void fail_event_syncs_on_this_thread(bool on) noexcept;
+}  // namespace testing
+
 }  // namespace tier::gpu

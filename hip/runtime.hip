@@ -117,8 +117,15 @@ Result<bool> Event::done() const noexcept {
   return rt::rt_status(e, "event_query", __FILE__, __LINE__);
 }
 
+namespace {
+thread_local bool fail_syncs = false;  // testing::fail_event_syncs_on_this_thread
+}  // namespace
+
+void testing::fail_event_syncs_on_this_thread(bool on) noexcept { fail_syncs = on; }
+
 Status Event::synchronize() const noexcept {
   TIER_GPU_TRY(rt::event_synchronize(static_cast<rt::EventHandle>(handle_)));
+  if (fail_syncs) return Status(Code::kDeviceError, "event synchronize: injected failure (test)");
   return Status::ok();
 }
 

@@ -94,7 +94,7 @@ class ProgressThread {
       }
       w_.progress();
       std::size_t bad = 0;
-      for (const OpReport& r : w_.take_reports()) bad += r.ok ? 0 : 1;
+      for (const OpReport& r : w_.take_reports()) bad += r.ok() ? 0 : 1;
       std::lock_guard<std::mutex> lock(mu_);
       failed_ += bad;
     }
@@ -268,7 +268,9 @@ int run_forward(cli::Args& args) {
   w.submit(sp);
   w.progress();
   for (const OpReport& r : w.take_reports())
-    if (!r.ok) return cli::fail(fmt::format("storing the prefix failed: {}", r.reason));
+    if (!r.ok())
+      return cli::fail(
+          fmt::format("storing the prefix failed: {}", outcome_name(r.outcome)));
   std::vector<double> restores;
   for (int i = 0; i < iters + 1; ++i) {
     LoadOp op;
@@ -286,9 +288,10 @@ int run_forward(cli::Args& args) {
     w.progress();
     auto reports = w.take_reports();
     const double t = since(t0);
-    if (reports.size() != 1 || !reports[0].ok)
+    if (reports.size() != 1 || !reports[0].ok())
       return cli::fail(
-          fmt::format("restore failed: {}", reports.empty() ? "no report" : reports[0].reason));
+          fmt::format("restore failed: {}", reports.empty() ? std::string_view("no report")
+                                                  : outcome_name(reports[0].outcome)));
     if (i > 0) restores.push_back(t);
   }
   const std::uint64_t bytes = prefix_blocks * page_block + slot_bytes;

@@ -203,4 +203,8 @@ LeaseEnd CpuBackend::do_release(LeaseId id) noexcept {
   return mode_->release_lease(id, metrics().lease_expiries);
 }
 
+Result<std::vector<ObjectKey>> CpuBackend::do_list_keys(const Key128& ns) {
+  return mode_->list_keys(ns);
+}
+
 }  // namespace tier::cpu

@@ -56,6 +56,7 @@ class CpuBackend final : public Backend {
   Result<LeaseId> do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                            std::span<std::uint8_t> held) noexcept override;
   LeaseEnd do_release(LeaseId id) noexcept override;
+  Result<std::vector<ObjectKey>> do_list_keys(const Key128& ns) override;
 
  private:
   // A scattered get whose copy into device memory is still running.

@@ -75,6 +75,8 @@ class CpuMode {
   virtual Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                                 std::span<std::uint8_t> held, Counter& expiries) = 0;
   virtual LeaseEnd release_lease(LeaseId id, Counter& expiries) = 0;
+  // The keys of namespace `ns` stored and visible now (Backend::list_keys). Returns: BadState.
+  virtual Result<std::vector<ObjectKey>> list_keys(const Key128& ns) = 0;
 
   virtual Usage usage() const noexcept = 0;
   // Whether other processes share the objects and they outlive this one (shm).

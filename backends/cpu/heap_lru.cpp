@@ -141,4 +141,11 @@ std::vector<HeapLru::Buffer*> HeapLru::buffers() {
   return out;
 }
 
+Result<std::vector<ObjectKey>> HeapLru::list_keys(const Key128& ns) {
+  std::vector<ObjectKey> out;
+  for (const auto& [k, e] : map_)
+    if (k.ns == ns) out.push_back(k);
+  return out;
+}
+
 }  // namespace tier::cpu

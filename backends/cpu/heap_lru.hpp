@@ -35,6 +35,7 @@ class HeapLru : public CpuMode {
   Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                         std::span<std::uint8_t> held, Counter& expiries) override;
   LeaseEnd release_lease(LeaseId id, Counter& expiries) override;
+  Result<std::vector<ObjectKey>> list_keys(const Key128& ns) override;
 
   Usage usage() const noexcept override;
   bool shared() const noexcept override { return false; }

@@ -832,4 +832,11 @@ Result<std::size_t> DiskBackend::do_poll(std::span<Completion> out, std::size_t 
   return n;
 }
 
+Result<std::vector<ObjectKey>> DiskBackend::do_list_keys(const Key128& ns) {
+  std::vector<ObjectKey> out;
+  for (const auto& [k, loc] : index_)
+    if (k.ns == ns) out.push_back(k);
+  return out;
+}
+
 }  // namespace tier::disk

@@ -101,6 +101,8 @@ class DiskBackend final : public Backend {
   Result<LeaseId> do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                            std::span<std::uint8_t> held) noexcept override;
   LeaseEnd do_release(LeaseId id) noexcept override;
+  // The published objects of `ns` (the in-memory index).
+  Result<std::vector<ObjectKey>> do_list_keys(const Key128& ns) override;
 
  private:
   enum class RecordState : std::uint8_t { kEmpty, kWriting, kPublishing, kLive, kDead };

@@ -247,4 +247,11 @@ Result<std::size_t> GpuBackend::do_poll(std::span<Completion> out, std::size_t m
   return n;
 }
 
+Result<std::vector<ObjectKey>> GpuBackend::do_list_keys(const Key128& ns) {
+  std::vector<ObjectKey> out;
+  for (const auto& [k, e] : map_)
+    if (k.ns == ns) out.push_back(k);
+  return out;
+}
+
 }  // namespace tier::gpu

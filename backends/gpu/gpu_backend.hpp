@@ -41,6 +41,7 @@ class GpuBackend final : public Backend {
   Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override;
   Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
                               std::chrono::microseconds wait) noexcept override;
+  Result<std::vector<ObjectKey>> do_list_keys(const Key128& ns) override;
 
  private:
   struct Entry {

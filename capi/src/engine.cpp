@@ -48,7 +48,6 @@ struct tier_reports {
 struct tier_scheduler {
   tier_worker* view = nullptr;
   std::unique_ptr<Scheduler> scheduler;
-  std::set<std::string, std::less<>> reasons;  // report reasons the caller passed, interned
 };
 
 namespace {
@@ -170,11 +169,16 @@ Status hand_out(const Result<std::vector<std::byte>>& bytes, uint8_t** out, size
   return Status::ok();
 }
 
-// The caller's reports as OpReports; `reason(text)` gives each reason's view (interned where
-// the reports outlive the call).
-template <class Reason>
-Result<std::vector<OpReport>> from_c(const tier_op_report* reports, std::size_t count,
-                                     Reason&& reason) {
+// A report as C sees it; its reason is outcome_name()'s NUL-terminated static literal.
+tier_op_report report_to_c(const OpReport& r) {
+  return tier_op_report{static_cast<std::int32_t>(r.channel), r.rank, r.id.request,
+                        r.id.generation, r.ok() ? 1 : 0, static_cast<std::int32_t>(r.outcome),
+                        outcome_name(r.outcome).data()};
+}
+
+// The caller's reports as OpReports: each outcome one the engine knows, `ok` agreeing with it
+// (the reason string is the outcome's name, for people; the number is what counts).
+Result<std::vector<OpReport>> from_c(const tier_op_report* reports, std::size_t count) {
   if (count && !reports) return Status::invalid("reports is NULL");
   std::vector<OpReport> in;
   in.reserve(count);
@@ -182,8 +186,13 @@ Result<std::vector<OpReport>> from_c(const tier_op_report* reports, std::size_t 
     const tier_op_report& r = reports[i];
     if (r.channel < 0 || r.channel >= static_cast<std::int32_t>(kChannelCount))
       return Status::invalid("report " + std::to_string(i) + ": unknown channel");
+    if (r.outcome < 0 || r.outcome >= kWorkerOutcomeCount)
+      return Status::invalid("report " + std::to_string(i) + ": unknown outcome " +
+                             std::to_string(r.outcome));
+    if ((r.ok != 0) != (r.outcome == 0))
+      return Status::invalid("report " + std::to_string(i) + ": ok and outcome disagree");
     in.push_back(OpReport{static_cast<Channel>(r.channel), OperationId{r.request, r.generation},
-                          r.rank, r.ok != 0, reason(r.reason)});
+                          r.rank, static_cast<WorkerOutcome>(r.outcome)});
   }
   return in;
 }
@@ -204,6 +213,11 @@ void fill_op_common(COp& c, const Op& op, const Keys& keys) {
 }  // namespace
 
 extern "C" {
+
+const char* tier_outcome_name(int32_t outcome) {
+  if (outcome < 0 || outcome >= kWorkerOutcomeCount) return "unknown";
+  return outcome_name(static_cast<WorkerOutcome>(outcome)).data();
+}
 
 int tier_dsv4_layout_create(const char* geometry, const tier_key* page_ns, uint32_t tp_size,
                             uint32_t tp_rank, const char* options_json, tier_dsv4_layout** out) {
@@ -348,9 +362,7 @@ int tier_reports_encode(const tier_op_report* reports, size_t count, uint8_t** o
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
     TIER_RETURN_IF_ERROR(need(size, "size"));
-    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count, [](const char* text) {
-                            return std::string_view(text ? text : "");
-                          }));
+    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count));
     return hand_out(wire::encode_reports(in), out, size);
   });
 }
@@ -365,9 +377,7 @@ int tier_reports_decode(const void* bytes, size_t size, tier_reports** out) {
     auto r = std::make_unique<tier_reports>();
     r->reports.reserve(in.size());
     for (const OpReport& x : in)
-      r->reports.push_back(tier_op_report{static_cast<std::int32_t>(x.channel), x.rank,
-                                          x.id.request, x.id.generation, x.ok ? 1 : 0,
-                                          x.reason.data()});
+      r->reports.push_back(report_to_c(x));
     *out = r.release();
     return Status::ok();
   });
@@ -406,10 +416,7 @@ int tier_worker_take_reports(tier_worker* worker, tier_op_report* out, size_t ca
     for (OpReport& r : worker->worker->take_reports()) worker->reports.push_back(r);
     std::size_t n = 0;
     while (n < capacity && !worker->reports.empty()) {
-      const OpReport& r = worker->reports.front();
-      // The worker's reasons are outcome_name() literals: NUL-terminated, static.
-      out[n++] = tier_op_report{static_cast<std::int32_t>(r.channel), r.rank, r.id.request,
-                                r.id.generation, r.ok ? 1 : 0, r.reason.data()};
+      out[n++] = report_to_c(worker->reports.front());
       worker->reports.pop_front();
     }
     *count = n;
@@ -464,12 +471,27 @@ void tier_scheduler_destroy(tier_scheduler* scheduler) { delete scheduler; }
 
 int tier_scheduler_add_request(tier_scheduler* s, uint64_t request_id, const uint32_t* prompt,
                                size_t prompt_tokens, uint64_t* handle) {
+  return tier_scheduler_add_request_extra(s, request_id, prompt, prompt_tokens, nullptr, 0,
+                                          handle);
+}
+int tier_scheduler_add_request_extra(tier_scheduler* s, uint64_t request_id,
+                                     const uint32_t* prompt, size_t prompt_tokens,
+                                     const void* extra_key, size_t extra_key_bytes,
+                                     uint64_t* handle) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
     TIER_RETURN_IF_ERROR(need(handle, "handle"));
     if (prompt_tokens && !prompt) return Status::invalid("prompt is NULL");
-    *handle = sc.add_request(request_id, std::span(prompt, prompt_tokens));
+    if (extra_key_bytes && !extra_key) return Status::invalid("extra_key is NULL");
+    *handle = sc.add_request(
+        request_id, std::span(prompt, prompt_tokens),
+        std::string_view(static_cast<const char*>(extra_key), extra_key ? extra_key_bytes : 0));
     return Status::ok();
   });
+}
+uint32_t tier_scheduler_epoch(tier_scheduler* s) {
+  if (!s) return 0;
+  std::lock_guard<std::mutex> lock(s->view->store->mu);
+  return s->scheduler->epoch();
 }
 int tier_scheduler_lookup(tier_scheduler* s, uint64_t handle, tier_match* out) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
@@ -527,11 +549,7 @@ int tier_scheduler_process(tier_scheduler* s, const tier_op_report* reports, siz
                            tier_events** out) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    // The aggregator keeps reasons as views: intern the caller's strings.
-    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count, [&](const char* text) {
-                            return text && *text ? std::string_view(*s->reasons.emplace(text).first)
-                                                 : std::string_view();
-                          }));
+    TIER_ASSIGN_OR_RETURN(auto in, from_c(reports, count));
     StepEvents ev = sc.process(in);
     auto e = std::make_unique<tier_events>();
     e->loaded.assign(ev.loaded.begin(), ev.loaded.end());

@@ -286,7 +286,14 @@ int tier_namespace_id(const char* identity_json, tier_key* out) {
 int tier_chunk_keys(const tier_key* ns, const uint32_t* tokens, size_t token_count,
                     size_t chunk_tokens, int include_partial, tier_key* out, size_t capacity,
                     size_t* count) {
+  return tier_chunk_keys_extra(ns, tokens, token_count, chunk_tokens, include_partial, nullptr, 0,
+                               out, capacity, count);
+}
+int tier_chunk_keys_extra(const tier_key* ns, const uint32_t* tokens, size_t token_count,
+                          size_t chunk_tokens, int include_partial, const void* extra_key,
+                          size_t extra_key_bytes, tier_key* out, size_t capacity, size_t* count) {
   return guarded([&]() -> Status {
+    if (extra_key_bytes && !extra_key) return Status::invalid("extra_key is NULL");
     TIER_RETURN_IF_ERROR(need(ns, "ns"));
     TIER_RETURN_IF_ERROR(need(count, "count"));
     if (token_count && !tokens) return Status::invalid("tokens is NULL");
@@ -298,8 +305,9 @@ int tier_chunk_keys(const tier_key* ns, const uint32_t* tokens, size_t token_cou
     if (capacity < n)
       return Status::invalid("room for " + std::to_string(capacity) + " keys, " +
                              std::to_string(n) + " needed");
-    auto keys = chunk_keys(to_key(*ns), std::span(tokens, token_count), chunk_tokens,
-                           include_partial != 0);
+    auto keys = chunk_keys(
+        to_key(*ns), std::span(tokens, token_count), chunk_tokens, include_partial != 0,
+        std::string_view(static_cast<const char*>(extra_key), extra_key ? extra_key_bytes : 0));
     for (std::size_t i = 0; i < keys.size(); ++i) out[i] = from_key(keys[i]);
     return Status::ok();
   });
@@ -490,6 +498,16 @@ int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int
     for (std::size_t i = 0; i < count; ++i)
       codes[i] = static_cast<std::int32_t>(
           store->stack->remove(object_key(*store, keys[i])).code());
+    return Status::ok();
+  });
+}
+int tier_store_clear(tier_store* store, const tier_key* ns, uint64_t* removed) {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(store, "store"));
+    if (removed) *removed = 0;
+    std::lock_guard<std::mutex> lock(store->mu);
+    TIER_ASSIGN_OR_RETURN(std::uint64_t n, store->stack->clear(ns ? to_key(*ns) : store->ns));
+    if (removed) *removed = n;
     return Status::ok();
   });
 }

@@ -14,28 +14,27 @@ std::string_view channel_name(Channel c) noexcept {
   return "unknown";
 }
 
-Aggregator::Aggregator(std::uint32_t world_size, std::size_t tombstone_limit)
+Aggregator::Aggregator(std::uint32_t world_size, std::size_t tombstone_limit, std::uint32_t epoch)
     : world_size_(world_size == 0 ? 1 : (world_size > 64 ? 64 : world_size)),
-      tombstone_limit_(tombstone_limit) {}
+      tombstone_limit_(tombstone_limit),
+      epoch_(epoch) {}
 
 std::optional<Terminal> Aggregator::add(const OpReport& r) {
   auto idx = static_cast<std::size_t>(r.channel);
   if (idx >= kChannelCount || r.rank >= world_size_ || r.id.generation == 0) return std::nullopt;
+  if (epoch_ != 0 && epoch_of(r.id.generation) != epoch_) return std::nullopt;
   PerChannel& ch = channels_[idx];
   if (ch.dead.count(r.id.generation) != 0) return std::nullopt;
   Group& g = ch.groups[r.id.generation];
   g.request = r.id.request;
-  if (!r.ok && !g.failed) {
-    g.failed = true;
-    g.reason = r.reason;
-  }
+  if (!r.ok() && g.outcome == WorkerOutcome::kOk) g.outcome = r.outcome;
   const std::uint64_t bit = 1ull << r.rank;
   if ((g.reported & bit) == 0) {
     g.reported |= bit;
     ++g.count;
   }
   if (g.count < world_size_) return std::nullopt;
-  Terminal t{r.channel, OperationId{g.request, r.id.generation}, !g.failed, g.reason};
+  Terminal t{r.channel, OperationId{g.request, r.id.generation}, g.outcome};
   ch.groups.erase(r.id.generation);
   tombstone(ch, r.id.generation);
   return t;

@@ -28,6 +28,7 @@ constexpr Field kEngineFields[] = {
     {"leased_lookups", &EngineCounters::leased_lookups},
     {"lease_shortfalls", &EngineCounters::lease_shortfalls},
     {"sidecars_missing", &EngineCounters::sidecars_missing},
+    {"slot_boundaries_missed", &EngineCounters::slot_boundaries_missed},
 };
 
 struct WorkerField {

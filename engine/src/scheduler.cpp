@@ -1,6 +1,8 @@
 #include "tier/engine/scheduler.hpp"
 
 #include <algorithm>
+#include <random>
+#include <string>
 
 namespace tier::engine {
 
@@ -25,12 +27,25 @@ Result<ViewLease> TierView::lease(std::span<const Key128>, const std::optional<B
 
 void TierView::release_lease(std::uint64_t) {}
 
-Scheduler::Scheduler(const EngineConfig& config, TierView& view)
-    : config_(config), view_(view), agg_(config.tp_size, config.tombstone_limit) {}
+Scheduler::Scheduler(const EngineConfig& config, TierView& view, std::uint32_t epoch)
+    : config_(config),
+      view_(view),
+      epoch_(epoch),
+      agg_(config.tp_size, config.tombstone_limit, epoch),
+      next_generation_((static_cast<std::uint64_t>(epoch) << kEpochShift) + 1) {}
 
-Result<std::unique_ptr<Scheduler>> Scheduler::create(const EngineConfig& config, TierView& view) {
+Result<std::unique_ptr<Scheduler>> Scheduler::create(const EngineConfig& config, TierView& view,
+                                                     std::uint32_t epoch) {
   TIER_RETURN_IF_ERROR(config.validate());
-  return std::unique_ptr<Scheduler>(new Scheduler(config, view));
+  constexpr std::uint32_t kEpochMask = (1u << (64 - kEpochShift)) - 1;
+  if (epoch > kEpochMask)
+    return Status::invalid("scheduler epoch " + std::to_string(epoch) + " does not fit in " +
+                           std::to_string(64 - kEpochShift) + " bits");
+  while (epoch == 0) {
+    std::random_device rd;
+    epoch = rd() & kEpochMask;
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(config, view, epoch));
 }
 
 Scheduler::Seq* Scheduler::find(SeqHandle h) {
@@ -42,12 +57,13 @@ const Scheduler::Seq* Scheduler::find(SeqHandle h) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
-SeqHandle Scheduler::add_request(RequestId id, std::span<const std::uint32_t> prompt) {
+SeqHandle Scheduler::add_request(RequestId id, std::span<const std::uint32_t> prompt,
+                                 std::string_view extra_key) {
   SeqHandle h = next_handle_++;
   Seq s;
   s.id = id;
   s.prompt.assign(prompt.begin(), prompt.end());
-  s.keys = chunk_keys(config_.page_namespace, prompt, config_.chunk_tokens);
+  s.keys = chunk_keys(config_.page_namespace, prompt, config_.chunk_tokens, false, extra_key);
   seqs_.emplace(h, std::move(s));
   order_.push_back(h);
   return h;
@@ -222,6 +238,8 @@ LoadDecision Scheduler::after_alloc(SeqHandle h, std::uint64_t local,
   if (s == nullptr) return {LoadAction::kNone, "unknown_request"};
   s->blocks.assign(blocks.begin(), blocks.end());
   s->group = slot_group;
+  // The engine's own prefix: boundaries below it were never this request's to save.
+  settle_slots_below(*s, local, false);
   s->computed = std::max(s->computed, local);
   const std::uint64_t hit = s->hit_tokens;
   auto reject = [&](LoadAction a, std::string_view reason) {
@@ -261,14 +279,29 @@ void Scheduler::set_blocks(SeqHandle h, std::span<const std::uint32_t> blocks) {
   if (Seq* s = find(h)) s->blocks.assign(blocks.begin(), blocks.end());
 }
 
+// The state group holds the state after exactly `s.computed` tokens (the engine reports every
+// forward through on_computed before the step, and submit() snapshots it before the next one), so
+// the only boundary that can be snapshotted now is `computed` itself: never a clamped value.
 std::optional<std::uint64_t> Scheduler::slot_candidate(const Seq& s) const {
   if (!config_.stateful || s.group < 0 || s.slot_save || s.load) return std::nullopt;
-  const std::uint64_t prompt = s.prompt.size();
-  const std::uint64_t computed = std::min(s.computed, prompt);
-  if (!config_.is_slot_boundary(computed, prompt)) return std::nullopt;
-  if (s.failed_slots.count(computed) != 0) return std::nullopt;
-  if (index_.count(s.keys[computed / config_.chunk_tokens - 1]) != 0) return std::nullopt;
-  return computed;
+  const std::uint64_t at = s.computed;
+  if (at <= s.slot_settled || !config_.is_slot_boundary(at, s.prompt.size())) return std::nullopt;
+  if (s.failed_slots.count(at) != 0) return std::nullopt;
+  if (index_.count(s.keys[at / config_.chunk_tokens - 1]) != 0) return std::nullopt;
+  return at;
+}
+
+void Scheduler::settle_slots_below(Seq& s, std::uint64_t tokens, bool count) {
+  if (tokens == 0 || tokens - 1 <= s.slot_settled) return;
+  if (count && config_.stateful && s.group >= 0) {
+    for (std::uint64_t b : config_.slot_boundaries(s.prompt.size())) {
+      if (b <= s.slot_settled || b >= tokens) continue;
+      if (s.failed_slots.count(b) != 0) continue;
+      if (index_.count(s.keys[b / config_.chunk_tokens - 1]) != 0) continue;
+      counters_.slot_boundaries_missed.add();
+    }
+  }
+  s.slot_settled = tokens - 1;
 }
 
 std::uint64_t Scheduler::cut_prefill_chunk(SeqHandle h, std::uint64_t start,
@@ -277,7 +310,7 @@ std::uint64_t Scheduler::cut_prefill_chunk(SeqHandle h, std::uint64_t start,
   if (s == nullptr || len == 0 || !config_.stateful || s->slot_save)
     return std::max<std::uint64_t>(len, 1);
   for (std::uint64_t b : config_.slot_boundaries(s->prompt.size())) {
-    if (b <= start || b > start + len) continue;
+    if (b <= start || b > start + len || b <= s->slot_settled) continue;
     if (s->failed_slots.count(b) != 0) continue;
     if (index_.count(s->keys[b / config_.chunk_tokens - 1]) != 0) continue;
     return b - start;
@@ -286,7 +319,12 @@ std::uint64_t Scheduler::cut_prefill_chunk(SeqHandle h, std::uint64_t start,
 }
 
 void Scheduler::on_computed(SeqHandle h, std::uint64_t computed) {
-  if (Seq* s = find(h)) s->computed = std::max(s->computed, computed);
+  Seq* s = find(h);
+  if (s == nullptr || computed <= s->computed) return;
+  // The state moves past every boundary below `computed`: one still to be snapshotted is missed
+  // (counted) and never taken later, when the group holds a later state.
+  settle_slots_below(*s, computed, true);
+  s->computed = computed;
 }
 
 std::vector<std::uint32_t> Scheduler::blocks_of(const Seq& s, std::uint64_t start,
@@ -350,6 +388,7 @@ StepPlan Scheduler::build_step() {
       op.prefix_keys.assign(s.keys.begin(),
                             s.keys.begin() + static_cast<std::ptrdiff_t>(*slot / chunk));
       s.slot_save = SlotInflight{op.id.generation, b};
+      s.slot_settled = *slot;
       channels = 2;
     }
     counters_.saved_tokens.add(op.page_end - op.page_start);
@@ -370,19 +409,21 @@ void Scheduler::on_load_terminal(const Terminal& t, StepEvents& ev) {
   if (s == nullptr || !s->load || s->load->generation != t.id.generation) return;
   const ActiveLoad load = *s->load;
   s->load.reset();
-  if (t.ok) {
+  if (t.ok()) {
     if (!li.abandoned) {
       counters_.load_requests.add();
       counters_.loaded_tokens.add(load.end - load.start);
     }
+    settle_slots_below(*s, load.end + 1, false);  // resumed at load.end, committed already
     s->computed = std::max(s->computed, load.end);
     if (!s->finished) ev.loaded.push_back(li.seq);
   } else {
     if (!li.abandoned) {
       counters_.load_failures.add();
-      auto r = load_failure_reasons_.find(t.reason);
+      const std::string_view reason = outcome_name(t.outcome);
+      auto r = load_failure_reasons_.find(reason);
       if (r == load_failure_reasons_.end())
-        r = load_failure_reasons_.emplace(std::string(t.reason), 0).first;
+        r = load_failure_reasons_.emplace(std::string(reason), 0).first;
       ++r->second;
     }
     if (load.slot) decommit(*load.slot);
@@ -401,18 +442,18 @@ void Scheduler::on_save_terminal(const Terminal& t, StepEvents& ev) {
   const SeqHandle h = si.seq;
   Seq* s = find(h);
   if (t.channel == Channel::kPageSave) {
-    if (!t.ok) counters_.save_failures.add();
+    if (!t.ok()) counters_.save_failures.add();
   } else if (s != nullptr && s->slot_save && s->slot_save->generation == t.id.generation) {
     const Boundary b = s->slot_save->boundary;
     s->slot_save.reset();
-    if (t.ok) {
+    if (t.ok()) {
       commit(b);
     } else {
       counters_.slot_save_failures.add();
       s->failed_slots.insert(b.tokens);
     }
   }
-  si.ok = si.ok && t.ok;
+  si.ok = si.ok && t.ok();
   if (--si.channels > 0) return;
   saves_.erase(it);
   counters_.save_requests.add();

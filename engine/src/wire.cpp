@@ -35,27 +35,8 @@ constexpr std::uint16_t kHasSlot = 1;
 constexpr std::uint16_t kChunksInPrefix = 2;  // save: chunk keys are prefix keys [first, +count)
 constexpr std::size_t kKeyBytes = 16;
 
-// Report reasons by wire code (the index). A code is never renumbered or reused; a new outcome
-// takes the next one.
-constexpr WorkerOutcome kReasons[] = {
-    WorkerOutcome::kOk,                        // 0 ("")
-    WorkerOutcome::kPageUnavailable,           // 1
-    WorkerOutcome::kMissingDestinationGroup,   // 2
-    WorkerOutcome::kSidecarCodec,              // 3
-    WorkerOutcome::kSidecarUnavailable,        // 4
-    WorkerOutcome::kSidecarCorrupt,            // 5
-    WorkerOutcome::kMaxPendingSaves,           // 6
-    WorkerOutcome::kSnapshot,                  // 7
-    WorkerOutcome::kPageStore,                 // 8
-    WorkerOutcome::kPageVisibility,            // 9
-    WorkerOutcome::kPageVisibilityTimeout,     // 10
-    WorkerOutcome::kSidecarInvalidation,       // 11
-    WorkerOutcome::kSidecarSubmission,         // 12
-    WorkerOutcome::kSidecarVisibility,         // 13
-    WorkerOutcome::kSidecarVisibilityTimeout,  // 14
-    WorkerOutcome::kDeviceOrder,               // 15
-};
-constexpr std::size_t kReasonCount = sizeof(kReasons) / sizeof(kReasons[0]);
+// A report's reason on the wire is its WorkerOutcome's stable number (tier/engine/plan.hpp: a
+// number is never renumbered or reused; a new outcome takes the next one).
 
 const char* kind_name(std::uint8_t kind) {
   return kind == kKindPlan ? "plan" : kind == kKindReports ? "reports" : "unknown";
@@ -415,28 +396,21 @@ Result<std::vector<OpReport>> read_reports(std::span<const std::byte> p, std::si
     const std::uint16_t code = r.u16();
     if (channel >= kChannelCount) return r.error(fmt::format("channel {}", channel));
     if (ok > 1) return r.error(fmt::format("ok is {}", ok));
-    if (ok && code != 0) return r.error(fmt::format("a success with reason code {}", code));
-    if (code >= kReasonCount)
+    if ((ok != 0) != (code == 0))
+      return r.error(fmt::format("ok is {} with reason code {}", ok, code));
+    if (code >= kWorkerOutcomeCount)
       return Status(Code::kNotSupported,
                     fmt::format("reports message at byte {}: reason code {} is unknown to this "
                                 "decoder (wire format version {})",
                                 at + start, code, kWireVersion));
     rep.channel = static_cast<Channel>(channel);
-    rep.ok = ok != 0;
-    rep.reason = outcome_name(kReasons[code]);
+    rep.outcome = static_cast<WorkerOutcome>(code);
     rep.rank = r.u32();
     rep.id.request = r.u64();
     rep.id.generation = r.u64();
     r.seek(start + size);
   }
   return out;
-}
-
-Result<std::uint16_t> reason_code(std::string_view reason, std::size_t index) {
-  for (std::size_t c = 0; c < kReasonCount; ++c)
-    if (outcome_name(kReasons[c]) == reason) return static_cast<std::uint16_t>(c);
-  return Status::invalid(
-      fmt::format("wire: report {}: reason \"{}\" is not a worker outcome", index, reason));
 }
 
 }  // namespace
@@ -497,11 +471,11 @@ Result<std::vector<std::byte>> encode_reports(std::span<const OpReport> reports)
     const auto channel = static_cast<std::size_t>(rep.channel);
     if (channel >= kChannelCount)
       return Status::invalid(fmt::format("wire: report {}: channel {}", i, channel));
-    TIER_ASSIGN_OR_RETURN(std::uint16_t code, reason_code(rep.reason, i));
-    if (rep.ok && code != 0)
-      return Status::invalid(fmt::format("wire: report {}: a success with a reason", i));
+    const auto code = static_cast<std::uint16_t>(rep.outcome);
+    if (code >= kWorkerOutcomeCount)
+      return Status::invalid(fmt::format("wire: report {}: outcome {}", i, code));
     w.u8(static_cast<std::uint8_t>(channel));
-    w.u8(rep.ok ? 1 : 0);
+    w.u8(rep.ok() ? 1 : 0);
     w.u16(code);
     w.u32(rep.rank);
     w.u64(rep.id.request);

@@ -140,6 +140,12 @@ std::string_view outcome_name(WorkerOutcome o) noexcept {
   return "unknown";
 }
 
+std::optional<WorkerOutcome> outcome_from_name(std::string_view name) noexcept {
+  for (std::uint8_t i = 0; i < kWorkerOutcomeCount; ++i)
+    if (outcome_name(static_cast<WorkerOutcome>(i)) == name) return static_cast<WorkerOutcome>(i);
+  return std::nullopt;
+}
+
 Worker::Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
                PluginPtr<Codec> identity)
     : config_(config),
@@ -196,7 +202,7 @@ bool Worker::fenced(const ObjectKey& key) const { return is_fenced(key); }
 
 void Worker::report(Channel c, const OperationId& id, WorkerOutcome outcome) {
   std::lock_guard<std::mutex> lock(mu_);
-  reports_.push_back(OpReport{c, id, rank_, outcome == WorkerOutcome::kOk, outcome_name(outcome)});
+  reports_.push_back(OpReport{c, id, rank_, outcome});
 }
 
 bool Worker::is_fenced(const ObjectKey& key) const {
@@ -213,15 +219,15 @@ void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
   if (!ordered.is_ok()) {
     // Nothing of this step may read or write its KV: the transfers would race the forward.
     std::lock_guard<std::mutex> lock(mu_);
-    const std::string_view why = outcome_name(WorkerOutcome::kDeviceOrder);
+    const WorkerOutcome why = WorkerOutcome::kDeviceOrder;
     for (const LoadOp& op : plan.loads) {
       counters_.loads_failed.add();
-      reports_.push_back(OpReport{Channel::kLoad, op.id, rank_, false, why});
+      reports_.push_back(OpReport{Channel::kLoad, op.id, rank_, why});
     }
     for (const SaveOp& op : plan.saves) {
       counters_.saves_failed.add();
-      reports_.push_back(OpReport{Channel::kPageSave, op.id, rank_, false, why});
-      if (op.slot) reports_.push_back(OpReport{Channel::kSlotSave, op.id, rank_, false, why});
+      reports_.push_back(OpReport{Channel::kPageSave, op.id, rank_, why});
+      if (op.slot) reports_.push_back(OpReport{Channel::kSlotSave, op.id, rank_, why});
     }
     return;
   }
@@ -235,11 +241,11 @@ void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
       if (saves_pending_ >= config_.max_pending_saves) {
         counters_.saves_rejected.add();
         counters_.saves_failed.add();
-        reports_.push_back(OpReport{Channel::kPageSave, op.id, rank_, false,
-                                    outcome_name(WorkerOutcome::kMaxPendingSaves)});
+        reports_.push_back(
+            OpReport{Channel::kPageSave, op.id, rank_, WorkerOutcome::kMaxPendingSaves});
         if (op.slot)
-          reports_.push_back(OpReport{Channel::kSlotSave, op.id, rank_, false,
-                                      outcome_name(WorkerOutcome::kMaxPendingSaves)});
+          reports_.push_back(
+              OpReport{Channel::kSlotSave, op.id, rank_, WorkerOutcome::kMaxPendingSaves});
         continue;
       }
       ++saves_pending_;
@@ -248,8 +254,22 @@ void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
   }
   for (QueuedSave& q : accepted)
     if (q.op.slot) snapshot(q);
+  // Every rank holds what its load will read: rank 0 from the lookup on (the op's lease is its
+  // own), the other ranks from the plan's arrival here until their load ends.
+  std::vector<std::uint64_t> own_leases(plan.loads.size(), 0);
+  for (std::size_t i = 0; i < plan.loads.size(); ++i) {
+    const LoadOp& op = plan.loads[i];
+    if (config_.lease_timeout_ms == 0) break;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (op.lease != 0 && leases_.count(op.lease) != 0) continue;
+    }
+    auto l = lease(op.chunk_keys, op.slot, std::chrono::milliseconds(config_.lease_timeout_ms));
+    if (l) own_leases[i] = l->id;  // best effort: a tier that cannot lease holds nothing
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  for (const LoadOp& op : plan.loads) loads_.push_back(op);
+  for (std::size_t i = 0; i < plan.loads.size(); ++i)
+    loads_.push_back(QueuedLoad{plan.loads[i], own_leases[i]});
   for (QueuedSave& q : accepted) saves_.push_back(std::move(q));
 }
 
@@ -274,15 +294,17 @@ void Worker::snapshot(QueuedSave& q) {
 
 std::size_t Worker::progress(std::size_t max_saves) {
   std::lock_guard<std::mutex> run(run_mu_);
-  std::deque<LoadOp> loads;
+  std::deque<QueuedLoad> loads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     loads.swap(loads_);
   }
   std::size_t done = 0;
-  for (const LoadOp& op : loads) {
+  for (const QueuedLoad& q : loads) {
+    const LoadOp& op = q.op;
     const WorkerOutcome outcome = run_load(op);
     release_lease(op.lease);  // the load ended: its lookup lease is no longer needed
+    release_lease(q.lease);   // and the one this rank took at submit()
     (outcome == WorkerOutcome::kOk ? counters_.loads_ok : counters_.loads_failed).add();
     report(Channel::kLoad, op.id, outcome);
     ++done;

@@ -270,6 +270,19 @@ Result<LeaseId> Backend::do_lease(std::span<const ObjectKey>, std::chrono::milli
 
 LeaseEnd Backend::do_release(LeaseId) noexcept { return LeaseEnd::kUnknown; }
 
+Result<std::vector<ObjectKey>> Backend::list_keys(const Key128& ns) noexcept {
+  try {
+    return do_list_keys(ns);
+  } catch (const std::exception& e) {  // a std::bad_alloc of the list
+    return Status(Code::kIoError, fmt::format("tier {}: listing keys failed: {}", tier_name_,
+                                              e.what()));
+  }
+}
+
+Result<std::vector<ObjectKey>> Backend::do_list_keys(const Key128&) {
+  return Status(Code::kNotSupported, fmt::format("tier {} cannot list its keys", tier_name_));
+}
+
 void Backend::notify_evicted(const ObjectKey& key, std::span<const std::byte> image,
                              std::uint64_t image_bytes) noexcept {
   metrics_.evictions.add();

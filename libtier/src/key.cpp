@@ -114,11 +114,23 @@ Key128 chunk_key(const Key128& ns, const Key128& parent, std::span<const std::ui
   return from_xxh(XXH3_128bits(buf.data(), buf.size()));
 }
 
+Key128 extra_key_root(const Key128& ns, std::string_view extra_key) {
+  if (extra_key.empty()) return Key128{};
+  std::string buf("libtier-extra-v1", 16);
+  buf.push_back('\0');
+  buf.reserve(buf.size() + 24 + extra_key.size());
+  put_key(buf, ns);
+  put_le64(buf, extra_key.size());
+  buf.append(extra_key);
+  return from_xxh(XXH3_128bits(buf.data(), buf.size()));
+}
+
 std::vector<Key128> chunk_keys(const Key128& ns, std::span<const std::uint32_t> tokens,
-                               std::size_t chunk_tokens, bool include_partial) {
+                               std::size_t chunk_tokens, bool include_partial,
+                               std::string_view extra_key) {
   std::vector<Key128> keys;
   if (chunk_tokens == 0) return keys;
-  Key128 parent;
+  Key128 parent = extra_key_root(ns, extra_key);
   for (std::size_t off = 0; off < tokens.size(); off += chunk_tokens) {
     std::size_t n = std::min(chunk_tokens, tokens.size() - off);
     if (n < chunk_tokens && !include_partial) break;

@@ -815,6 +815,40 @@ Status TierStack::remove(const ObjectKey& key) {
   return result;
 }
 
+Result<std::uint64_t> TierStack::clear(const Key128& ns) {
+  Entry entry(*this);
+  Status result;
+  std::uint64_t removed = 0;
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    auto keys = tiers_[t].backend->list_keys(ns);
+    if (!keys) {
+      if (result.is_ok()) result = keys.status();
+      continue;
+    }
+    std::vector<std::uint64_t> ids;
+    for (const ObjectKey& k : *keys) {
+      if (!(k.ns == ns)) continue;
+      auto id = submit_one(static_cast<int>(t), Op::kRemove, k, Region{}, Pending{});
+      if (!id) {
+        if (result.is_ok()) result = id.status();
+        continue;
+      }
+      ids.push_back(*id);
+    }
+    wait_for(ids);
+    for (std::uint64_t id : ids) {
+      Completion c = take(id);
+      if (c.status.is_ok()) {
+        ++removed;
+      } else if (!(c.status == Code::kNotFound) && result.is_ok()) {
+        result = c.status;
+      }
+    }
+  }
+  if (!result.is_ok()) return result;
+  return removed;
+}
+
 void TierStack::progress() {
   Entry entry(*this);
   for (std::size_t t = 0; t < tiers_.size(); ++t)

@@ -127,13 +127,17 @@ def chunk_keys(
     tokens: TokensLike,
     chunk: int,
     include_partial: bool = False,
+    extra_key: Union[str, bytes, None] = None,
 ) -> list[str]:
     """Chained chunk keys of `tokens` (u32 values) in `chunk`-token chunks (tier::chunk_keys).
 
     `namespace` is a namespace id or a model identity dict (hashed with namespace_id). `tokens`
     are ints (or objects with ``__index__``) or a 1-D numpy array of an integer dtype; anything
     else raises TypeError (a float is never truncated to a token), and a value outside
-    [0, 2^32) raises InvalidArgument."""
+    [0, 2^32) raises InvalidArgument. `extra_key`: what besides the tokens makes the KV differ
+    (a LoRA adapter, multimodal content hashes, a cache salt; a str counts as its UTF-8 bytes),
+    mixed into the first chunk so every key differs; None or empty: the keys without one
+    (docs/keys.md)."""
 
 def external_key(name: Union[str, bytes]) -> str:
     """A key for an engine's own object name (e.g. SGLang's page hash strings), docs/keys.md."""
@@ -262,6 +266,10 @@ class Store:
         its Completion. Raises TimedOut after `timeout` seconds, NotFound for an unknown ticket."""
     def remove(self, keys: Sequence[KeyLike]) -> list[Code]:
         """Removes each key from every tier."""
+    def clear(self) -> int:
+        """Removes every object of this Store's namespace from every tier, every rank's objects
+        included (tier_store_clear), and returns how many were removed. Raises NotSupported when
+        a tier cannot list its keys (the redis tier; the other tiers are cleared all the same)."""
     def progress(self) -> None:
         """Advances background work without blocking."""
     def flush(self, timeout: Optional[float] = None) -> None:
@@ -369,7 +377,13 @@ class OpReport:
     generation: int
     rank: int
     ok: bool
-    reason: str
+    reason: str  # the outcome's stable name ("" when ok), docs/engine.md
+    outcome: int  # the outcome's stable number (TIER_OUTCOME_*; 0 when ok)
+    def __init__(
+        self, channel: str, request: int, generation: int, rank: int, ok: bool, reason: str = ""
+    ) -> None:
+        """A report received from another process: a failed one names its outcome by `reason`
+        (InvalidArgument for an unknown name, or ok and reason disagreeing)."""
 
 class StepEvents:
     """Scheduler.process's answer: request handles whose loads succeeded, whose loads failed
@@ -455,9 +469,15 @@ class Scheduler:
     @staticmethod
     def create(config: Mapping[str, Any], view: Worker, page_namespace: KeyLike) -> "Scheduler":
         """`view`: rank 0's Worker (lookups and commit records go through it)."""
-    def add_request(self, request_id: int, prompt: TokensLike) -> int:
+    def add_request(
+        self, request_id: int, prompt: TokensLike, extra_key: Union[str, bytes, None] = None
+    ) -> int:
         """Registers a request and its prompt (token ids, validated as chunk_keys's tokens);
-        returns its handle (never reused)."""
+        returns its handle (never reused). `extra_key` as for chunk_keys(): requests with equal
+        tokens and different extra keys share no KV."""
+    @property
+    def epoch(self) -> int:
+        """The high 24 bits of every generation this scheduler emits (random per scheduler)."""
     def lookup(self, handle: int) -> MatchResult:
         """What the tiers hold of the request's prompt, before the engine's own prefix match."""
     def after_alloc(

@@ -51,6 +51,14 @@ py::object errors_module() {
 [[noreturn]] void raise_invalid(const std::string& message) {
   raise_code(TIER_INVALID_ARGUMENT, message);
 }
+
+// An extra key (docs/keys.md): None (none), bytes, or str (its UTF-8 bytes).
+std::string extra_key_bytes(py::handle extra) {
+  if (extra.is_none()) return {};
+  if (py::isinstance<py::str>(extra)) return extra.cast<std::string>();
+  if (py::isinstance<py::bytes>(extra)) return extra.cast<std::string>();
+  raise_invalid("an extra key is bytes or str");
+}
 // Raises for a failing status; reads the message on this thread (the GIL may have been released
 // around the call, the thread is the same).
 void check(int rc) {
@@ -585,6 +593,17 @@ class Store {
     check(rc);
     return codes_list(codes.data(), codes.size());
   }
+  std::uint64_t clear() {
+    tier_store* h = handle();
+    std::uint64_t removed = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_clear(h, nullptr, &removed);
+    }
+    check(rc);
+    return removed;
+  }
   void progress() {
     tier_store* h = handle();
     int rc;
@@ -691,8 +710,19 @@ struct OpReport {
   std::uint64_t request = 0, generation = 0;
   std::uint32_t rank = 0;
   bool ok = false;
-  std::string reason;
+  std::string reason;  // tier_outcome_name(outcome): "" when ok
+  int outcome = 0;     // TIER_OUTCOME_*
 };
+
+// The outcome a report's reason names ("" is OK), or -1.
+int outcome_of(const std::string& reason) {
+  for (int i = 0; i < 64; ++i) {
+    const char* name = tier_outcome_name(i);
+    if (std::strcmp(name, "unknown") == 0) break;
+    if (reason == name) return i;
+  }
+  return -1;
+}
 struct StepEvents {
   std::vector<std::uint64_t> loaded, load_failed, freeable;
 };
@@ -779,7 +809,8 @@ tier_op_report to_c_report(const OpReport& r) {
   for (int i = 0; i < 3; ++i)
     if (r.channel == kChannels[i]) ch = i;
   if (ch < 0) raise_invalid("unknown channel '" + r.channel + "'");
-  return tier_op_report{ch, r.rank, r.request, r.generation, r.ok ? 1 : 0, r.reason.c_str()};
+  return tier_op_report{ch, r.rank, r.request, r.generation, r.ok ? 1 : 0, r.outcome,
+                        r.reason.c_str()};
 }
 
 // Reports as one wire message, and back.
@@ -804,7 +835,7 @@ std::vector<OpReport> decode_reports(py::buffer data) {
   std::vector<OpReport> out;
   for (std::size_t i = 0; i < n; ++i)
     out.push_back(OpReport{kChannels[c[i].channel], c[i].request, c[i].generation, c[i].rank,
-                           c[i].ok != 0, c[i].reason});
+                           c[i].ok != 0, c[i].reason, c[i].outcome});
   tier_reports_free(r);
   return out;
 }
@@ -913,7 +944,7 @@ class Worker {
       check(tier_worker_take_reports(handle(), buf, 64, &n));
       for (std::size_t i = 0; i < n; ++i)
         out.push_back(OpReport{kChannels[buf[i].channel], buf[i].request, buf[i].generation,
-                               buf[i].rank, buf[i].ok != 0, buf[i].reason});
+                               buf[i].rank, buf[i].ok != 0, buf[i].reason, buf[i].outcome});
       if (n < 64) return out;
     }
   }
@@ -956,12 +987,15 @@ class Scheduler {
     if (!h_) raise_code(TIER_BAD_STATE, "the scheduler is closed");
     return h_;
   }
-  std::uint64_t add_request(std::uint64_t id, py::handle prompt) {
+  std::uint64_t add_request(std::uint64_t id, py::handle prompt, py::object extra_key) {
     auto p = to_u32(prompt, "prompt");
+    const std::string extra = extra_key_bytes(extra_key);
     std::uint64_t h = 0;
-    check(tier_scheduler_add_request(handle(), id, p.data(), p.size(), &h));
+    check(tier_scheduler_add_request_extra(handle(), id, p.data(), p.size(), extra.data(),
+                                           extra.size(), &h));
     return h;
   }
+  std::uint32_t epoch() { return tier_scheduler_epoch(handle()); }
   MatchResult lookup(std::uint64_t h) {
     tier_match m;
     tier_scheduler* s = handle();
@@ -1197,16 +1231,20 @@ PYBIND11_MODULE(_libtier, m) {
     check(tier_namespace_id(text.c_str(), &k));
     return hex(k);
   }, py::arg("identity"), doc("namespace_id"));
-  m.def("chunk_keys", [](py::object ns, py::handle tokens, std::size_t chunk, bool partial) {
+  m.def("chunk_keys", [](py::object ns, py::handle tokens, std::size_t chunk, bool partial,
+                         py::object extra_key) {
     tier_key k = py::isinstance<py::dict>(ns) ? namespace_of(ns) : to_key(ns);
     auto t = to_u32(tokens, "tokens");
+    const std::string extra = extra_key_bytes(extra_key);
     std::size_t n = 0;
-    check(tier_chunk_keys(&k, t.data(), t.size(), chunk, partial, nullptr, 0, &n));
+    check(tier_chunk_keys_extra(&k, t.data(), t.size(), chunk, partial, extra.data(),
+                                extra.size(), nullptr, 0, &n));
     std::vector<tier_key> out(n);
-    check(tier_chunk_keys(&k, t.data(), t.size(), chunk, partial, out.data(), n, &n));
+    check(tier_chunk_keys_extra(&k, t.data(), t.size(), chunk, partial, extra.data(),
+                                extra.size(), out.data(), n, &n));
     return hexes(out.data(), n);
   }, py::arg("namespace"), py::arg("tokens"), py::arg("chunk"), py::arg("include_partial") = false,
-     doc("chunk_keys"));
+     py::arg("extra_key") = py::none(), doc("chunk_keys"));
   m.def("encode_reports", &encode_reports, py::arg("reports"), doc("encode_reports"));
   m.def("decode_reports", &decode_reports, py::arg("data"), doc("decode_reports"));
   m.def("external_key", [](py::object name) {
@@ -1262,6 +1300,7 @@ PYBIND11_MODULE(_libtier, m) {
       .def("wait", &Store::wait, py::arg("ticket") = py::none(), py::arg("timeout") = py::none(),
            doc("Store.wait"))
       .def("remove", &Store::remove, py::arg("keys"), doc("Store.remove"))
+      .def("clear", &Store::clear, doc("Store.clear"))
       .def("progress", &Store::progress, doc("Store.progress"))
       .def("flush", &Store::flush, py::arg("timeout") = py::none(), doc("Store.flush"))
       .def("register",
@@ -1335,7 +1374,14 @@ PYBIND11_MODULE(_libtier, m) {
   py::class_<OpReport>(m, "OpReport", doc("OpReport"))
       .def(py::init([](std::string channel, std::uint64_t request, std::uint64_t generation,
                        std::uint32_t rank, bool ok, std::string reason) {
-             return OpReport{std::move(channel), request, generation, rank, ok, std::move(reason)};
+             // A failed report names its outcome by its stable reason string.
+             const int outcome = outcome_of(reason);
+             if (outcome < 0) raise_invalid("unknown report reason '" + reason + "'");
+             if (ok != (outcome == 0))
+               raise_invalid(ok ? "an ok report has no reason"
+                                : "a failed report needs its reason (docs/engine.md)");
+             return OpReport{std::move(channel), request, generation, rank, ok, std::move(reason),
+                             outcome};
            }),
            py::arg("channel"), py::arg("request"), py::arg("generation"), py::arg("rank"),
            py::arg("ok"), py::arg("reason") = "")
@@ -1344,7 +1390,8 @@ PYBIND11_MODULE(_libtier, m) {
       .def_readonly("generation", &OpReport::generation)
       .def_readonly("rank", &OpReport::rank)
       .def_readonly("ok", &OpReport::ok)
-      .def_readonly("reason", &OpReport::reason);
+      .def_readonly("reason", &OpReport::reason)
+      .def_readonly("outcome", &OpReport::outcome);
   py::class_<StepEvents>(m, "StepEvents", doc("StepEvents"))
       .def_readonly("loaded", &StepEvents::loaded)
       .def_readonly("load_failed", &StepEvents::load_failed)
@@ -1406,7 +1453,8 @@ PYBIND11_MODULE(_libtier, m) {
                   py::arg("config"), py::arg("view"), py::arg("page_namespace"),
                   doc("Scheduler.create"))
       .def("add_request", &Scheduler::add_request, py::arg("request_id"), py::arg("prompt"),
-           doc("Scheduler.add_request"))
+           py::arg("extra_key") = py::none(), doc("Scheduler.add_request"))
+      .def_property_readonly("epoch", &Scheduler::epoch, doc("Scheduler.epoch"))
       .def("lookup", &Scheduler::lookup, py::arg("handle"), doc("Scheduler.lookup"))
       .def("after_alloc", &Scheduler::after_alloc, py::arg("handle"), py::arg("local_tokens"),
            py::arg("blocks"), py::arg("group") = -1, doc("Scheduler.after_alloc"))

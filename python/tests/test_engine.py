@@ -78,6 +78,12 @@ def test_save_then_resume_restores_page_and_slot(engine):
     assert saves > 0 and sched.saves_pending == 0
     assert sched.finish(h1)
 
+    # Equal tokens under another LoRA adapter (an extra key) share no KV with request 1.
+    hx = sched.add_request(9, prompt, extra_key="lora:b")
+    assert sched.lookup(hx).tokens == 0 and sched.lookup(hx).page_hit == 0
+    assert sched.finish(hx)
+    assert sched.epoch != 0
+
     h2 = sched.add_request(2, prompt)
     m = sched.lookup(h2)
     assert m.tokens == CHUNKS * BLOCK and m.slot is not None and m.slot.tokens == CHUNKS * BLOCK

@@ -53,6 +53,16 @@ def test_keys_golden_vectors():
     assert keys == ["91035bd943d14336f4aa8f1f7f8852c3", "9d2bcacea2eb4ce4329f22197e47b870"]
     assert libtier.chunk_keys(ns, np.arange(1, 9, dtype=np.int64), 4) == keys
     assert len(libtier.chunk_keys(ns, range(1, 10), 4, include_partial=True)) == 3
+    # An extra key (LoRA adapter, multimodal hashes, cache salt) changes every key.
+    assert libtier.chunk_keys(ns, range(1, 9), 4, extra_key=None) == keys
+    assert libtier.chunk_keys(ns, range(1, 9), 4, extra_key=b"") == keys
+    lora_a = libtier.chunk_keys(ns, range(1, 9), 4, extra_key="lora:adapter-a")
+    assert lora_a[0] == "15777650889c860dcf6e03a608eaec08"
+    assert lora_a == libtier.chunk_keys(ns, range(1, 9), 4, extra_key=b"lora:adapter-a")
+    lora_b = libtier.chunk_keys(ns, range(1, 9), 4, extra_key="lora:adapter-b")
+    assert not set(lora_a) & set(lora_b) and not set(lora_a) & set(keys)
+    with pytest.raises(libtier.InvalidArgument):
+        libtier.chunk_keys(ns, [1, 2], 1, extra_key=3)
     assert libtier.external_key("page-0") == "eacce5cdadeb584f87deaea30152654f"
     assert libtier.external_key(b"page-0") == libtier.external_key("page-0")
     with pytest.raises(libtier.InvalidArgument):
@@ -230,3 +240,14 @@ def test_transfers_release_the_gil(store):
     finally:
         sys.setswitchinterval(old)
     assert observed is True
+
+
+def test_clear_removes_the_namespace_from_every_tier_and_nothing_else():
+    profile = {"tiers": [{"name": "cpu", "capacity": "8MiB", "backend": {"type": "cpu"}}]}
+    with libtier.Store.open(profile, namespace={"model": "a"}) as a:
+        keys = [libtier.external_key(f"page-{i}") for i in range(3)]
+        data = [np.full(64, i, dtype=np.uint8) for i in range(3)]
+        assert a.save(keys, data) == [libtier.Code.OK] * 3
+        assert a.clear() == 3
+        assert a.exists(keys) == [False] * 3
+        assert a.clear() == 0

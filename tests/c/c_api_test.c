@@ -69,6 +69,21 @@ static void test_keys(void) {
   CHECK(strcmp(hex, "91035bd943d14336f4aa8f1f7f8852c3") == 0);
   hex_of(&keys[1], hex);
   CHECK(strcmp(hex, "9d2bcacea2eb4ce4329f22197e47b870") == 0);
+  /* An extra key (LoRA adapter, cache salt: docs/keys.md) changes every key; none is the above. */
+  tier_key plain[2], lora_a[2], lora_b[2];
+  REQUIRE_OK(tier_chunk_keys_extra(&ns, tokens, 8, 4, 0, NULL, 0, plain, 2, &n));
+  CHECK(memcmp(plain, keys, sizeof plain) == 0);
+  REQUIRE_OK(tier_chunk_keys_extra(&ns, tokens, 8, 4, 0, "lora:adapter-a", 14, lora_a, 2, &n));
+  REQUIRE_OK(tier_chunk_keys_extra(&ns, tokens, 8, 4, 0, "lora:adapter-b", 14, lora_b, 2, &n));
+  for (int i = 0; i < 2; ++i) {
+    CHECK(memcmp(&lora_a[i], &plain[i], sizeof(tier_key)) != 0);
+    CHECK(memcmp(&lora_a[i], &lora_b[i], sizeof(tier_key)) != 0);
+  }
+  hex_of(&lora_a[0], hex);
+  CHECK(strcmp(hex, "15777650889c860dcf6e03a608eaec08") == 0);
+  CHECK(tier_chunk_keys_extra(&ns, tokens, 8, 4, 0, NULL, 3, lora_a, 2, &n) ==
+        TIER_INVALID_ARGUMENT);
+  hex_of(&keys[1], hex);
   tier_key back;
   REQUIRE_OK(tier_key_from_hex(hex, &back));
   CHECK(memcmp(&back, &keys[1], sizeof back) == 0);
@@ -212,6 +227,22 @@ static void test_store(void) {
 
   int32_t rm[1];
   REQUIRE_OK(tier_store_remove(s, keys, 1, rm));
+  /* Clearing the store's namespace removes what is left of it from every tier. */
+  {
+    uint8_t payload[100] = {1};
+    tier_region r = {payload, sizeof payload, TIER_MEMORY_HOST, -1};
+    tier_item it = {keys[1], &r, 1};
+    int32_t code = -1;
+    uint64_t removed = 0;
+    REQUIRE_OK(tier_store_save(s, &it, 1, &code));
+    REQUIRE_OK(tier_store_clear(s, NULL, &removed));
+    CHECK(removed >= 1);
+    uint8_t present = 1;
+    REQUIRE_OK(tier_store_exists(s, &keys[1], 1, &present));
+    CHECK(present == 0);
+    REQUIRE_OK(tier_store_clear(s, NULL, &removed));
+    CHECK(removed == 0);
+  }
   CHECK(rm[0] == TIER_OK);
   REQUIRE_OK(tier_store_lookup_prefix(s, keys, kN, &prefix));
   CHECK(prefix == 0);
@@ -362,6 +393,18 @@ static void test_engine(void) {
   int32_t free_now = 0;
   REQUIRE_OK(tier_scheduler_finish(s, h1, &free_now));
   CHECK(free_now == 1);
+
+  /* The same tokens with an extra key (another LoRA adapter) share nothing with request 1. */
+  uint64_t hx = 0;
+  REQUIRE_OK(tier_scheduler_add_request_extra(s, 9, prompt, kTokens + 5, "lora:b", 6, &hx));
+  REQUIRE_OK(tier_scheduler_lookup(s, hx, &m));
+  CHECK(m.tokens == 0 && m.page_hit == 0);
+  REQUIRE_OK(tier_scheduler_finish(s, hx, &free_now));
+  CHECK(tier_scheduler_add_request_extra(s, 9, prompt, 1, NULL, 2, &hx) == TIER_INVALID_ARGUMENT);
+  CHECK(tier_scheduler_epoch(s) != 0);
+  CHECK(strcmp(tier_outcome_name(TIER_OUTCOME_SIDECAR_CORRUPT), "sidecar_corrupt") == 0);
+  CHECK(strcmp(tier_outcome_name(TIER_OUTCOME_OK), "") == 0);
+  CHECK(strcmp(tier_outcome_name(99), "unknown") == 0);
 
   /* Request 2: the same prompt and more; nothing in HBM. The lookup offers a committed boundary;
    * the load restores PAGE chunks into blocks 8.. and the SLOT into group 1. */

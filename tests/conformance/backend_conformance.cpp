@@ -18,7 +18,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "support/test_util.hpp"
@@ -128,6 +130,34 @@ TEST_CASE_FIXTURE(Fixture, "namespaces and ranks never hit each other") {
   REQUIRE(put(a, make_image(a, 512)).status.is_ok());
   CHECK(run(b(), Op::kContains, other_ns).status.code() == Code::kNotFound);
   CHECK(run(b(), Op::kContains, other_rank).status.code() == Code::kNotFound);
+}
+
+// Clearing a namespace (TierStack::clear, an engine's clear after new weights) lists a tier's keys
+// of one namespace. A tier either cannot (NotSupported: nothing else happens) or names exactly the
+// namespace's stored objects, every rank's, and nothing of another namespace. The namespace is
+// new in every run: shared tiers (shm, disk, redis) keep earlier runs' objects.
+TEST_CASE_FIXTURE(Fixture, "list_keys names exactly a namespace's stored objects, every rank's") {
+  const std::uint64_t ns = 0x6c697374ull ^ (std::uint64_t{std::random_device{}()} << 20);
+  const std::vector<ObjectKey> mine = {key_of(1, ns, 0), key_of(2, ns, 0), key_of(3, ns, 1)};
+  const ObjectKey other = key_of(1, ns + 1, 0);
+  for (const ObjectKey& k : mine) REQUIRE(put(k, make_image(k, 700)).status.is_ok());
+  REQUIRE(put(other, make_image(other, 700)).status.is_ok());
+  auto listed = b().list_keys(mine[0].ns);
+  if (!listed) {
+    CHECK(listed.status().code() == Code::kNotSupported);
+  } else {
+    std::set<std::string> got, want;
+    for (const ObjectKey& k : *listed) got.insert(k.to_string());
+    for (const ObjectKey& k : mine) want.insert(k.to_string());
+    CHECK(got == want);
+    for (const ObjectKey& k : *listed) CHECK(run(b(), Op::kRemove, k).status.is_ok());
+    auto after = b().list_keys(mine[0].ns);
+    REQUIRE(after.is_ok());
+    CHECK(after->empty());
+    CHECK(run(b(), Op::kContains, other).status.is_ok());  // the other namespace stays
+  }
+  for (const ObjectKey& k : mine) (void)run(b(), Op::kRemove, k);
+  (void)run(b(), Op::kRemove, other);
 }
 
 TEST_CASE_FIXTURE(Fixture, "a too-small get buffer is refused with the size needed") {

@@ -192,7 +192,7 @@ inline void foreign_sidecar_fails_whole_load(SimOptions o) {
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
   REQUIRE(ev.terminals.size() == 1);  // exactly one terminal for the load
-  CHECK(ev.terminals[0].reason == "sidecar_corrupt");
+  CHECK(ev.terminals[0].outcome == WorkerOutcome::kSidecarCorrupt);
   CHECK(require_value(digest_slot(*sim.layouts[1], l.group)) == before);  // never written
   CHECK(w1.counters().slot_invalidations.get() == 1);
   CHECK(*w1.with_stack([&](TierStack& s) { return s.locate(w1.slot_key(b)); }) == -1);

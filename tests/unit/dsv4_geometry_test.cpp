@@ -153,6 +153,54 @@ TEST_CASE("bind places SLOT spans above the PAGE area of the same plane, never o
   CHECK_FALSE(bind_memory(*g, regions).is_ok());
 }
 
+// ATOM allocates each plane with room to move the PAGE/SLOT split: blocks from row 0 up, slots
+// from the last row down (physical_slot(g) = slot_positions - 1 - g), free rows between
+// (../shared/reference/dsv4-page-slot.md, section 1.3). A SLOT written by ATOM at the top of such a
+// plane must be found there, not right after the PAGE area.
+TEST_CASE("bind finds SLOT rows at the top of an ATOM-shaped plane, past the gap") {
+  auto c = ModelConfig::from_json(
+      {{"compress_ratios", {128, 4, 0}}, {"num_blocks", 3}, {"num_slots", 2}, {"kv_dtype", "fp8"}});
+  REQUIRE(c.is_ok());
+  auto g = Geometry::compute(*c);
+  REQUIRE(g.is_ok());
+  REQUIRE(g->planes.size() == 2);
+  // Each plane gets 5 spare rows of gap (and the RoPE plane a stray partial row at its end).
+  const std::uint64_t gap_rows = 5;
+  std::vector<std::vector<std::byte>> mem;
+  std::vector<tier::Region> regions;
+  for (std::size_t i = 0; i < g->backings.size(); ++i) {
+    std::uint64_t bytes = g->backings[i].bytes;
+    if (i < g->planes.size()) bytes += gap_rows * g->planes[i].row_bytes + (i == 1 ? 7 : 0);
+    mem.emplace_back(bytes);
+  }
+  for (auto& m : mem) regions.push_back(tier::host_region(m));
+  auto layout = bind_memory(*g, regions);
+  REQUIRE(layout.is_ok());
+  for (std::size_t p = 0; p < g->planes.size(); ++p) {
+    const std::uint64_t row = g->planes[p].row_bytes;
+    const std::uint64_t rows = mem[p].size() / row;  // the plane's whole rows
+    const BoundRegion& page = layout->page[p];
+    const BoundRegion& slot = layout->slot[p];
+    CAPTURE(p);
+    CHECK(page.base == mem[p].data());
+    // ATOM's slot rows: group g starts at row (slot_positions - 1 - g) * slot_rows from the top.
+    for (std::uint32_t grp = 0; grp < c->num_slots; ++grp)
+      CHECK(slot.unit(grp) == mem[p].data() + (rows - (grp + 1) * g->slot_rows) * row);
+    // The gap lies between the PAGE area and the lowest slot.
+    CHECK(slot.base == page.base + page.total_bytes + gap_rows * row);
+  }
+  // A SLOT image written by ATOM into group 1 at the top is what the bound group 1 reads.
+  const BoundRegion& nope = layout->slot[0];
+  const std::uint64_t rows0 = mem[0].size() / g->planes[0].row_bytes;
+  std::byte* atom_group1 = mem[0].data() + (rows0 - 2 * g->slot_rows) * g->planes[0].row_bytes;
+  for (std::uint64_t i = 0; i < nope.unit_bytes; ++i) atom_group1[i] = static_cast<std::byte>(i * 7 + 3);
+  for (std::uint64_t i = 0; i < nope.unit_bytes; ++i)
+    REQUIRE(nope.unit(1)[i] == static_cast<std::byte>(i * 7 + 3));
+  // The PAGE blocks never reach into it: the last block ends below the gap.
+  const BoundRegion& page0 = layout->page[0];
+  CHECK(page0.base + page0.total_bytes <= nope.base);
+}
+
 TEST_CASE("the reference's chained block hash chains xxh64 over i64 tokens") {
   std::vector<std::uint32_t> tokens(10);
   for (std::uint32_t i = 0; i < 10; ++i) tokens[i] = i + 1;

@@ -10,7 +10,8 @@ using namespace tier::engine;
 
 namespace {
 OpReport rep(Channel c, std::uint64_t gen, std::uint32_t rank, bool ok, RequestId req = 7) {
-  return OpReport{c, OperationId{req, gen}, rank, ok, ok ? "" : "injected"};
+  return OpReport{c, OperationId{req, gen}, rank,
+                  ok ? WorkerOutcome::kOk : WorkerOutcome::kSidecarSubmission};
 }
 }  // namespace
 
@@ -19,8 +20,8 @@ TEST_CASE("loading failure wins after all workers report") {
   CHECK_FALSE(a.add(rep(Channel::kLoad, 1, 0, false)));
   auto t = a.add(rep(Channel::kLoad, 1, 1, true));
   REQUIRE(t);
-  CHECK_FALSE(t->ok);
-  CHECK(t->reason == "injected");
+  CHECK_FALSE(t->ok());
+  CHECK(t->outcome == WorkerOutcome::kSidecarSubmission);
 }
 
 TEST_CASE("sidecar save failure waits for every terminal report") {
@@ -31,7 +32,7 @@ TEST_CASE("sidecar save failure waits for every terminal report") {
   CHECK(a.pending() == 1);
   auto t = a.add(rep(Channel::kSlotSave, 3, 3, true));
   REQUIRE(t);
-  CHECK_FALSE(t->ok);
+  CHECK_FALSE(t->ok());
 }
 
 TEST_CASE("partial sidecar save success is not emitted") {
@@ -42,7 +43,7 @@ TEST_CASE("partial sidecar save success is not emitted") {
   CHECK(a.pending() == 1);
   auto t = a.add(rep(Channel::kSlotSave, 5, 1, true));
   REQUIRE(t);
-  CHECK(t->ok);
+  CHECK(t->ok());
 }
 
 TEST_CASE("save generations never cross complete") {
@@ -74,7 +75,7 @@ TEST_CASE("a contradictory replay stays failed") {
   a.add(rep(Channel::kLoad, 21, 0, true));  // the same rank contradicts itself
   auto t = a.add(rep(Channel::kLoad, 21, 1, true));
   REQUIRE(t);
-  CHECK_FALSE(t->ok);
+  CHECK_FALSE(t->ok());
 }
 
 TEST_CASE("terminal tombstones are bounded and reset") {
@@ -190,4 +191,32 @@ TEST_CASE("wait for publication settings are finite, non-negative and the interv
   EngineConfig c;
   c.publication_poll_interval_ms = 0;
   CHECK(c.validate().message().find("/publication_poll_interval_ms") != std::string_view::npos);
+}
+
+TEST_CASE("reports of another epoch are dropped: a restarted scheduler's generations never meet "
+          "the old one's") {
+  const std::uint32_t epoch = 5;
+  const std::uint64_t mine = (std::uint64_t{epoch} << kEpochShift) + 1;
+  const std::uint64_t old = (std::uint64_t{4} << kEpochShift) + 1;
+  Aggregator a(2, 16, epoch);
+  // The old scheduler's operation with the same counter: both ranks' reports are ignored.
+  CHECK_FALSE(a.add(rep(Channel::kPageSave, old, 0, true)));
+  CHECK_FALSE(a.add(rep(Channel::kPageSave, old, 1, true)));
+  CHECK(a.pending() == 0);
+  CHECK_FALSE(a.add(rep(Channel::kPageSave, mine, 0, false)));
+  auto t = a.add(rep(Channel::kPageSave, mine, 1, true));
+  REQUIRE(t);
+  CHECK(t->outcome == WorkerOutcome::kSidecarSubmission);
+  CHECK(epoch_of(t->id.generation) == epoch);
+}
+
+TEST_CASE("every outcome has a stable name that names it back") {
+  for (std::uint8_t i = 0; i < kWorkerOutcomeCount; ++i) {
+    const auto o = static_cast<WorkerOutcome>(i);
+    CHECK(outcome_from_name(outcome_name(o)) == o);
+  }
+  CHECK(outcome_name(WorkerOutcome::kOk).empty());
+  CHECK(outcome_name(static_cast<WorkerOutcome>(kWorkerOutcomeCount)) == "unknown");
+  CHECK_FALSE(outcome_from_name("unknown"));
+  CHECK(outcome_name(WorkerOutcome::kSidecarCorrupt) == "sidecar_corrupt");
 }

@@ -107,7 +107,7 @@ std::vector<std::uint32_t> ids_from(std::uint32_t first) {
 
 void check_all_ok(const std::vector<OpReport>& rs, std::size_t n) {
   CHECK(rs.size() == n);
-  for (const OpReport& r : rs) CHECK_MESSAGE(r.ok, r.reason);
+  for (const OpReport& r : rs) CHECK_MESSAGE(r.ok(), outcome_name(r.outcome));
 }
 
 void save_then_restore(DeviceRank& d, bool with_event) {

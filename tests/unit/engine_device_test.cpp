@@ -203,12 +203,59 @@ TEST_CASE("device KV: a failed snapshot or restore sync fails only its operation
   auto ev = sim.step();
   wrapped[1]->fail_restore = false;
   REQUIRE(ev.load_failed.size() == 1);
-  CHECK(ev.terminals[0].reason == outcome_name(WorkerOutcome::kSidecarUnavailable));
+  CHECK(ev.terminals[0].outcome == WorkerOutcome::kSidecarUnavailable);
   CHECK(sim.workers[1]->counters().slot_invalidations.get() == 0);
   const ObjectKey key = sim.workers[1]->slot_key(b);
   CHECK(*sim.workers[1]->with_stack([&](TierStack& s) { return s.locate(key); }) == 0);
   CHECK_FALSE(sim.workers[1]->fenced(key));
   CHECK(sim.run(4, a).match.tokens == 0);  // de-committed by the failure, republished here
   auto resumed = sim.run(5, a);
+  CHECK(resumed.loaded);
+}
+
+// Rows "sidecar d2h sync failure" and "restore sync failure" of docs/engine.md, with a real
+// failed event sync: libtier_gpu's own Event::synchronize() reports a DeviceError on rank 1's
+// thread (gpu::testing::fail_event_syncs_on_this_thread), no wrapper codec. The snapshot fails
+// (`snapshot`, its PAGE part stored); later the restore fails on rank 1 without invalidating the
+// valid sidecar; the other rank and the next operations are untouched.
+TEST_CASE("device KV: a real failed event sync in the copy executor fails only its operation") {
+  SimEngine sim(device_opts(2));
+  const auto a = tokens(97, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto step_failing_rank1 = [&]() {
+    sim.last_plan = sim.sched->build_step();
+    sim.on_ranks([&](std::uint32_t r) {
+      gpu::testing::fail_event_syncs_on_this_thread(r == 1);
+      sim.workers[r]->submit(sim.last_plan);
+      sim.workers[r]->progress();
+      gpu::testing::fail_event_syncs_on_this_thread(false);
+    });
+    return sim.collect();
+  };
+  auto [l, out] = sim.admit(1, a);
+  sim.forward(l, 0, 8192);
+  sim.sched->on_computed(l.h, 8192);
+  auto ev = step_failing_rank1();
+  auto slot = terminal_of(ev, Channel::kSlotSave);
+  REQUIRE(slot);
+  CHECK(slot->outcome == WorkerOutcome::kSnapshot);
+  CHECK_FALSE(sim.sched->is_committed(b));
+  CHECK(sim.workers[0]->counters().slot_publishes.get() == 1);  // rank 0's own save went on
+  sim.prefill(sim.live(l.h));
+  sim.finish(l.h);
+  sim.run(2, a);  // recomputed: saved and committed
+  REQUIRE(sim.sched->is_committed(b));
+  auto l3 = sim.admit(3, a).live;
+  ev = step_failing_rank1();  // the load: rank 1's transfers fail their event sync
+  REQUIRE(ev.load_failed.size() == 1);
+  CHECK_FALSE(terminal_of(ev, Channel::kLoad)->ok());
+  CHECK(sim.workers[1]->counters().slot_invalidations.get() == 0);
+  CHECK(sim.workers[1]->counters().page_invalidations.get() == 0);
+  const ObjectKey key = sim.workers[1]->slot_key(b);
+  CHECK(*sim.workers[1]->with_stack([&](TierStack& s) { return s.locate(key); }) == 0);
+  CHECK_FALSE(sim.workers[1]->fenced(key));
+  sim.prefill(sim.live(l3.h));
+  sim.finish(l3.h);
+  auto resumed = sim.run(4, a);  // republished after the failure: resumes, bit exact
   CHECK(resumed.loaded);
 }

@@ -64,7 +64,7 @@ TEST_CASE("borrow distinguishes malformed objects from storage io") {
   auto ev = sim.step();
   fault_control().fail_get = nullptr;
   REQUIRE(ev.load_failed.size() == 1);
-  CHECK(terminal_of(ev, Channel::kLoad)->reason == "sidecar_unavailable");
+  CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kSidecarUnavailable);
   CHECK(w1.counters().slot_invalidations.get() == 0);
   CHECK_FALSE(w1.fenced(sidecar));
   CHECK(located(sim, 1, sidecar) == 0);  // still stored
@@ -75,7 +75,7 @@ TEST_CASE("borrow distinguishes malformed objects from storage io") {
   sim.admit(4, a);
   ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
-  CHECK(terminal_of(ev, Channel::kLoad)->reason == "sidecar_corrupt");
+  CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kSidecarCorrupt);
   CHECK(w1.counters().slot_invalidations.get() == 1);
   CHECK(located(sim, 1, sidecar) == -1);
 }

@@ -33,7 +33,7 @@ TEST_CASE("stateful load failure evicts committed boundary idempotently") {
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
   REQUIRE(ev.terminals.size() == 1);
-  CHECK(ev.terminals[0].reason == "sidecar_unavailable");
+  CHECK(ev.terminals[0].outcome == WorkerOutcome::kSidecarUnavailable);
   CHECK(sim.workers[1]->counters().slot_invalidations.get() == 0);  // only corrupt ones are
   CHECK_FALSE(sim.sched->is_committed(b));
   CHECK(sim.sched->saved_watermark(l.h) == 0);  // back to the HBM floor
@@ -71,7 +71,7 @@ TEST_CASE("page retrieve failure prevents sidecar fetch") {
   sim.admit(2, a);
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
-  CHECK(ev.terminals[0].reason == "page_unavailable");
+  CHECK(ev.terminals[0].outcome == WorkerOutcome::kPageUnavailable);
   const auto after =
       w1.with_stack([](TierStack& s) { return s.tier(0).metrics().of(Op::kGet).requests.get(); });
   CHECK(after - gets == 8);  // the 8 PAGE chunks; the sidecar was never fetched

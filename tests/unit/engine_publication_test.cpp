@@ -29,7 +29,39 @@ TEST_CASE("nonthrowing page store requires full lookup coverage") {
   };
   SimEngine sim(o);
   const auto a = tokens(57, 8192 + 8);
-  sim.run(1, a);
+  // The failing channel and reason are pinned: the PAGE part is stored on both ranks (rank 1's
+  // puts succeed), the SLOT part fails on rank 1 alone because its PAGE prefix is not visible
+  // through the boundary any more.
+  auto [l, out] = sim.admit(1, a);
+  sim.forward(l, 0, 8192);
+  sim.sched->on_computed(l.h, 8192);
+  sim.last_plan = sim.sched->build_step();
+  REQUIRE(sim.last_plan.saves.size() == 1);
+  REQUIRE(sim.last_plan.saves[0].slot);
+  std::vector<std::vector<OpReport>> per_rank(2);
+  sim.on_ranks([&](std::uint32_t r) {
+    sim.workers[r]->submit(sim.last_plan);
+    sim.workers[r]->progress();
+    per_rank[r] = sim.workers[r]->take_reports();
+  });
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    REQUIRE(per_rank[r].size() == 2);
+    for (const OpReport& rep : per_rank[r]) {
+      if (rep.channel == Channel::kPageSave) CHECK(rep.ok());
+      if (rep.channel == Channel::kSlotSave)
+        CHECK(rep.outcome == (r == 0 ? WorkerOutcome::kOk : WorkerOutcome::kPageVisibilityTimeout));
+    }
+  }
+  std::vector<OpReport> all = per_rank[0];
+  all.insert(all.end(), per_rank[1].begin(), per_rank[1].end());
+  auto ev = sim.absorb(sim.sched->process(all));
+  REQUIRE(terminal_of(ev, Channel::kPageSave));
+  CHECK(terminal_of(ev, Channel::kPageSave)->ok());
+  REQUIRE(terminal_of(ev, Channel::kSlotSave));
+  CHECK(terminal_of(ev, Channel::kSlotSave)->outcome == WorkerOutcome::kPageVisibilityTimeout);
+  sim.prefill(sim.live(l.h));
+  sim.finish(l.h);
   CHECK(sim.sched->committed_count() == 0);
   CHECK(sim.sched->counters().slot_save_failures.get() == 1);
   CHECK(sim.workers[1]->counters().slot_publishes.get() == 0);
@@ -57,9 +89,9 @@ TEST_CASE("sidecar submitted but not visible times out without commit") {
   auto slot = terminal_of(ev, Channel::kSlotSave);
   REQUIRE(page);
   REQUIRE(slot);
-  CHECK(page->ok);
-  CHECK_FALSE(slot->ok);
-  CHECK(slot->reason == "sidecar_visibility_timeout");
+  CHECK(page->ok());
+  CHECK_FALSE(slot->ok());
+  CHECK(outcome_name(slot->outcome) == "sidecar_visibility_timeout");
   CHECK_FALSE(sim.sched->is_committed(b));
   CHECK(sim.sched->committed_count() == 0);
   CHECK_FALSE(*sim.workers[0]->has_commit(b));
@@ -94,7 +126,7 @@ TEST_CASE("wait for publication with a zero timeout is exactly one probe") {
   auto ev = save_prefix(sim, 1, a, 8192).ev;
   auto slot = terminal_of(ev, Channel::kSlotSave);
   REQUIRE(slot);
-  CHECK(slot->reason == "sidecar_visibility_timeout");
+  CHECK(outcome_name(slot->outcome) == "sidecar_visibility_timeout");
   CHECK(probes.load() == 1);
   CHECK(sim.workers[1]->counters().visibility_probes.get() == 2);  // the PAGE prefix, the sidecar
   CHECK(sim.sched->committed_count() == 0);
@@ -122,7 +154,7 @@ TEST_CASE("page and slot save polls partial page and sidecar visibility") {
   auto ev = save_prefix(sim, 1, a, 8192).ev;
   auto slot = terminal_of(ev, Channel::kSlotSave);
   REQUIRE(slot);
-  CHECK(slot->ok);
+  CHECK(slot->ok());
   CHECK(sim.sched->is_committed(b));
   CHECK(seen[last_chunk] == 3);
   CHECK(seen[sidecar] == 3);
@@ -167,9 +199,9 @@ TEST_CASE("unhealthy store that skips puts cannot authorize the sidecar") {
   auto slot = terminal_of(ev, Channel::kSlotSave);
   REQUIRE(page);
   REQUIRE(slot);
-  CHECK(page->ok);  // the store said yes
-  CHECK_FALSE(slot->ok);
-  CHECK(slot->reason == "page_visibility_timeout");
+  CHECK(page->ok());  // the store said yes
+  CHECK_FALSE(slot->ok());
+  CHECK(outcome_name(slot->outcome) == "page_visibility_timeout");
   CHECK(sidecar_puts == 0);  // never published
   CHECK(located(sim, 1, sidecar) == -1);
   CHECK_FALSE(sim.sched->is_committed(b));

@@ -146,8 +146,7 @@ TEST_CASE(
   REQUIRE(ev.load_failed.size() == 1);
   REQUIRE(terminal_of(ev, Channel::kLoad).has_value());
   // Not found, rather than found and rejected as corrupt: the others' sidecars were not read.
-  CHECK(terminal_of(ev, Channel::kLoad)->reason ==
-        outcome_name(WorkerOutcome::kSidecarUnavailable));
+  CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kSidecarUnavailable);
   CHECK(require_value(digest_slot(*sim.layouts[1], l.group)) == before);  // the group untouched
   CHECK(w1.counters().slot_invalidations.get() == 0);
   // Neither of the other sidecars nor their commit records was invalidated; ours is de-committed.
@@ -242,7 +241,7 @@ TEST_CASE(
   auto [l, out] = sim.admit(2, a);
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
-  CHECK(terminal_of(ev, Channel::kLoad)->reason == outcome_name(WorkerOutcome::kSidecarCorrupt));
+  CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kSidecarCorrupt);
   CHECK(w1.fenced(key));
   CHECK(located(sim, 1, key) == 0);  // the corrupt copy is still there
   CHECK(removes == 2);  // the stack drops the copy it read, then the worker invalidates
@@ -334,7 +333,7 @@ TEST_CASE("a corrupt sidecar held by two tiers is removed from both, and republi
   auto [l, out] = sim.admit(2, a);
   auto ev = sim.step();
   REQUIRE(ev.load_failed.size() == 1);
-  CHECK(terminal_of(ev, Channel::kLoad)->reason == outcome_name(WorkerOutcome::kSidecarCorrupt));
+  CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kSidecarCorrupt);
   CHECK(w1.counters().slot_invalidations.get() == 1);
   CHECK_FALSE(w1.fenced(key));
   CHECK(raw_get(sim.stacks[1]->tier(0), key).status().code() == Code::kNotFound);
@@ -447,7 +446,7 @@ TEST_CASE("a corrupt PAGE chunk or one of another layout fails the load before t
     const auto before = require_value(digest_slot(*sim.layouts[1], l.group));
     auto ev = sim.step();
     REQUIRE(ev.load_failed.size() == 1);
-    CHECK(terminal_of(ev, Channel::kLoad)->reason == outcome_name(WorkerOutcome::kPageUnavailable));
+    CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kPageUnavailable);
     CHECK(sidecar_gets == 0);
     CHECK(w1.counters().page_invalidations.get() == 1);
     CHECK_FALSE(w1.fenced(chunk));
@@ -493,8 +492,8 @@ TEST_CASE("malformed load operations are refused before any tier is asked") {
   auto reports = w.take_reports();
   REQUIRE(reports.size() == 4);
   for (const OpReport& r : reports) {
-    CHECK_FALSE(r.ok);
-    CHECK(r.reason == outcome_name(WorkerOutcome::kPageUnavailable));
+    CHECK_FALSE(r.ok());
+    CHECK(r.outcome == WorkerOutcome::kPageUnavailable);
   }
   std::uint64_t total = 0;
   for (const auto& n : fault_control().ops) total += n.load();

@@ -162,12 +162,12 @@ TEST_CASE("threads: submit and lookups return while a save's put is held by the 
   for (std::uint64_t gen = 2; gen < 6; ++gen) {
     const OpReport* page = find_report(rs, gen, Channel::kPageSave);
     REQUIRE(page != nullptr);
-    CHECK_MESSAGE(page->ok, "generation ", gen, ": ", page->reason);
+    CHECK_MESSAGE(page->ok(), "generation ", gen, ": ", outcome_name(page->outcome));
   }
   const OpReport* slot = find_report(rs, 2, Channel::kSlotSave);
   REQUIRE(slot != nullptr);
-  CHECK(slot->ok);
-  for (const OpReport& r : rs) CHECK_MESSAGE(r.ok, r.id.generation, ": ", r.reason);
+  CHECK(slot->ok());
+  for (const OpReport& r : rs) CHECK_MESSAGE(r.ok(), r.id.generation, ": ", outcome_name(r.outcome));
   std::vector<Key128> all;
   for (std::uint64_t i = 1; i < 6; ++i) all.push_back(key_of(i));
   CHECK(*w.lookup_prefix(all) == all.size());
@@ -213,7 +213,7 @@ TEST_CASE("threads: submit and lookups return while a save waits for its sidecar
   for (std::uint64_t gen : {7, 8}) {
     const OpReport* slot = find_report(rs, gen, Channel::kSlotSave);
     REQUIRE(slot != nullptr);
-    CHECK_MESSAGE(slot->ok, "generation ", gen, ": ", slot->reason);
+    CHECK_MESSAGE(slot->ok(), "generation ", gen, ": ", outcome_name(slot->outcome));
   }
   CHECK(w.counters().slot_publishes.get() == 2);
 }
@@ -235,13 +235,13 @@ TEST_CASE("device order: a host layout refuses a non-empty order and fails the w
   auto rs = w.take_reports();
   REQUIRE(rs.size() == 3);  // the load, the PAGE and the SLOT part of the save
   for (const OpReport& r : rs) {
-    CHECK_FALSE(r.ok);
-    CHECK(r.reason == "device_order");
+    CHECK_FALSE(r.ok());
+    CHECK(r.outcome == WorkerOutcome::kDeviceOrder);
   }
   CHECK(fault_control().count(Op::kPut) == 0);
   w.submit(plan_of({save_of(3, false)}), DeviceOrder{});
   w.progress();
   rs = w.take_reports();
   REQUIRE(rs.size() == 1);
-  CHECK(rs[0].ok);
+  CHECK(rs[0].ok());
 }

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 #include <xxhash.h>
 
+#include <string>
+
 #include "tier/key.hpp"
 
 using namespace tier;
@@ -51,6 +53,36 @@ TEST_CASE("the chunk key is XXH3-128 of exactly the documented bytes") {
   Key128 k = chunk_key(ns, parent, tokens);
   CHECK(k.lo == h.low64);
   CHECK(k.hi == h.high64);
+}
+
+TEST_CASE("an extra key changes every key of the chain; none keeps the keys of today") {
+  Key128 ns = *namespace_id(kV4);
+  std::vector<std::uint32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto plain = chunk_keys(ns, tokens, 4);
+  CHECK(chunk_keys(ns, tokens, 4, false, "") == plain);  // empty: no extra key (golden above)
+  CHECK(extra_key_root(ns, "").is_zero());
+  const auto a = chunk_keys(ns, tokens, 4, false, "lora:adapter-a");
+  const auto b = chunk_keys(ns, tokens, 4, false, "lora:adapter-b");
+  const auto salt = chunk_keys(ns, tokens, 4, false, std::string("salt\0\x01", 6));
+  REQUIRE(a.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK_FALSE(a[i] == plain[i]);
+    CHECK_FALSE(a[i] == b[i]);
+    CHECK_FALSE(salt[i] == a[i]);
+  }
+  // Mixed into the first chunk: its parent is the extra key's root, the rest chains as usual.
+  CHECK(a[0] == chunk_key(ns, extra_key_root(ns, "lora:adapter-a"), std::span(tokens).first(4)));
+  CHECK(a[1] == chunk_key(ns, a[0], std::span(tokens).subspan(4)));
+  // The root is XXH3-128 of exactly the documented bytes.
+  std::string buf("libtier-extra-v1", 16);
+  buf.push_back('\0');
+  for (std::uint64_t v : {ns.lo, ns.hi, std::uint64_t{14}})
+    for (int i = 0; i < 8; ++i) buf.push_back(static_cast<char>(v >> (8 * i)));
+  buf += "lora:adapter-a";
+  XXH128_hash_t h = XXH3_128bits(buf.data(), buf.size());
+  CHECK(extra_key_root(ns, "lora:adapter-a") == Key128{h.low64, h.high64});
+  // Golden: a change of the derivation is a change of every stored extra-keyed object's name.
+  CHECK(a[0].hex() == "15777650889c860dcf6e03a608eaec08");
 }
 
 TEST_CASE("canonical JSON sorts keys, strips space and normalizes integral floats") {

@@ -2,6 +2,7 @@
 // promotion, bounded write-through, namespace isolation, put-if-absent, corruption never served.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "support/test_util.hpp"
@@ -405,4 +406,33 @@ TEST_CASE("a load from a scatter tier fills several regions, and a miss or misma
   Json j = h.stack->metrics_json();
   CHECK(j["stack"]["loaded_bytes"] == kPayload);
   CHECK(j["tiers"]["cpu"]["checksum_failures"] == 0);
+}
+
+TEST_CASE("clear removes a namespace's objects from every tier, every rank's, and nothing else") {
+  Harness h(R"({"tiers":[{"name":"fast","capacity":"1MiB","backend":"cpu"},)"
+            R"({"name":"slow","capacity":"4MiB","backend":"cpu"}]})");
+  const std::vector<ObjectKey> mine = {key_of(1, 7, 0), key_of(2, 7, 0), key_of(3, 7, 1)};
+  const ObjectKey other = key_of(1, 8, 0);
+  for (const ObjectKey& k : mine) REQUIRE(h.save(k, k.id.lo).is_ok());
+  REQUIRE(h.save(other, 9).is_ok());
+  REQUIRE(h.stack->flush(std::chrono::milliseconds(5000)).is_ok());  // written through to "slow"
+  auto removed = h.stack->clear(mine[0].ns);
+  REQUIRE_MESSAGE(removed.is_ok(), removed.status().to_string());
+  CHECK(*removed == 6);  // three objects in two tiers
+  std::vector<std::byte> got;
+  for (const ObjectKey& k : mine) CHECK(h.load(k, got).status.code() == Code::kNotFound);
+  CHECK(h.load(other, got).status.is_ok());
+  CHECK(*h.stack->clear(mine[0].ns) == 0);  // nothing left: idempotent
+}
+
+TEST_CASE("clear reports a tier that cannot list its keys, after clearing the others") {
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"},)"
+            R"({"name":"mock","capacity":"1MiB","backend":"mock"}]})");
+  const ObjectKey k = key_of(4, 11, 0);
+  REQUIRE(h.save(k, 4).is_ok());
+  auto r = h.stack->clear(k.ns);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == Code::kNotSupported);
+  // The cpu tier was cleared all the same.
+  CHECK(tier::test::run(h.stack->tier(0), Op::kContains, k).status.code() == Code::kNotFound);
 }

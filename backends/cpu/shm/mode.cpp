@@ -95,4 +95,12 @@ Result<LeaseId> ShmMode::lease(std::span<const ObjectKey> keys, std::chrono::mil
 
 LeaseEnd ShmMode::release_lease(LeaseId id, Counter&) { return store_->release(id); }
 
+Result<std::vector<ObjectKey>> ShmMode::list_keys(const Key128& ns) {
+  TIER_ASSIGN_OR_RETURN(ShmInspection seen, store_->inspect());
+  std::vector<ObjectKey> out;
+  for (const ShmObjectInfo& o : seen.objects)
+    if (o.key.ns == ns && std::string_view(o.state) == "ready") out.push_back(o.key);
+  return out;
+}
+
 }  // namespace tier::cpu

@@ -41,6 +41,8 @@ class ShmMode final : public CpuMode {
   Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                         std::span<std::uint8_t> held, Counter& expiries) override;
   LeaseEnd release_lease(LeaseId id, Counter& expiries) override;
+  // Every process's ready objects of `ns` (ShmStore::inspect, under the segment's lock).
+  Result<std::vector<ObjectKey>> list_keys(const Key128& ns) override;
 
   // The whole segment's, counted in blocks: every process's objects.
   Usage usage() const noexcept override;

@@ -44,7 +44,7 @@ extern "C" {
 
 /* Bumped when a declaration here changes incompatibly. tier_abi_version() is the loaded
  * library's: a caller compiled against another version should refuse to run. */
-#define TIER_C_ABI_VERSION 1
+#define TIER_C_ABI_VERSION 2
 
 /* Status codes: the numbers of tier::Code (tier/status.hpp). */
 enum {
@@ -120,6 +120,14 @@ int tier_namespace_id(const char* identity_json, tier_key* out);
 int tier_chunk_keys(const tier_key* ns, const uint32_t* tokens, size_t token_count,
                     size_t chunk_tokens, int include_partial, tier_key* out, size_t capacity,
                     size_t* count);
+/* tier_chunk_keys with an extra key (`extra_key_bytes` bytes; 0: none, the keys of
+ * tier_chunk_keys): what besides the tokens makes the KV differ, a LoRA adapter, multimodal
+ * content hashes, a cache salt (docs/keys.md). It is mixed into the first chunk, so every key of
+ * the chain differs (tier::chunk_keys). Errors: as tier_chunk_keys; INVALID_ARGUMENT (extra_key
+ * NULL with a size). */
+int tier_chunk_keys_extra(const tier_key* ns, const uint32_t* tokens, size_t token_count,
+                          size_t chunk_tokens, int include_partial, const void* extra_key,
+                          size_t extra_key_bytes, tier_key* out, size_t capacity, size_t* count);
 /* Key of an engine's own object name (bytes): XXH3-128 (seed 0) over
  * "libtier-external-v1\0" | name. */
 void tier_external_key(const void* name, size_t bytes, tier_key* out);
@@ -215,6 +223,12 @@ int tier_store_load(tier_store* store, const tier_item* items, size_t count, int
                     int32_t* tiers);
 /* Removes each key from every tier; codes[i] as tier::TierStack::remove. */
 int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int32_t* codes);
+/* Removes every object of namespace `ns` (NULL: the store's own) from every tier, every rank's
+ * objects included (tier::TierStack::clear): what an engine does when new weights make its cached
+ * KV stale. *removed (may be NULL) receives how many objects were removed. Errors: NOT_SUPPORTED
+ * (a tier cannot list its keys: the redis tier; the other tiers are cleared all the same), the
+ * tiers' removal errors. */
+int tier_store_clear(tier_store* store, const tier_key* ns, uint64_t* removed);
 /* Advances background work (write-through, demotion, promotion) without blocking. */
 int tier_store_progress(tier_store* store);
 /* Waits until background work is done; timeout_ms < 0 waits up to the profile's op timeout.
@@ -274,14 +288,40 @@ typedef struct tier_boundary {
 
 enum { TIER_CHANNEL_LOAD = 0, TIER_CHANNEL_PAGE_SAVE = 1, TIER_CHANNEL_SLOT_SAVE = 2 };
 
-/* One rank's terminal result for one operation on one channel. `reason` is a stable string
- * ("" on success) with static lifetime when the report comes from tier_worker_take_reports. */
+/* How one rank's operation ended (tier::engine::WorkerOutcome; stable numbers, docs/engine.md). */
+enum {
+  TIER_OUTCOME_OK = 0,
+  TIER_OUTCOME_PAGE_UNAVAILABLE = 1,
+  TIER_OUTCOME_MISSING_DESTINATION_GROUP = 2,
+  TIER_OUTCOME_SIDECAR_CODEC = 3,
+  TIER_OUTCOME_SIDECAR_UNAVAILABLE = 4,
+  TIER_OUTCOME_SIDECAR_CORRUPT = 5,
+  TIER_OUTCOME_MAX_PENDING_SAVES = 6,
+  TIER_OUTCOME_SNAPSHOT = 7,
+  TIER_OUTCOME_PAGE_STORE = 8,
+  TIER_OUTCOME_PAGE_VISIBILITY = 9,
+  TIER_OUTCOME_PAGE_VISIBILITY_TIMEOUT = 10,
+  TIER_OUTCOME_SIDECAR_INVALIDATION = 11,
+  TIER_OUTCOME_SIDECAR_SUBMISSION = 12,
+  TIER_OUTCOME_SIDECAR_VISIBILITY = 13,
+  TIER_OUTCOME_SIDECAR_VISIBILITY_TIMEOUT = 14,
+  TIER_OUTCOME_DEVICE_ORDER = 15
+};
+/* The stable name of an outcome ("" for TIER_OUTCOME_OK, "unknown" for another number): a static
+ * string, for logs and metrics. */
+const char* tier_outcome_name(int32_t outcome);
+
+/* One rank's terminal result for one operation on one channel: plain numbers, so a report may be
+ * copied to another process as it is. `outcome` is TIER_OUTCOME_*; `ok` is outcome == 0;
+ * `reason` is tier_outcome_name(outcome) (static) in reports from tier_worker_take_reports and is
+ * ignored by tier_scheduler_process, which reads `outcome`. */
 typedef struct tier_op_report {
   int32_t channel; /* TIER_CHANNEL_* */
   uint32_t rank;
   uint64_t request;
   uint64_t generation;
   int32_t ok;
+  int32_t outcome;
   const char* reason;
 } tier_op_report;
 
@@ -401,6 +441,16 @@ typedef struct tier_load_decision {
 /* Registers a request and its prompt; *handle is never reused. */
 int tier_scheduler_add_request(tier_scheduler* s, uint64_t request_id, const uint32_t* prompt,
                                size_t prompt_tokens, uint64_t* handle);
+/* The same with an extra key (`extra_key_bytes` bytes, 0: none) mixed into the request's chunk
+ * keys, as tier_chunk_keys_extra does: requests with equal tokens and different extra keys share
+ * no KV. */
+int tier_scheduler_add_request_extra(tier_scheduler* s, uint64_t request_id,
+                                     const uint32_t* prompt, size_t prompt_tokens,
+                                     const void* extra_key, size_t extra_key_bytes,
+                                     uint64_t* handle);
+/* The scheduler's epoch: the high 24 bits of every operation generation it emits, drawn at random
+ * per scheduler so that a restarted scheduler never reuses a generation (docs/engine.md). */
+uint32_t tier_scheduler_epoch(tier_scheduler* s);
 /* Errors: NOT_FOUND (unknown handle), tier errors. */
 int tier_scheduler_lookup(tier_scheduler* s, uint64_t handle, tier_match* out);
 int tier_scheduler_after_alloc(tier_scheduler* s, uint64_t handle, uint64_t local_tokens,

@@ -412,7 +412,15 @@ Result<BoundMemory> bind_memory(const Geometry& g, std::span<const Region> backi
       std::size_t b = 0;
       while (g.backings[b].name != s.backing) ++b;
       const Region& r = backings[b];
-      out.push_back({s.role, r.data + s.offset, s.total_bytes, s.unit_bytes, s.reverse_indexed,
+      std::uint64_t offset = s.offset;
+      if (s.reverse_indexed) {
+        // SLOT rows sit at the top of the plane as the caller allocated it (ATOM: blocks grow up
+        // from row 0, slots down from the last row, free rows between): the top slot ends at the
+        // plane's last whole row. A plane of exactly the geometry's size has no gap.
+        const std::uint64_t row_bytes = s.unit_bytes / g.slot_rows;
+        offset = r.size / row_bytes * row_bytes - s.total_bytes;
+      }
+      out.push_back({s.role, r.data + offset, s.total_bytes, s.unit_bytes, s.reverse_indexed,
                      r.kind, r.device});
     }
   };

@@ -173,6 +173,13 @@ class Backend {
   // that already ended, or 0, is ignored.
   void release(LeaseId id) noexcept;
 
+  // The keys of namespace `ns` this tier stores now (a snapshot; objects being written are not
+  // listed), for clearing a namespace (TierStack::clear). A metadata call on the owner's thread:
+  // it may wait for the tier's own I/O (a remote tier scans its server) but not for requests
+  // in flight. Returns: the keys; NotSupported (the default: the tier cannot enumerate), BadState,
+  // the tier's I/O errors.
+  Result<std::vector<ObjectKey>> list_keys(const Key128& ns) noexcept;
+
   virtual Capabilities capabilities() const noexcept = 0;
   virtual Usage usage() const noexcept = 0;
   // A one-line description for `tierctl explain` and logs.
@@ -191,6 +198,9 @@ class Backend {
   virtual Result<LeaseId> do_lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                                    std::span<std::uint8_t> held) noexcept;
   virtual LeaseEnd do_release(LeaseId id) noexcept;
+  // list_keys() hook. Default: NotSupported. May throw std::bad_alloc (list_keys() turns it into
+  // an error), nothing else.
+  virtual Result<std::vector<ObjectKey>> do_list_keys(const Key128& ns);
 
   // Implementations call this for every object they evict for capacity.
   void notify_evicted(const ObjectKey& key, std::span<const std::byte> image,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tier/json.hpp"
@@ -51,10 +52,21 @@ Result<Key128> namespace_id(const Json& identity);
 // The first chunk of a sequence has parent == Key128{} (all zero).
 Key128 chunk_key(const Key128& ns, const Key128& parent, std::span<const std::uint32_t> tokens);
 
+// The parent of the first chunk of a sequence keyed with an extra key (a LoRA adapter, the
+// multimodal content hashes, a cache salt: what besides the tokens and the model makes cached KV
+// differ; docs/keys.md) = XXH3-128 (seed 0) over
+//   "libtier-extra-v1\0" | ns (16 B) | u64 LE byte count | the extra key's bytes.
+// An empty extra key is no extra key: the first parent stays all zero.
+Key128 extra_key_root(const Key128& ns, std::string_view extra_key);
+
 // Chained keys of consecutive `chunk_tokens`-sized chunks of `tokens`. A trailing partial chunk
-// gets a key only when `include_partial` is set.
+// gets a key only when `include_partial` is set. A non-empty `extra_key` (any bytes) is mixed into
+// the first chunk (its parent is extra_key_root), so every key of the chain differs from the
+// same tokens' keys without it or with another; without one the keys are those of
+// libtier-chunk-v1 exactly.
 std::vector<Key128> chunk_keys(const Key128& ns, std::span<const std::uint32_t> tokens,
-                               std::size_t chunk_tokens, bool include_partial = false);
+                               std::size_t chunk_tokens, bool include_partial = false,
+                               std::string_view extra_key = {});
 
 }  // namespace tier
 

@@ -22,7 +22,8 @@
 extern "C" {
 #endif
 
-#define TIER_PLUGIN_ABI_VERSION 3u  /* 2: Codec::direct(); 3: PayloadCheck::check_head() */
+#define TIER_PLUGIN_ABI_VERSION 4u  /* 2: Codec::direct(); 3: PayloadCheck::check_head();
+                                       4: Backend::do_list_keys() */
 #define TIER_PLUGIN_ENTRY_SYMBOL "tier_plugin_entry"
 
 enum tier_plugin_kind {

@@ -151,6 +151,13 @@ class TierStack {
   // of a tier that failed (the key may still be stored there).
   Status remove(const ObjectKey& key);
 
+  // Removes every object of namespace `ns` from every tier (an engine's clear: new weights make
+  // all its cached KV stale). Lists each tier's keys of `ns` (Backend::list_keys) and removes
+  // them as remove() does. Returns how many objects were removed; the first error of a tier that
+  // cannot list (NotSupported) or whose removals failed, after trying every tier (objects of other
+  // namespaces are never touched). Objects saved meanwhile by another thread may remain.
+  Result<std::uint64_t> clear(const Key128& ns);
+
   // Advances background work without blocking.
   void progress();
   // Waits until background work is done or `timeout` passes. Errors: TimedOut.

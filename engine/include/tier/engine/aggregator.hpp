@@ -8,7 +8,9 @@
 //  - a duplicate report from a rank does not count towards the quorum;
 //  - reports for different generations never combine, even for the same request id;
 //  - terminal ids are tombstoned in a bounded FIFO (`tombstone_limit` per channel), so a late
-//    duplicate cannot recreate pending state for an id that already completed.
+//    duplicate cannot recreate pending state for an id that already completed;
+//  - with an epoch (not 0), reports of another epoch's generations (a previous scheduler's
+//    operations, still run by live workers) are dropped without a trace.
 //
 // Threads: one owner (the scheduler thread).
 
@@ -25,17 +27,18 @@ namespace tier::engine {
 struct Terminal {
   Channel channel = Channel::kLoad;
   OperationId id;
-  bool ok = false;
-  std::string_view reason;  // the first failing rank's reason ("" on success)
+  WorkerOutcome outcome = WorkerOutcome::kOk;  // the first failing rank's (kOk on success)
+  bool ok() const noexcept { return outcome == WorkerOutcome::kOk; }
 };
 
 class Aggregator {
  public:
-  explicit Aggregator(std::uint32_t world_size, std::size_t tombstone_limit = 4096);
+  explicit Aggregator(std::uint32_t world_size, std::size_t tombstone_limit = 4096,
+                      std::uint32_t epoch = 0);
 
   // Adds one report. Returns the terminal once every rank has reported this exact operation on
   // this channel; nullopt while waiting, and for reports that are ignored (rank out of range,
-  // generation 0, an already terminal or tombstoned id).
+  // generation 0, another epoch's generation, an already terminal or tombstoned id).
   std::optional<Terminal> add(const OpReport& report);
 
   std::size_t pending() const noexcept;     // operations with some but not all reports
@@ -48,8 +51,7 @@ class Aggregator {
   struct Group {
     std::uint64_t reported = 0;  // bit per rank (world_size <= 64)
     std::uint32_t count = 0;
-    bool failed = false;
-    std::string_view reason;
+    WorkerOutcome outcome = WorkerOutcome::kOk;
     RequestId request = 0;
   };
   struct PerChannel {
@@ -61,6 +63,7 @@ class Aggregator {
 
   std::uint32_t world_size_;
   std::size_t tombstone_limit_;
+  std::uint32_t epoch_;
   PerChannel channels_[kChannelCount];
 };
 

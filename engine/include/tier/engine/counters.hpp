@@ -34,6 +34,10 @@ struct EngineCounters {
   // fewer chunks than the lookup (the hit shrank to what they hold); committed boundaries whose
   // sidecar was gone at lookup (de-committed there instead of failing the load).
   Counter leased_lookups, lease_shortfalls, sidecars_missing;
+  // SLOT boundaries the state group moved past before their snapshot could be emitted (the
+  // request's previous SLOT save was still in flight, or a forward ran through the boundary):
+  // skipped, never snapshotted later (docs/engine.md "Save cadence").
+  Counter slot_boundaries_missed;
 };
 
 }  // namespace tier::engine

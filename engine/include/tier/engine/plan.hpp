@@ -7,8 +7,11 @@
 // exact operation from every rank before it acts (tier/engine/aggregator.hpp).
 //
 // Operation ids: `generation` comes from a scheduler-lifetime counter shared by loads and saves
-// and is never reused, not even after the engine reuses a request id. A report is matched by
-// generation only; `request` is carried for logs and for the engine's own bookkeeping.
+// and is never reused, not even after the engine reuses a request id, nor by a restarted scheduler
+// whose workers still hold the old one's operations: its high 24 bits are the scheduler's epoch
+// (Scheduler::epoch(), drawn at random per scheduler, never 0), the low 40 bits the counter. A
+// report is matched by generation only; `request` is carried for logs and for the engine's own
+// bookkeeping.
 
 #include <cstdint>
 #include <optional>
@@ -26,6 +29,12 @@ struct OperationId {
   std::uint64_t generation = 0;  // never 0 for a real operation; never reused
   friend bool operator==(const OperationId&, const OperationId&) = default;
 };
+
+// Generation = epoch << kEpochShift | counter.
+inline constexpr unsigned kEpochShift = 40;
+inline constexpr std::uint32_t epoch_of(std::uint64_t generation) noexcept {
+  return static_cast<std::uint32_t>(generation >> kEpochShift);
+}
 
 // A SLOT boundary: `tokens` is a multiple of the chunk size; `key` is the chained PAGE chunk key
 // of the prefix [0, tokens), so it names the exact token content of the prefix (its low 64 bits
@@ -78,14 +87,44 @@ enum class Channel : std::uint8_t { kLoad = 0, kPageSave = 1, kSlotSave = 2 };
 inline constexpr std::size_t kChannelCount = 3;
 std::string_view channel_name(Channel c) noexcept;
 
-// One rank's terminal result for one operation on one channel. `reason` is a stable string from
-// the list in docs/engine.md ("" on success).
+// How one rank's operation on one channel ended. The numbers are stable (they cross the C API,
+// the Python package and any wire an engine sends reports over); outcome_name() gives the stable
+// string that counters, logs and JSON print ("" for kOk, "unknown" for a number not listed here).
+enum class WorkerOutcome : std::uint8_t {
+  kOk = 0,
+  // Loads.
+  kPageUnavailable = 1,          // a PAGE chunk missing, invalid or unaligned: no SLOT fetched
+  kMissingDestinationGroup = 2,  // the load names no valid state group
+  kSidecarCodec = 3,             // the layout gave no SLOT codec for the boundary's identity
+  kSidecarUnavailable = 4,       // no sidecar under the key (or the tier failed to read it)
+  kSidecarCorrupt = 5,           // the sidecar failed its checks; its key was invalidated
+  // Saves.
+  kMaxPendingSaves = 6,           // refused at submit(): too many saves queued
+  kSnapshot = 7,                  // the SLOT snapshot could not be taken at submit()
+  kPageStore = 8,                 // a PAGE chunk was not stored: the SLOT is not published
+  kPageVisibility = 9,            // the PAGE visibility probe failed
+  kPageVisibilityTimeout = 10,    // the PAGE prefix never showed through the boundary
+  kSidecarInvalidation = 11,      // the key is fenced and its corrupt copy could not be removed
+  kSidecarSubmission = 12,        // the sidecar put failed
+  kSidecarVisibility = 13,        // the sidecar visibility probe failed
+  kSidecarVisibilityTimeout = 14,  // the stored sidecar never showed
+  // Both.
+  kDeviceOrder = 15,  // submit(): the layout could not order the step after the caller's GPU work
+};
+inline constexpr std::uint8_t kWorkerOutcomeCount = 16;
+// Static strings (NUL-terminated, never freed).
+std::string_view outcome_name(WorkerOutcome o) noexcept;
+// The outcome a stable string names (what outcome_name() returns), or nullopt.
+std::optional<WorkerOutcome> outcome_from_name(std::string_view name) noexcept;
+
+// One rank's terminal result for one operation on one channel: plain data (no pointer, no
+// string), so it can be copied to another process as it is.
 struct OpReport {
   Channel channel = Channel::kLoad;
   OperationId id;
   std::uint32_t rank = 0;
-  bool ok = false;
-  std::string_view reason;
+  WorkerOutcome outcome = WorkerOutcome::kOk;
+  bool ok() const noexcept { return outcome == WorkerOutcome::kOk; }
 };
 
 }  // namespace tier::engine

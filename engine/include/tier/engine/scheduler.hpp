@@ -14,7 +14,9 @@
 //   ev = process(reports)                    aggregated terminals: loaded, load_failed, freeable
 //
 // Request handles are never reused, so a request id that the engine reuses never inherits an
-// earlier request's state; operation generations are never reused (tier/engine/plan.hpp).
+// earlier request's state; operation generations are never reused (tier/engine/plan.hpp), not
+// by a scheduler restarted while its workers still run the old one's operations either: each
+// scheduler has an epoch of its own in its generations, and ignores reports of other epochs.
 //
 // Fail-closed resume (stateful): a prefix is offered only at a committed SLOT boundary; a load
 // succeeds only if PAGE coverage and the SLOT restore succeed on every rank for the exact load
@@ -122,11 +124,19 @@ struct StepEvents {
 
 class Scheduler {
  public:
-  // Errors: InvalidArgument (config).
-  static Result<std::unique_ptr<Scheduler>> create(const EngineConfig& config, TierView& view);
+  // `epoch`: the high bits of every generation this scheduler emits (tier/engine/plan.hpp); 0
+  // draws one at random (std::random_device), which is what an engine wants: a restarted
+  // scheduler then never emits a generation its live workers still hold. Errors:
+  // InvalidArgument (config, an epoch that does not fit in 24 bits).
+  static Result<std::unique_ptr<Scheduler>> create(const EngineConfig& config, TierView& view,
+                                                   std::uint32_t epoch = 0);
+  std::uint32_t epoch() const noexcept { return epoch_; }
 
-  // Registers a request with its prompt tokens.
-  SeqHandle add_request(RequestId id, std::span<const std::uint32_t> prompt);
+  // Registers a request with its prompt tokens. `extra_key`: what besides the tokens makes its
+  // KV differ (LoRA adapter, multimodal content hashes, cache salt; docs/keys.md), mixed into
+  // every chunk key (tier::chunk_keys); empty: none.
+  SeqHandle add_request(RequestId id, std::span<const std::uint32_t> prompt,
+                        std::string_view extra_key = {});
 
   // The request's cached prefix: PAGE chunks present in the tiers, minus the last token on a
   // full-prompt hit, then (stateful) shrunk to the newest committed SLOT boundary. A stateful
@@ -195,7 +205,8 @@ class Scheduler {
     std::vector<Key128> keys;  // chained keys of the prompt's full chunks
     std::vector<std::uint32_t> blocks;
     std::int32_t group = -1;
-    std::uint64_t computed = 0;
+    std::uint64_t computed = 0;  // the state group holds the state after exactly these tokens
+    std::uint64_t slot_settled = 0;  // SLOT boundaries <= this are saved, skipped or not ours
     std::uint64_t saved = 0;  // PAGE watermark: chunks below it are saved or being saved
     std::uint64_t hit_tokens = 0;  // lookup result
     std::optional<Boundary> pending_slot;
@@ -218,7 +229,7 @@ class Scheduler {
     bool abandoned = false;
   };
 
-  Scheduler(const EngineConfig& config, TierView& view);
+  Scheduler(const EngineConfig& config, TierView& view, std::uint32_t epoch);
   Seq* find(SeqHandle h);
   const Seq* find(SeqHandle h) const;
   Boundary boundary_at(const Seq& s, std::uint64_t tokens) const;
@@ -227,7 +238,12 @@ class Scheduler {
   void commit(const Boundary& b);
   void decommit(const Boundary& b);
   void index_add(const Key128& k);
+  // The SLOT boundary to snapshot in this step: `computed` itself when it is a boundary still to
+  // save. Never a boundary the state group has moved past.
   std::optional<std::uint64_t> slot_candidate(const Seq& s) const;
+  // Marks every boundary below `tokens` settled; with `count`, those still to save are counted in
+  // slot_boundaries_missed (the state moved past them before their snapshot).
+  void settle_slots_below(Seq& s, std::uint64_t tokens, bool count);
   bool idle(const Seq& s) const;
   void clear_lookup(Seq& s);
   void release_lease(Seq& s);
@@ -242,6 +258,7 @@ class Scheduler {
 
   EngineConfig config_;
   TierView& view_;
+  std::uint32_t epoch_;
   Aggregator agg_;
   EngineCounters counters_;
   std::uint64_t next_handle_ = 1;

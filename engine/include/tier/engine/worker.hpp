@@ -37,7 +37,10 @@
 // Lookup leases: as the scheduler's TierView, lease() holds PAGE chunks and a sidecar in this
 // rank's TierStack (TierStack::lease); the LoadOp that carries the lease's id releases it when
 // this worker's load of it ends, ok or failed (release_lease() for one that is never loaded).
-// Ids this worker did not hand out are ignored, so every rank may see the same plan.
+// Ids this worker did not hand out are ignored, so every rank may see the same plan. Every other
+// rank (with lease_timeout_ms > 0) leases the op's chunks and sidecar in its own TierStack when
+// submit() queues the load, and releases that lease when its load ends: with TP > 1 each rank's
+// copies are held too, from the plan's arrival on.
 //
 // Device transfers (KV in GPU memory, docs/engine.md): the layout moves bytes on its own stream,
 // ordered after the DeviceOrder given to submit() on the device (no host wait, no device-wide
@@ -134,31 +137,6 @@ class KvLayout {
   }
 };
 
-// How a worker's operation on one channel ended. outcome_name() is the stable string an OpReport
-// carries as its `reason` ("" for kOk), which counters, logs and JSON print.
-enum class WorkerOutcome : std::uint8_t {
-  kOk = 0,
-  // Loads.
-  kPageUnavailable,          // a PAGE chunk missing, invalid or unaligned: the SLOT is not fetched
-  kMissingDestinationGroup,  // the load names no valid state group
-  kSidecarCodec,             // the layout gave no SLOT codec for the boundary's identity
-  kSidecarUnavailable,       // no sidecar under the key (or the tier failed to read it)
-  kSidecarCorrupt,           // the sidecar failed its checks; its key was invalidated
-  // Saves.
-  kMaxPendingSaves,           // refused at submit(): too many saves queued
-  kSnapshot,                  // the SLOT snapshot could not be taken at submit()
-  kPageStore,                 // a PAGE chunk was not stored: the SLOT is not published
-  kPageVisibility,            // the PAGE visibility probe failed
-  kPageVisibilityTimeout,     // the PAGE prefix never showed through the boundary
-  kSidecarInvalidation,       // the key is fenced and its corrupt copy could not be removed
-  kSidecarSubmission,         // the sidecar put failed
-  kSidecarVisibility,         // the sidecar visibility probe failed
-  kSidecarVisibilityTimeout,  // the stored sidecar never showed
-  // Both.
-  kDeviceOrder,  // submit(): the layout could not order the step after the caller's GPU work
-};
-std::string_view outcome_name(WorkerOutcome o) noexcept;
-
 struct WorkerCounters {
   Counter loads_ok, loads_failed, page_chunks_loaded, slot_restores;
   Counter saves_ok, saves_failed, page_chunks_saved, slot_publishes;
@@ -219,6 +197,10 @@ class Worker final : public TierView {
   }
 
  private:
+  struct QueuedLoad {
+    LoadOp op;
+    std::uint64_t lease = 0;  // this rank's own lease of the op's objects (submit()), or 0
+  };
   struct QueuedSave {
     SaveOp op;
     std::vector<std::byte> staging;  // the SLOT codec's payload, encoded at submit()
@@ -254,7 +236,7 @@ class Worker final : public TierView {
   std::mutex run_mu_;            // held by progress() (and with_stack) while it runs
   mutable std::mutex layout_mu_;  // one layout or layout-codec call at a time
   mutable std::mutex mu_;         // the fields below; held only for a few instructions
-  std::deque<LoadOp> loads_;
+  std::deque<QueuedLoad> loads_;
   std::deque<QueuedSave> saves_;
   std::size_t saves_pending_ = 0;  // accepted and not finished: queued, being snapshotted, running
   std::vector<OpReport> reports_;

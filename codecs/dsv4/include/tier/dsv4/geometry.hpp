@@ -133,8 +133,11 @@ struct BoundMemory {
 };
 
 // Binds the geometry to engine allocations, one Region per entry of geometry.backings (same
-// order). Checks each allocation is large enough and that no two regions (PAGE or SLOT)
-// overlap, so a PAGE scatter can never touch a SLOT span even when they share a plane.
+// order). An allocation may be larger than the geometry needs: PAGE blocks are bound from its
+// first row up and SLOT slots from its last whole row down (group 0 highest), with the free rows
+// between them, as ATOM allocates a plane. Checks each allocation is large enough and that no two
+// regions (PAGE or SLOT) overlap, so a PAGE scatter can never touch a SLOT span even when they
+// share a plane.
 // Errors: InvalidArgument.
 Result<BoundMemory> bind_memory(const Geometry& geometry, std::span<const Region> backings);
 

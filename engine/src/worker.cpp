@@ -120,6 +120,8 @@ std::string_view outcome_name(WorkerOutcome o) noexcept {
       return "max_pending_saves";
     case WorkerOutcome::kDeviceOrder:
       return "device_order";
+    case WorkerOutcome::kRankLost:
+      return "rank_lost";
     case WorkerOutcome::kSnapshot:
       return "snapshot";
     case WorkerOutcome::kPageStore:

@@ -74,7 +74,7 @@ SMALL_MODEL = {  # two compressed layers and a sliding window, narrow heads: sma
     "index_head_dim": 32, "block_size": 128, "sliding_window": 8,
 }
 TRACE_BLOCK_TOKENS = 512  # tokens per hash id of the Mooncake trace (as tierbench replay)
-RANK_LOST = "rank_lost"  # the reason of a dead rank's operations (never crosses the wire)
+RANK_LOST = "rank_lost"  # the reason of a dead rank's operations (TIER_OUTCOME_RANK_LOST)
 CHANNELS = ("load", "page_save", "slot_save")
 
 

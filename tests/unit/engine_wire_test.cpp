@@ -118,10 +118,10 @@ StepPlan sample_plan() {
 }
 
 std::vector<OpReport> sample_reports() {
-  return {OpReport{Channel::kLoad, {11, 101}, 0, true, ""},
-          OpReport{Channel::kPageSave, {13, 103}, 3, true, ""},
-          OpReport{Channel::kSlotSave, {13, 103}, 3, false, "sidecar_visibility_timeout"},
-          OpReport{Channel::kLoad, {12, 102}, 63, false, "page_unavailable"}};
+  return {OpReport{Channel::kLoad, {11, 101}, 0, WorkerOutcome::kOk},
+          OpReport{Channel::kPageSave, {13, 103}, 3, WorkerOutcome::kOk},
+          OpReport{Channel::kSlotSave, {13, 103}, 3, WorkerOutcome::kSidecarVisibilityTimeout},
+          OpReport{Channel::kLoad, {12, 102}, 63, WorkerOutcome::kPageUnavailable}};
 }
 
 Bytes encoded(const StepPlan& p) { return require_value(wire::encode_plan(p)); }
@@ -200,22 +200,20 @@ TEST_CASE("a plan and reports round-trip with every field") {
     CHECK(back[i].channel == reports[i].channel);
     CHECK(back[i].id == reports[i].id);
     CHECK(back[i].rank == reports[i].rank);
-    CHECK(back[i].ok == reports[i].ok);
-    CHECK(back[i].reason == reports[i].reason);
+    CHECK(back[i].outcome == reports[i].outcome);
   }
   CHECK(require_value(wire::decode_reports(require_value(wire::encode_reports({})))).empty());
 }
 
-TEST_CASE("every worker outcome crosses as its wire code, with a reason of static lifetime") {
-  for (int o = 0; o <= static_cast<int>(WorkerOutcome::kDeviceOrder); ++o) {
-    const std::string_view name = outcome_name(static_cast<WorkerOutcome>(o));
-    const OpReport r{Channel::kPageSave, {1, 2}, 0, o == 0, name};
+TEST_CASE("every worker outcome crosses as its stable number") {
+  for (int o = 0; o < kWorkerOutcomeCount; ++o) {
+    const OpReport r{Channel::kPageSave, {1, 2}, 0, static_cast<WorkerOutcome>(o)};
     const auto m = require_value(wire::encode_reports(std::span(&r, 1)));
-    CHECK(get(m, 24 + 8 + 8 + 2, 2) == static_cast<std::uint64_t>(o));  // the code of the table
+    CHECK(get(m, 24 + 8 + 8 + 1, 1) == (o == 0 ? 1u : 0u));             // ok
+    CHECK(get(m, 24 + 8 + 8 + 2, 2) == static_cast<std::uint64_t>(o));  // the outcome's number
     const auto back = require_value(wire::decode_reports(m));
     REQUIRE(back.size() == 1);
-    CHECK(back[0].reason == name);
-    CHECK(back[0].reason.data() == name.data());
+    CHECK(back[0].outcome == r.outcome);
   }
 }
 
@@ -322,13 +320,11 @@ TEST_CASE("a message built byte by byte from docs/engine.md decodes field by fie
   const auto reps = require_value(wire::decode_reports(rm));
   REQUIRE(reps.size() == 2);
   CHECK(reps[0].channel == Channel::kSlotSave);
-  CHECK_FALSE(reps[0].ok);
-  CHECK(reps[0].reason == "sidecar_corrupt");
+  CHECK(reps[0].outcome == WorkerOutcome::kSidecarCorrupt);
   CHECK(reps[0].rank == 1);
   CHECK(reps[0].id == OperationId{22, 32});
   CHECK(reps[1].channel == Channel::kLoad);
-  CHECK(reps[1].ok);
-  CHECK(reps[1].reason.empty());
+  CHECK(reps[1].ok());
   CHECK(require_value(wire::encode_reports(reps)) == rm);
 }
 
@@ -469,19 +465,18 @@ TEST_CASE("additions: unknown optional sections are skipped, longer heads and re
   section(rbody, 1, 1, recs);
   const auto back = require_value(wire::decode_reports(frame(2, rbody)));
   REQUIRE(back.size() == reports.size());
-  CHECK(back[2].reason == "sidecar_visibility_timeout");
+  CHECK(back[2].outcome == WorkerOutcome::kSidecarVisibilityTimeout);
   CHECK(back[3].rank == 63);
 }
 
-TEST_CASE("reports with an unknown reason, channel or ok value are refused") {
-  CHECK_FALSE(wire::encode_reports(
-                  std::vector<OpReport>{OpReport{Channel::kLoad, {1, 1}, 0, false, "injected"}})
-                  .is_ok());
+TEST_CASE("reports with an unknown outcome, channel or ok value are refused") {
   CHECK_FALSE(wire::encode_reports(std::vector<OpReport>{OpReport{
-                                       Channel::kLoad, {1, 1}, 0, true, "page_unavailable"}})
+                                       Channel::kLoad, {1, 1}, 0,
+                                       static_cast<WorkerOutcome>(kWorkerOutcomeCount)}})
                   .is_ok());
-  CHECK_FALSE(wire::encode_reports(
-                  std::vector<OpReport>{OpReport{static_cast<Channel>(3), {1, 1}, 0, true, ""}})
+  CHECK_FALSE(wire::encode_reports(std::vector<OpReport>{
+                                       OpReport{static_cast<Channel>(3), {1, 1}, 0,
+                                                WorkerOutcome::kOk}})
                   .is_ok());
   const Bytes m = require_value(wire::encode_reports(sample_reports()));
   const std::size_t rec = 24 + 16;  // the first record

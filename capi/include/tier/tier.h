@@ -305,7 +305,8 @@ enum {
   TIER_OUTCOME_SIDECAR_SUBMISSION = 12,
   TIER_OUTCOME_SIDECAR_VISIBILITY = 13,
   TIER_OUTCOME_SIDECAR_VISIBILITY_TIMEOUT = 14,
-  TIER_OUTCOME_DEVICE_ORDER = 15
+  TIER_OUTCOME_DEVICE_ORDER = 15,
+  TIER_OUTCOME_RANK_LOST = 16 /* set by whoever watches a rank process that died */
 };
 /* The stable name of an outcome ("" for TIER_OUTCOME_OK, "unknown" for another number): a static
  * string, for logs and metrics. */

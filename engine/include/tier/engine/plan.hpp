@@ -110,8 +110,10 @@ enum class WorkerOutcome : std::uint8_t {
   kSidecarVisibilityTimeout = 14,  // the stored sidecar never showed
   // Both.
   kDeviceOrder = 15,  // submit(): the layout could not order the step after the caller's GPU work
+  // Reported for a rank by whoever watches it (a scheduler process whose rank process died).
+  kRankLost = 16,  // the rank died before it reported the operation
 };
-inline constexpr std::uint8_t kWorkerOutcomeCount = 16;
+inline constexpr std::uint8_t kWorkerOutcomeCount = 17;
 // Static strings (NUL-terminated, never freed).
 std::string_view outcome_name(WorkerOutcome o) noexcept;
 // The outcome a stable string names (what outcome_name() returns), or nullopt.

@@ -15,7 +15,7 @@ Reported: symbols exported but not listed (a leak) and listed but not exported (
 
 --write reads every global symbol the SO's object files define (the inputs ninja links it from,
 so symbols the current list hides are seen too) and keeps the API of the library's installed
-headers (HEADERS below): C symbols those headers name; C++ symbols in namespace tier whose every
+headers (LIBRARIES below): C symbols those headers name; C++ symbols in namespace tier whose every
 name is declared there, minus tier::detail, private members (and nested types) of the headers'
 classes, template instantiations (tier's or anyone's: std, fmt, nlohmann) and inline functions
 the headers define (weak: every user compiles its own). Kept as well: the vtables, type info and
@@ -164,9 +164,10 @@ def header_files(paths):
 
 
 def scan_headers(files):
-    """(every name the headers use, {class: names declared in its private sections}). A private
-    member that an inline body of its class names stays public: users' code calls it."""
-    names, private, ctors, inline = set(), {}, {}, {}
+    """(every name the headers use, the classes they define, {class: names declared in its
+    private sections}). A private member that an inline body of its class names stays public:
+    users' code calls it."""
+    names, classes, private, ctors, inline = set(), set(), {}, {}, {}
     for path in files:
         toks = TOKEN.findall(strip_source(open(path, encoding="utf-8").read()))
         names.update(t for t in toks if t[0].isalpha() or t[0] == "_")
@@ -188,6 +189,7 @@ def scan_headers(files):
                     j += 1
                 if j < len(toks) and toks[j] == "{":
                     pending = (toks[i + 1], "private" if t == "class" else "public")
+                    classes.add(toks[i + 1])
                 if top and top[0] == "class" and parens == 0 and top[2] == "private":
                     private.setdefault(top[1], set()).add(toks[i + 1])
                 i += 2
@@ -227,7 +229,8 @@ def scan_headers(files):
     for cls, access in ctors.items():
         if access == {"private"}:
             private.setdefault(cls, set()).add(cls)
-    return names, {cls: members - inline.get(cls, set()) for cls, members in private.items()}
+    return names, classes, {cls: members - inline.get(cls, set())
+                            for cls, members in private.items()}
 
 
 SPECIAL = ["vtable for ", "typeinfo name for ", "typeinfo for ", "VTT for ",
@@ -263,7 +266,7 @@ def split_scope(entity):
     return parts
 
 
-def candidate(name, types, names, private):
+def candidate(name, types, names, classes, private):
     """Whether a global symbol of the objects belongs to the library's list."""
     if name in LINKER:
         return False
@@ -285,6 +288,9 @@ def candidate(name, types, names, private):
         idents.append("operator" if p.startswith("operator") else p.split("[")[0])
     if any(i.lstrip("~") not in names for i in idents):
         return False  # not declared by the installed headers
+    if kind in ("vtable for ", "typeinfo for ", "typeinfo name for ", "VTT for ") and \
+            idents[-1] not in classes:
+        return False  # a class of another library's headers: that library exports its own
     for outer, inner in zip(idents, idents[1:]):
         if inner in private.get(outer, ()):  # ~X (never in the set) is public
             return False  # a private member or nested type
@@ -295,9 +301,9 @@ def write(map_path, so, headers):
     files = header_files(headers)
     if not files:
         sys.exit(f"{map_path}: no headers in {headers}")
-    names, private = scan_headers(files)
+    names, classes, private = scan_headers(files)
     syms = defined(objects_of(so))
-    keep = sorted(n for n, t in syms.items() if candidate(n, t, names, private))
+    keep = sorted(n for n, t in syms.items() if candidate(n, t, names, classes, private))
     c_syms = [n for n in keep if not n.startswith(tuple(SPECIAL)) and "::" not in n]
     cxx = [n for n in keep if n not in c_syms]
     head = ""

@@ -21,6 +21,7 @@ classes, template instantiations (tier's or anyone's: std, fmt, nlohmann) and in
 the headers define (weak: every user compiles its own). Kept as well: the vtables, type info and
 thunks of those classes, and static data. A human reviews the diff before committing it.
 """
+import json
 import os
 import re
 import subprocess
@@ -104,9 +105,22 @@ def build_dir_of(path):
     sys.exit(f"{path}: not inside a ninja build directory")
 
 
+def release_build(build):
+    """Refuses a build whose compiler emits other weak symbols than the release build's: an
+    unoptimized or sanitized build keeps weak copies of inline constants and vtables, which would
+    enter the list and then be missing from every release build."""
+    info = os.path.join(build, "meson-info", "intro-buildoptions.json")
+    opts = {o["name"]: o["value"] for o in json.load(open(info, encoding="utf-8"))}
+    if opts.get("buildtype") != "release" or opts.get("b_sanitize") not in ("none", []):
+        sys.exit(f"{build}: buildtype {opts.get('buildtype')}, b_sanitize "
+                 f"{opts.get('b_sanitize')}; write the lists from a release build without "
+                 "sanitizers (meson setup build: its default)")
+
+
 def objects_of(so):
     """The object files ninja links `so` from."""
     build = build_dir_of(so)
+    release_build(build)
     target = os.path.relpath(os.path.realpath(so), build)
     out = subprocess.run(["ninja", "-C", build, "-t", "query", target], capture_output=True,
                          text=True, check=True).stdout

@@ -4,7 +4,6 @@ the candidate list of a library's version script after an API change.
 
 Usage:
   exports_test.py MAP SO [SO ...]    exit 0 when every SO's exported set equals MAP's list
-  exports_test.py --check-all BUILD  the same for every library and plugin of LIBRARIES below
   exports_test.py --write MAP SO     rewrite MAP's list from SO's object files (docs/abi.md)
 
 A version script (liburing's src/liburing.map is the model) names each exported symbol: a C
@@ -30,22 +29,16 @@ import sys
 LINKER = {"_init", "_fini", "_edata", "_end", "__bss_start"}
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Each library: its version script, the shared object's path in the build tree (soname link) and
-# the installed headers that declare its API (files or folders, from the source root).
+# Each library: its version script and the installed headers that declare its API (files or
+# folders, from the source root).
 LIBRARIES = [
-    ("libtier/libtier.map", "libtier/libtier.so",
-     ["libtier/include/tier"]),
-    ("engine/libtier_engine.map", "engine/libtier_engine.so",
-     ["engine/include/tier/engine"]),
-    ("codecs/dsv4/libtier_dsv4.map", "codecs/dsv4/libtier_dsv4.so",
-     ["codecs/dsv4/include/tier/dsv4"]),
-    ("layouts/dsv4/libtier_dsv4_layout.map", "layouts/dsv4/libtier_dsv4_layout.so",
-     ["layouts/dsv4/include/tier/dsv4"]),
-    ("hip/libtier_gpu.map", "hip/libtier_gpu.so", ["hip/gpu.hpp"]),
-    ("capi/libtier_c.map", "capi/libtier_c.so", ["capi/include/tier/tier.h"]),
+    ("libtier/libtier.map", ["libtier/include/tier"]),
+    ("engine/libtier_engine.map", ["engine/include/tier/engine"]),
+    ("codecs/dsv4/libtier_dsv4.map", ["codecs/dsv4/include/tier/dsv4"]),
+    ("layouts/dsv4/libtier_dsv4_layout.map", ["layouts/dsv4/include/tier/dsv4"]),
+    ("hip/libtier_gpu.map", ["hip/gpu.hpp"]),
+    ("capi/libtier_c.map", ["capi/include/tier/tier.h"]),
 ]
-PLUGIN_MAP = "libtier/plugins/plugin.map"
-PLUGIN_DIR = "libtier/plugins"
 
 
 def listed(path):
@@ -251,16 +244,20 @@ SPECIAL = ["vtable for ", "typeinfo name for ", "typeinfo for ", "VTT for ",
            "guard variable for ", "non-virtual thunk to ", "virtual thunk to "]
 
 
+# An operator's name, which may hold "<", "(" or "::" (operator<<, operator(), a conversion).
+OPERATOR = re.compile(r"operator\s*(?:\(\)|\[\]|<=>|<<=|>>=|<<|>>|->\*|->|[^\s(]+|"
+                      r"\s+[\w:<>*& ]+?(?=\())")
+
+
 def split_scope(entity):
-    """The components of an entity's qualified name (before its parameter list), with the
-    template arguments of each ('' when none), or None when it cannot be split."""
+    """The components of an entity's qualified name (before its parameter list), each with its
+    template arguments: "tier::Result<int>::ok() const" -> ["tier", "Result<int>", "ok"]."""
     depth, start, parts = 0, 0, []
     i = 0
     while i < len(entity):
         c = entity[i]
         if entity.startswith("operator", i) and depth == 0:
-            m = re.match(r"operator\s*(\(\)|\[\]|<=>|<<=|>>=|<<|>>|->\*|->|[^\s(]+|\s+[\w:<>*& ]+?(?=\())",
-                         entity[i:])
+            m = OPERATOR.match(entity, i)
             i += len(m.group(0)) if m else len("operator")
             continue
         if c == "<":
@@ -291,7 +288,7 @@ def candidate(name, types, names, classes, private):
     if name.startswith("construction vtable for ") or not entity.startswith("tier::"):
         return False
     parts = split_scope(entity)
-    if not parts or any("<" in p and not p.startswith("operator") for p in parts):
+    if any("<" in p and not p.startswith("operator") for p in parts):
         return False  # a template instantiation, tier's or a standard one
     if "detail" in parts or "(anonymous namespace)" in entity or "{lambda" in entity:
         return False
@@ -337,33 +334,16 @@ def write(map_path, so, headers):
           f"{len(syms)} defined in {so}'s objects; review the diff")
 
 
-def check_all(build):
-    bad = 0
-    for map_path, so, _ in LIBRARIES:
-        path = os.path.join(build, so)
-        if os.path.exists(path) or so.startswith(("libtier/", "engine/", "capi/")):
-            bad += check(os.path.join(ROOT, map_path), [path])
-    plugins = sorted(os.path.join(build, PLUGIN_DIR, n)
-                     for n in os.listdir(os.path.join(build, PLUGIN_DIR)) if n.endswith(".so"))
-    if not plugins:
-        print(f"no plugin in {os.path.join(build, PLUGIN_DIR)}")
-        return 1
-    bad += check(os.path.join(ROOT, PLUGIN_MAP), plugins)
-    return 1 if bad else 0
-
-
 def main():
     args = sys.argv[1:]
     if len(args) == 3 and args[0] == "--write":
         map_path = os.path.abspath(args[1])
         rel = os.path.relpath(map_path, ROOT)
-        headers = next((h for m, _, h in LIBRARIES if m == rel), None)
+        headers = dict(LIBRARIES).get(rel)
         if headers is None:
             sys.exit(f"{rel}: not a version script of LIBRARIES in {sys.argv[0]}")
         write(map_path, args[2], headers)
         return 0
-    if len(args) == 2 and args[0] == "--check-all":
-        return check_all(args[1])
     if len(args) < 2 or args[0].startswith("--"):
         sys.exit(__doc__)
     return 1 if check(args[0], args[1:]) else 0

@@ -277,11 +277,15 @@ int tier_plan_save(const tier_plan* plan, size_t index, tier_save_op* out) {
 void tier_plan_free(tier_plan* plan) { delete plan; }
 
 int tier_worker_submit(tier_worker* worker, const tier_plan* plan) {
+  return tier_worker_submit_after(worker, plan, nullptr, nullptr);
+}
+int tier_worker_submit_after(tier_worker* worker, const tier_plan* plan, void* stream,
+                             void* event) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(worker, "worker"));
     TIER_RETURN_IF_ERROR(need(plan, "plan"));
     std::lock_guard<std::mutex> lock(worker->store->mu);
-    worker->worker->submit(plan->plan);
+    worker->worker->submit(plan->plan, tier::engine::DeviceOrder{stream, event});
     return Status::ok();
   });
 }

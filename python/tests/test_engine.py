@@ -116,3 +116,19 @@ def test_engine_errors(engine):
         libtier.Scheduler.create({"block_tokens": "x"}, worker, libtier.namespace_id({}))
     with pytest.raises(libtier.InvalidArgument, match="channel"):
         sched.process([libtier.OpReport("nope", 1, 1, 0, True)])
+
+
+def test_a_gpu_order_for_a_host_layout_fails_the_plan(engine):
+    """Worker.submit(plan, stream=...) hands the caller's GPU stream to the layout; a layout in
+    host memory has nothing to order and every operation of the plan is reported failed."""
+    sched, worker, layout = engine
+    prompt = np.arange(2000, 2000 + CHUNKS * BLOCK, dtype=np.uint32)
+    h = sched.add_request(7, prompt)
+    sched.after_alloc(h, local_tokens=0, blocks=[4, 5, 6, 7], group=0)
+    sched.on_computed(h, CHUNKS * BLOCK)
+    plan = sched.build_step()
+    assert len(plan.saves) > 0
+    worker.submit(plan, stream=1)
+    reports = worker.take_reports()
+    assert reports and all(not r.ok and r.reason == "device_order" for r in reports)
+    assert worker.queued_saves == 0

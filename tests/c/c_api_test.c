@@ -383,12 +383,18 @@ static void test_engine(void) {
   CHECK(op.block_count == kChunks && op.block_ids[0] == 8);
   CHECK(op.has_slot == 1 && op.slot_group == 1);
   CHECK(tier_plan_load(plan, 1, &op) == TIER_INVALID_ARGUMENT);
-  REQUIRE_OK(tier_worker_submit(w, plan));
+  /* A GPU order for a layout in host memory: refused, the plan's load reported failed at once
+   * (this report is not given to the scheduler: the plan is submitted again, without order). */
+  tier_op_report reports[8];
+  size_t n = 0;
+  REQUIRE_OK(tier_worker_submit_after(w, plan, (void*)0x1, NULL));
+  CHECK(tier_worker_queued_loads(w) == 0);
+  REQUIRE_OK(tier_worker_take_reports(w, reports, 8, &n));
+  CHECK(n == 1 && reports[0].ok == 0 && strcmp(reports[0].reason, "device_order") == 0);
+  REQUIRE_OK(tier_worker_submit_after(w, plan, NULL, NULL));
   tier_plan_free(plan);
   CHECK(tier_worker_queued_loads(w) == 1);
   REQUIRE_OK(tier_worker_progress(w, SIZE_MAX, NULL));
-  tier_op_report reports[8];
-  size_t n = 0;
   REQUIRE_OK(tier_worker_take_reports(w, reports, 8, &n));
   CHECK(n == 1 && reports[0].ok == 1 && reports[0].channel == TIER_CHANNEL_LOAD);
   tier_events* ev = NULL;

@@ -282,8 +282,19 @@ int tier_plan_load(const tier_plan* plan, size_t index, tier_load_op* out);
 int tier_plan_save(const tier_plan* plan, size_t index, tier_save_op* out);
 void tier_plan_free(tier_plan* plan);
 
-/* Queues the plan's operations on this rank; never blocks on transfers. */
+/* Queues the plan's operations on this rank. The caller's GPU work is taken as synchronized:
+ * with a device layout and a SLOT save in the plan, the call waits for the snapshot's copy (the
+ * caller may change the state group as soon as it returns); it never waits for a tier. */
 int tier_worker_submit(tier_worker* worker, const tier_plan* plan);
+/* tier_worker_submit with the caller's GPU work the plan's transfers must follow, as runtime
+ * handles (cudaStream_t / hipStream_t, cudaEvent_t / hipEvent_t cast to void*): `event`, when
+ * not NULL, recorded after the step's forward; `stream`, the compute stream that wrote the KV.
+ * Every transfer of the plan follows them on the device, and with `stream` a SLOT snapshot is one
+ * kernel enqueued there (ahead of the caller's next kernels): the call waits for no transfer.
+ * Both NULL: tier_worker_submit. A layout in host memory refuses a non-NULL order: every
+ * operation of the plan is then reported failed ("device_order"). */
+int tier_worker_submit_after(tier_worker* worker, const tier_plan* plan, void* stream,
+                             void* event);
 /* Runs queued loads, then up to max_saves queued saves (SIZE_MAX: all); *finished (may be NULL)
  * receives the operations finished. */
 int tier_worker_progress(tier_worker* worker, size_t max_saves, size_t* finished);

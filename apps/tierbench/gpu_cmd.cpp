@@ -258,7 +258,8 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
       };
       std::vector<std::array<std::byte, kObjectHeaderBytes>> heads(k);
       std::vector<Region> tails(k);
-      auto gets = [&](const std::vector<ObjectKey>& ks) {
+      // K scattered gets: each object's header into host memory, its payload into `dst`.
+      auto get_requests = [&](const std::vector<ObjectKey>& ks) {
         std::vector<IoRequest> r;
         for (std::uint64_t i = 0; i < k; ++i) {
           write_object_header(heads[i], ObjectHeader{1, 0, ks[i], payload, 0});
@@ -267,8 +268,9 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
           q.tail = std::span(&tails[i], 1);
           r.push_back(q);
         }
-        return requests(be, r);
+        return r;
       };
+      auto gets = [&](const std::vector<ObjectKey>& ks) { return requests(be, get_requests(ks)); };
       const double d2h = per_sync_call(iters, [&] {
         Status st = copy_async(host->region(), src->region(), stream);
         return st ? stream.synchronize() : st;
@@ -313,14 +315,7 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
       double submit_s = 0;
       Status st;
       for (int i = 0; i < iters && st; ++i) {
-        std::vector<IoRequest> r;
-        for (std::uint64_t j = 0; j < k; ++j) {
-          write_object_header(heads[j], ObjectHeader{1, 0, keys[j], payload, 0});
-          tails[j] = dst->region().slice(j * n + kObjectHeaderBytes, payload);
-          IoRequest q{Op::kGet, keys[j], host_region(heads[j]), j};
-          q.tail = std::span(&tails[j], 1);
-          r.push_back(q);
-        }
+        const std::vector<IoRequest> r = get_requests(keys);
         auto t0 = Clock::now();
         auto sub = be.submit(r);
         submit_s += std::chrono::duration<double>(Clock::now() - t0).count();

@@ -319,9 +319,10 @@ int run_forward(cli::Args& args) {
   fmt::print("    ratio restore / bulk            {:10.3f}x   (target <= 1.03x)\n",
              bulk > 0 ? restore / bulk : 0);
   const double page = median(page_only);
-  fmt::print("    of which the PAGE chunks alone  {:10.3f} ms   {:8.2f} GB/s   ({:.3f} ms for the "
-             "SLOT after them)\n",
-             page * 1e3, (bytes - slot_bytes) / page / 1e9, (restore - page) * 1e3);
+  fmt::print(
+      "    of which the PAGE chunks alone  {:10.3f} ms   {:8.2f} GB/s   ({:.3f} ms for the "
+      "SLOT after them)\n",
+      page * 1e3, (bytes - slot_bytes) / page / 1e9, (restore - page) * 1e3);
   return 0;
 }
 

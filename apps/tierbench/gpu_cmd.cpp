@@ -323,8 +323,10 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
         std::vector<Completion> c(k);
         for (std::uint64_t got = 0; st && got < k;) {
           auto m = be.poll(std::span(c).subspan(got), 1, std::chrono::seconds(10));
-          if (!m || *m == 0) st = m ? Status(Code::kTimedOut, "no completion") : m.status();
-          else got += *m;
+          if (!m || *m == 0)
+            st = m ? Status(Code::kTimedOut, "no completion") : m.status();
+          else
+            got += *m;
         }
       }
       auto up = Stream::create(device);
@@ -333,10 +335,12 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
       auto words = PinnedBuffer::allocate(4 * k);
       if (!st || !up || !ring || !exec || !words) return cli::fail("tier diagnostics failed");
       std::vector<Event> landed;
-      for (std::uint64_t j = 0; j < k; ++j) landed.push_back(std::move(Event::create(device)).value());
+      for (std::uint64_t j = 0; j < k; ++j)
+        landed.push_back(std::move(Event::create(device)).value());
       std::vector<std::uint64_t> sums;
       for (std::uint64_t j = 0; j < k; ++j)
-        sums.push_back(payload_checksum(std::span(img).subspan(j * n + kObjectHeaderBytes, payload)));
+        sums.push_back(
+            payload_checksum(std::span(img).subspan(j * n + kObjectHeaderBytes, payload)));
       const std::uint64_t slot = (n + 4095) / 4096 * 4096;
       std::vector<std::vector<CopySpan>> spans(k);
       const double raw = per_sync_call(iters, [&]() -> Status {
@@ -344,13 +348,13 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
           const Region staged{ring->data() + j * slot, payload, MemoryKind::kDevice, device};
           const Region scratch{ring->data() + j * slot + (payload + 255) / 256 * 256,
                                verify_scratch_bytes(payload), MemoryKind::kDevice, device};
-          TIER_RETURN_IF_ERROR(copy_async(staged, host->region().slice(j * n + kObjectHeaderBytes,
-                                                                       payload), *up));
+          TIER_RETURN_IF_ERROR(
+              copy_async(staged, host->region().slice(j * n + kObjectHeaderBytes, payload), *up));
           TIER_RETURN_IF_ERROR(landed[j].record(*up));
           TIER_RETURN_IF_ERROR(stream_wait_event(stream, landed[j].handle()));
-          TIER_RETURN_IF_ERROR(verify_payload_async(
-              staged, sums[j], scratch, reinterpret_cast<std::uint32_t*>(words->data()) + j,
-              stream));
+          TIER_RETURN_IF_ERROR(
+              verify_payload_async(staged, sums[j], scratch,
+                                   reinterpret_cast<std::uint32_t*>(words->data()) + j, stream));
           spans[j] = {CopySpan{dst->data() + j * n, 0, payload}};
           TIER_RETURN_IF_ERROR((*exec)->scatter_async(
               CopyPlan{spans[j], MemoryKind::kDevice, device, payload}, staged, stream,
@@ -359,10 +363,11 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
         return stream.synchronize();
       });
       if (raw < 0) return 1;
-      fmt::print("  {:>10} {:>5}   get v2: submit {:.1f} us of {:.1f} us; the device work from "
-                 "the runtime alone {:.1f} us ({:.2f} GB/s, {:.2f}x bulk)\n",
-                 n, k, submit_s / iters * 1e6, per_sync_call(iters, [&] { return gets(keys); }) * 1e6,
-                 raw * 1e6, gbps(all, raw), h2d / raw);
+      fmt::print(
+          "  {:>10} {:>5}   get v2: submit {:.1f} us of {:.1f} us; the device work from "
+          "the runtime alone {:.1f} us ({:.2f} GB/s, {:.2f}x bulk)\n",
+          n, k, submit_s / iters * 1e6, per_sync_call(iters, [&] { return gets(keys); }) * 1e6,
+          raw * 1e6, gbps(all, raw), h2d / raw);
     }
   }
   return 0;

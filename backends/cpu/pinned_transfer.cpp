@@ -137,7 +137,8 @@ PinnedTransfer::Batch* PinnedTransfer::find_batch(std::uint64_t id) noexcept {
 
 Result<int> PinnedTransfer::take_verdict() noexcept {
   if (verdicts_.data() == nullptr) {
-    TIER_ASSIGN_OR_RETURN(verdicts_, gpu::PinnedBuffer::allocate(kVerdicts * sizeof(std::uint32_t)));
+    TIER_ASSIGN_OR_RETURN(verdicts_,
+                          gpu::PinnedBuffer::allocate(kVerdicts * sizeof(std::uint32_t)));
     try {
       verdict_used_.assign(kVerdicts, false);
     } catch (const std::bad_alloc&) {
@@ -262,7 +263,8 @@ Status PinnedTransfer::flush() noexcept {
       const Item& it = b.items[i];
       const bool single = it.pieces.size() == 1;
       if (single && !runs.empty() && runs.back().multi == nullptr &&
-          runs.back().src + runs.back().bytes == it.pieces[0].data() && runs.back().bytes % 8 == 0) {
+          runs.back().src + runs.back().bytes == it.pieces[0].data() &&
+          runs.back().bytes % 8 == 0) {
         image_at[i] = runs.back().at + runs.back().bytes;
         runs.back().bytes += it.pieces[0].size();
       } else {
@@ -281,11 +283,15 @@ Status PinnedTransfer::flush() noexcept {
     const gpu::Stream& to = g.ctx->stream(gpu::Lane::kToDevice);
     Status st;
     bool enqueued = false;  // the lanes may hold some of this batch's work
-    if (auto e = g.ctx->take_event()) b.done = std::move(*e);
-    else st = e.status();
+    if (auto e = g.ctx->take_event())
+      b.done = std::move(*e);
+    else
+      st = e.status();
     if (st) {
-      if (auto e = g.ctx->take_event()) b.landed = std::move(*e);
-      else st = e.status();
+      if (auto e = g.ctx->take_event())
+        b.landed = std::move(*e);
+      else
+        st = e.status();
     }
     Result<gpu::RingRange> range = st;
     if (st) {
@@ -301,8 +307,9 @@ Status PinnedTransfer::flush() noexcept {
           st = gpu::copy_async(Region{base + r.at, r.bytes, MemoryKind::kDevice, dev},
                                pinned_region(const_cast<std::byte*>(r.src), r.bytes), up);
         } else {
-          st = enqueue_range(r.multi->pieces, Region{base + r.at, r.bytes, MemoryKind::kDevice, dev},
-                             0, r.bytes, false, up);
+          st =
+              enqueue_range(r.multi->pieces, Region{base + r.at, r.bytes, MemoryKind::kDevice, dev},
+                            0, r.bytes, false, up);
         }
       }
       // Landed: the verification and the copies wait for it on the kToDevice lane.
@@ -318,14 +325,14 @@ Status PinnedTransfer::flush() noexcept {
         const Region scratch{base + scratch_at[i],
                              gpu::verify_scratch_bytes(it.header.payload_bytes),
                              MemoryKind::kDevice, dev};
-        verify.push_back(gpu::VerifyItem{
-            payload, it.header.payload_checksum, scratch,
-            reinterpret_cast<std::uint32_t*>(verdicts_.data()) + it.verdict,
-            it.claim ? &*it.claim : nullptr});
+        verify.push_back(
+            gpu::VerifyItem{payload, it.header.payload_checksum, scratch,
+                            reinterpret_cast<std::uint32_t*>(verdicts_.data()) + it.verdict,
+                            it.claim ? &*it.claim : nullptr});
         payload_spans(it.payload, it.skip, spans[i]);
-        copies.push_back(gpu::GatedScatter{
-            CopyPlan{spans[i], MemoryKind::kDevice, dev, it.header.payload_bytes}, payload,
-            reinterpret_cast<const std::uint32_t*>(scratch.data)});
+        copies.push_back(
+            gpu::GatedScatter{CopyPlan{spans[i], MemoryKind::kDevice, dev, it.header.payload_bytes},
+                              payload, reinterpret_cast<const std::uint32_t*>(scratch.data)});
       }
       if (st) st = gpu::verify_payloads_async(verify, to);
       if (st) st = g.executor->scatter_batch_async(copies, to);
@@ -349,7 +356,8 @@ Status PinnedTransfer::flush() noexcept {
     return st;
   } catch (const std::bad_alloc&) {
     for (const Item& it : b.items)
-      if (Ticket* t = find(it.ticket)) t->failed = Status(Code::kNoSpace, "pinned transfer: out of memory");
+      if (Ticket* t = find(it.ticket))
+        t->failed = Status(Code::kNoSpace, "pinned transfer: out of memory");
     b.items.clear();
     return Status(Code::kNoSpace, "pinned transfer: out of memory");
   }
@@ -386,8 +394,10 @@ Result<bool> PinnedTransfer::enqueue_large(Gpu& g, std::span<const Piece> pieces
   try {
     while (st && t.landed.size() < parts) {
       auto e = g.ctx->take_event();
-      if (!e) st = e.status();
-      else t.landed.push_back(std::move(*e));
+      if (!e)
+        st = e.status();
+      else
+        t.landed.push_back(std::move(*e));
     }
     for (std::uint64_t k = 0; k < parts && st; ++k) {
       const std::uint64_t hi = std::min(n, (k + 1) * kLandingBytes);
@@ -488,8 +498,8 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
     auto first = std::find_if(payload.begin(), payload.end(), [](const Region& x) { return x.size > 0; });
     TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(first == payload.end() ? -1 : first->device));
     const int dev = g->ctx->device();
-    TIER_ASSIGN_OR_RETURN(ObjectHeader h, check_scattered_header(pieces, header,
-                                                                 skip + total_bytes(payload), key));
+    TIER_ASSIGN_OR_RETURN(ObjectHeader h,
+                          check_scattered_header(pieces, header, skip + total_bytes(payload), key));
     // The codec's check: its fields now, when it leaves the CRC to the GPU.
     std::optional<CrcClaim> claim;
     if (h.version >= 2 && check != nullptr) {
@@ -507,10 +517,10 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
     if (h.version >= 2 && h.payload_bytes <= kLandingBytes) {
       TIER_ASSIGN_OR_RETURN(int word, take_verdict());
       if (word >= 0) {
-        Batch* open = batches_.empty() || batches_.back()->flushed ? nullptr : batches_.back().get();
-        if (open != nullptr &&
-            (open->device != dev || open->items.size() == gpu::kMaxVerifyBatch ||
-             open->payload_bytes + h.payload_bytes > kBatchBytes)) {
+        Batch* open =
+            batches_.empty() || batches_.back()->flushed ? nullptr : batches_.back().get();
+        if (open != nullptr && (open->device != dev || open->items.size() == gpu::kMaxVerifyBatch ||
+                                open->payload_bytes + h.payload_bytes > kBatchBytes)) {
           flush().ignore();  // a failure is its tickets' (scatter_done reports it)
           open = nullptr;
         }
@@ -547,8 +557,8 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
 
     TIER_ASSIGN_OR_RETURN(t.done, g->ctx->take_event());
     Result<bool> on_device = false;
-    if (h.version >= 2) on_device = enqueue_large(*g, pieces, h, claim ? &*claim : nullptr, payload,
-                                                   skip, t);
+    if (h.version >= 2)
+      on_device = enqueue_large(*g, pieces, h, claim ? &*claim : nullptr, payload, skip, t);
     Status st = on_device.status();
     if (st && !*on_device)
       st = enqueue_host_checked(*g, pieces, header, payload, key, skip, check, t);
@@ -608,7 +618,7 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
     done = &b->done;
   }
   Status st = it->failed;  // a failed flush has waited for what it enqueued
-  bool completed = true;     // the events' work has run: they may be reused
+  bool completed = true;   // the events' work has run: they may be reused
   if (st) {
     if (wait) {
       st = done->synchronize();

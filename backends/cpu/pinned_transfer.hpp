@@ -1,8 +1,9 @@
 #pragma once
 // PinnedTransfer: the GPU side of the CPU tier's pinned modes (option "pinned": true), the
 // DeviceTransfer of PinnedHeapMode and of a pinned ShmMode. Built only when libtier has a GPU
-// runtime (backends/cpu/meson.build adds the pinned sources and TIER_CPU_PINNED when the GPU floor is built); the host side of the
-// tier sees it only through device_transfer.hpp, never a GPU runtime header.
+// runtime (backends/cpu/meson.build adds the pinned sources and TIER_CPU_PINNED when the GPU floor
+// is built); the host side of the tier sees it only through device_transfer.hpp, never a GPU
+// runtime header.
 //
 // It moves bytes between page-locked pieces of stored images and device memory (kind kDevice
 // regions of any GPU) through that GPU's gpu::CopyContext, the one the process's other users of

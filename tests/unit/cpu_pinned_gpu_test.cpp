@@ -357,8 +357,8 @@ void get_all_one_rotten(Backend& be, std::uint64_t first,
   const auto untouched = targets[rotten].payload();
   std::vector<IoRequest> reqs;
   for (std::uint64_t i = 0; i < count; ++i)
-    reqs.push_back(IoRequest{Op::kGet, key_of(first + i), host_region(headers[i]), i,
-                             targets[i].regions});
+    reqs.push_back(
+        IoRequest{Op::kGet, key_of(first + i), host_region(headers[i]), i, targets[i].regions});
   auto sub = be.submit(reqs);
   REQUIRE(sub);
   REQUIRE(*sub == count);

@@ -164,8 +164,9 @@ TEST_CASE("async device: a load ordered after the caller's stream restores the s
   CHECK(d.holds(require_value(d.layout->page_regions(ids_from(8))), 0x77));
 }
 
-TEST_CASE("async device: submit() waits for nothing on the device; the SLOT snapshot goes ahead "
-          "of the caller's next kernels") {
+TEST_CASE(
+    "async device: submit() waits for nothing on the device; the SLOT snapshot goes ahead "
+    "of the caller's next kernels") {
   // The caller's forward (a 200 ms kernel, then the writes) is still running when submit()
   // returns: the snapshot is a kernel on the caller's stream, not a host wait. The caller then
   // enqueues its next step, which rewrites the state group, before progress() runs: the stored

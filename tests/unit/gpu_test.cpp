@@ -646,8 +646,9 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
             .code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("verify_payloads_async: a batch's verdicts equal one call each; a batched gated copy "
-          "writes only the verified payloads") {
+TEST_CASE(
+    "verify_payloads_async: a batch's verdicts equal one call each; a batched gated copy "
+    "writes only the verified payloads") {
   auto s = Stream::create(0);
   REQUIRE(s);
   auto verdicts = PinnedBuffer::allocate(4096);
@@ -668,7 +669,8 @@ TEST_CASE("verify_payloads_async: a batch's verdicts equal one call each; a batc
   for (std::size_t i = 0; i < n; ++i) {
     bytes.push_back(pattern(sizes[i], 50 + i));
     payloads.push_back(std::move(DeviceBuffer::allocate(0, sizes[i] + 8)).value());
-    scratches.push_back(std::move(DeviceBuffer::allocate(0, verify_scratch_bytes(sizes[i]))).value());
+    scratches.push_back(
+        std::move(DeviceBuffer::allocate(0, verify_scratch_bytes(sizes[i]))).value());
     dsts.push_back(std::move(DeviceBuffer::allocate(0, sizes[i] + 8)).value());
     const Region staged = payloads[i].region().slice(0, sizes[i]);
     if (sizes[i] > 0) REQUIRE(copy_async(staged, host_region(bytes[i]), *s));
@@ -709,8 +711,9 @@ TEST_CASE("verify_payloads_async: a batch's verdicts equal one call each; a batc
   CHECK((*exec)->scatter_batch_async(from_host, *s).code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("copy context: one per GPU, shared by every executor; its ring and pinned pool wait for "
-          "their users by events") {
+TEST_CASE(
+    "copy context: one per GPU, shared by every executor; its ring and pinned pool wait for "
+    "their users by events") {
   auto a = CopyContext::of(0);
   auto b = CopyContext::of(0);
   REQUIRE((a && b));

@@ -27,8 +27,8 @@ class HostMemory final : public KvMemory {
                                                  void*) override {
     try {
       auto image = std::make_unique<Ready>(header_bytes + plan.image_bytes);
-      TIER_RETURN_IF_ERROR(host_copy_executor().gather(
-          plan, std::span(image->bytes).subspan(header_bytes)));
+      TIER_RETURN_IF_ERROR(
+          host_copy_executor().gather(plan, std::span(image->bytes).subspan(header_bytes)));
       return std::unique_ptr<PendingImage>(std::move(image));
     } catch (const std::bad_alloc&) {
       return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the snapshot");

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "tier/dsv4/geometry.hpp"
 #include "tier/copy_plan.hpp"
+#include "tier/dsv4/geometry.hpp"
 #include "tier/region.hpp"
 #include "tier/status.hpp"
 

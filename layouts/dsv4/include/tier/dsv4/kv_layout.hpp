@@ -1,6 +1,7 @@
 #pragma once
-// Dsv4Layout: the engine's KvLayout (tier::engine::KvLayout) over the DSV4 geometry and codecs (codecs/dsv4), with the
-// KV memory of one rank in host memory or in GPU memory (Dsv4LayoutOptions::memory).
+// Dsv4Layout: the engine's KvLayout (tier::engine::KvLayout) over the DSV4 geometry and codecs
+// (codecs/dsv4), with the KV memory of one rank in host memory or in GPU memory
+// (Dsv4LayoutOptions::memory).
 //
 //  - PAGE: dsv4::PageCodec; a chunk's regions are PageCodec::describe(block ids), so a chunk's
 //    payload is the reference's block-major, region-minor PAGE image.

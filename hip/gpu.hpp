@@ -7,7 +7,8 @@
 //
 // Errors: every runtime failure comes back as Status kDeviceError with the runtime's message;
 // nothing here throws or exits. A machine without a GPU (or driver) has device_count() == 0.
-// Threads: objects are thread-compatible; one caller at a time per object.
+// Threads: objects are thread-compatible (one caller at a time per object), except CopyContext and
+// DeviceCopyExecutor, which any number of threads may call at once.
 
 #include <cstddef>
 #include <cstdint>
@@ -58,11 +59,17 @@ class DeviceGuard {
   Status status_;
 };
 
-// An owned, non-blocking stream on one device.
+// An owned, non-blocking stream on one device, or a view of a caller's stream (view()).
 class Stream {
  public:
   static Result<Stream> create(int device) noexcept;
-  Stream(Stream&& o) noexcept : handle_(o.handle_), device_(o.device_) { o.handle_ = nullptr; }
+  // A stream of the caller's (cudaStream_t / hipStream_t cast to void*) on `device`, not owned:
+  // work can be enqueued on it through this library's calls; it is never destroyed here.
+  static Stream view(void* handle, int device) noexcept { return Stream(handle, device, false); }
+  Stream() = default;  // empty until assigned from create()
+  Stream(Stream&& o) noexcept : handle_(o.handle_), device_(o.device_), owned_(o.owned_) {
+    o.handle_ = nullptr;
+  }
   Stream& operator=(Stream&& o) noexcept;
   ~Stream();
   void* handle() const noexcept { return handle_; }  // cudaStream_t / hipStream_t
@@ -70,9 +77,10 @@ class Stream {
   Status synchronize() const noexcept;
 
  private:
-  Stream(void* h, int device) : handle_(h), device_(device) {}
+  Stream(void* h, int device, bool owned = true) : handle_(h), device_(device), owned_(owned) {}
   void* handle_ = nullptr;
   int device_ = 0;
+  bool owned_ = true;
 };
 
 // An owned event. done() is the non-blocking completion proof used by pollers: true once every
@@ -201,6 +209,107 @@ enum class ImagePath : std::uint8_t {
 };
 std::string_view image_path_name(ImagePath p) noexcept;
 
+// The streams of a GPU's CopyContext, by what their work touches.
+enum class Lane : std::uint8_t {
+  kFromDevice = 0,  // reads of device memory: gathers, device-to-host copies (saves, snapshots)
+  kToDevice = 1,    // writes of device memory: scatters, verification, gated copies (loads)
+  kUpload = 2,      // host-to-device copies into the staging ring only (no caller memory)
+  kDownload = 3,    // device-to-host copies out of the staging ring only
+};
+inline constexpr std::size_t kLanes = 4;
+
+// Page-locked host memory lent by CopyContext::take_pinned: returned to the context's pool on
+// destruction, reused by a later take once the event given with it (give_back) has completed, so
+// a copy still writing it never loses it. Move-only.
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  PinnedStaging(PinnedStaging&& o) noexcept { swap(o); }
+  PinnedStaging& operator=(PinnedStaging&& o) noexcept;
+  ~PinnedStaging();
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+  Region region() const noexcept { return Region{data_, size_, MemoryKind::kPinnedHost, -1}; }
+  // The memory is in use until everything enqueued on `s` so far has run (an event recorded
+  // there now): a later take() hands it out only after that. Errors: DeviceError.
+  Status in_use_until(const Stream& s) noexcept;
+
+ private:
+  friend class CopyContext;
+  void swap(PinnedStaging& o) noexcept;
+  std::shared_ptr<void> pool_;  // the context's pool state (copy_kernels.hip)
+  std::size_t index_ = 0;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// A range of a CopyContext's device staging ring (CopyContext::ring_acquire).
+struct RingRange {
+  std::uint64_t id = 0;  // 0: none
+  std::uint64_t offset = 0;
+  Region region;  // device memory of the context's GPU, 256-byte aligned
+};
+
+// The copy resources of one GPU, one per GPU in the process, shared by every user of that GPU
+// (the DSV4 layout's device KV memory, the cpu tier's pinned modes, the C API's device regions,
+// tierbench): the three lane streams, an event pool, the copy kernel's descriptor slots, the
+// executors' device staging buffers, a pinned host staging pool and a device staging ring.
+// Users order their work against each other with events recorded on these streams, never with a
+// host wait; nothing here synchronizes a stream or the device, except where a comment says so.
+//
+// Lifetime: of(device) creates the GPU's context on first use; it lives while any user holds the
+// shared_ptr (a later of() after the last user let go makes a new one).
+// Threads: every method may be called from any thread (a mutex per resource, held only while
+// work is enqueued, never across a wait).
+class CopyContext {
+ public:
+  // Errors: InvalidArgument (no such GPU), DeviceError, NoSpace.
+  static Result<std::shared_ptr<CopyContext>> of(int device) noexcept;
+  ~CopyContext();
+  CopyContext(const CopyContext&) = delete;
+  CopyContext& operator=(const CopyContext&) = delete;
+
+  int device() const noexcept;
+  int multiprocessors() const noexcept;
+  const Stream& stream(Lane lane) const noexcept;
+
+  // An event of this GPU: a pooled one whose last recorded work has completed, or a new one.
+  // give_event() returns one to the pool: it is handed out again only once done() says so.
+  Result<Event> take_event() noexcept;
+  void give_event(Event e) noexcept;
+
+  // Makes the kFromDevice and kToDevice lanes wait for `event` when set, else for everything
+  // enqueued on `stream` so far (opaque runtime handles, as stream_wait_event): every transfer
+  // that reads or writes caller memory on this GPU from now on, whoever enqueues it, follows the
+  // caller's work. Device-side: returns at once. Errors: InvalidArgument, DeviceError.
+  Status order_after(void* stream, void* event) noexcept;
+
+  // Page-locked host memory of at least `bytes` for copies that must not wait on the host: a
+  // pooled buffer whose last use has completed, else a new one while the pool holds less than
+  // pinned_staging_limit() bytes. Errors: Rejected (the limit is reached: the caller takes a
+  // path that needs none), NoSpace.
+  Result<PinnedStaging> take_pinned(std::size_t bytes) noexcept;
+  static constexpr std::size_t pinned_staging_limit() noexcept { return std::size_t{1} << 30; }
+
+  // The device staging ring (64 MiB of this GPU, allocated on first use): ring_acquire() hands
+  // out `bytes` (rounded up to 256) after the previous range, from the start when the end is
+  // reached, and makes `s` wait (device-side) for every retired range it overlaps; ring_retire()
+  // ends a range once everything enqueued on `s` so far has run. A range overlapping one that is
+  // acquired and not yet retired is refused. Errors: Rejected (larger than the ring, or it would
+  // overlap a range not yet retired), NoSpace (the ring cannot be allocated), DeviceError.
+  Result<RingRange> ring_acquire(std::uint64_t bytes, const Stream& s) noexcept;
+  Status ring_retire(const RingRange& r, const Stream& s) noexcept;
+  static constexpr std::uint64_t ring_bytes() noexcept { return std::uint64_t{64} << 20; }
+
+  struct State;  // copy_kernels.hip
+  State& state() noexcept { return *state_; }
+
+ private:
+  explicit CopyContext(std::unique_ptr<State> s);
+  std::unique_ptr<State> state_;
+};
+
 struct ExecutorOptions {
   int device = 0;
   ImagePath path = ImagePath::kAuto;
@@ -209,20 +318,34 @@ struct ExecutorOptions {
   // 4 MiB; above that, a gather or scatter in HBM plus one DMA copy is faster.
   std::size_t zero_copy_max_gather = 8u << 20;
   std::size_t zero_copy_max_scatter = 4u << 20;
-  // Device staging buffer for staged transfers; larger images move in chunks of this size.
-  std::size_t staging_bytes = 64u << 20;
+  // Piece of a staged transfer: the image moves in pieces of at most this size through ranges
+  // of the context's staging ring, each piece's DMA (on the context's upload or download lane)
+  // overlapping the kernel of the piece before. Pieces larger than half the ring go through a
+  // staging buffer of the lane instead, one DMA and one kernel after the other.
+  std::size_t staging_bytes = 8u << 20;
 };
 
-// Executes copy plans whose engine memory is device memory. The image may be device memory,
-// mapped pinned host memory (zero-copy or staged) or pageable host memory (always staged).
-// Each transfer is one kernel launch over 64 KiB tiles of the plan's spans: 16-byte vector copies
-// where source and destination share their 16-byte alignment, byte copies otherwise.
+// One scatter of a gated batch (DeviceCopyExecutor::scatter_batch_async): `plan`'s spans out of
+// `image` (device memory), written only if *gate == kVerdictMatch when the kernel runs.
+struct GatedScatter {
+  CopyPlan plan;
+  Region image;
+  const std::uint32_t* gate = nullptr;  // device memory; null: always written
+};
+
+// Executes copy plans whose engine memory is device memory, through the GPU's CopyContext. The
+// image may be device memory, mapped pinned host memory (zero-copy or staged) or pageable host
+// memory (always staged). Each transfer is one kernel launch over 64 KiB tiles of the plan's
+// spans: 16-byte vector copies where source and destination share their 16-byte alignment, byte
+// copies otherwise.
 //
 // The *_async forms enqueue on the caller's stream and return once enqueued; the plan's memory
 // and the image must stay valid until the stream has passed the transfer (record an Event). The
-// span list itself is consumed before return. The CopyExecutor forms run on the executor's own
-// stream (after what order_after() named) and return when an event recorded behind the transfer
-// has completed: never a device-wide synchronize, and the caller's streams keep running.
+// span list itself is consumed before return. The CopyExecutor forms run on the context's lanes
+// (gather: kFromDevice, scatter: kToDevice), after this executor's previous transfers and every
+// order the context was given, and return when an event recorded behind the transfer has
+// completed: never a stream or device-wide synchronize, and other users' work keeps running.
+// Many executors may share a context (each with its own options); each is thread-safe.
 // Errors: InvalidArgument (host-kind plan, image too small, span out of the image),
 // DeviceError. A failed launch leaves the destination partially written.
 class DeviceCopyExecutor final : public CopyExecutor {
@@ -233,32 +356,41 @@ class DeviceCopyExecutor final : public CopyExecutor {
   std::string_view name() const noexcept override { return "gpu"; }
   Status gather(const CopyPlan& plan, std::span<std::byte> image) noexcept override;
   Status scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept override;
-  // Synchronizes the executor's stream (which waits for every order_after() given).
-  Status settle() noexcept override { return stream_.synchronize(); }
+  // The context's kToDevice lane (where a tier's copies into this device's memory run) waits,
+  // device-side, for this executor's last transfer in each direction: a tier writing the codec's
+  // regions through Codec::direct follows every transfer and order this executor was given.
+  Status share_order() noexcept override;
 
   Status gather_async(const CopyPlan& plan, Region image, const Stream& s) noexcept;
   // With `gate` (device memory, e.g. verify_payload_async's verdict), the copy happens only if
   // *gate == kVerdictMatch when the kernel runs; otherwise it writes nothing.
   Status scatter_async(const CopyPlan& plan, Region image, const Stream& s,
                        const std::uint32_t* gate = nullptr) noexcept;
+  // Every scatter of `items` in one launch on `s` (images in device memory only).
+  // Errors: InvalidArgument (as scatter_async; an image that is not device memory).
+  Status scatter_batch_async(std::span<const GatedScatter> items, const Stream& s) noexcept;
 
-  // Makes the transfers of gather() and scatter() from now on start after a caller's work: the
-  // event `event` when set, else everything enqueued on `stream` so far (opaque runtime handles,
-  // as stream_wait_event). Device-side: returns at once. Errors: InvalidArgument, DeviceError.
+  // CopyContext::order_after of this executor's GPU.
   Status order_after(void* stream, void* event) noexcept;
 
   // The path a transfer of `bytes` to or from an image of `kind` takes.
   ImagePath path_for(MemoryKind kind, std::size_t bytes, bool gather) const noexcept;
   const ExecutorOptions& options() const noexcept { return opts_; }
+  CopyContext& context() const noexcept { return *ctx_; }
 
  private:
   struct Impl;
-  DeviceCopyExecutor(ExecutorOptions opts, Stream stream, std::unique_ptr<Impl> impl);
+  DeviceCopyExecutor(ExecutorOptions opts, std::shared_ptr<CopyContext> ctx,
+                     std::unique_ptr<Impl> impl);
   Status run(const CopyPlan& plan, Region image, const Stream& s, bool gather,
              const std::uint32_t* gate = nullptr) noexcept;
+  Status staged(const CopyPlan& plan, Region image, const Stream& s, bool gather) noexcept;
+  // gather() and scatter(): on the lane, ordered after this executor's other direction, waited
+  // for with a pooled event.
+  Status run_on_lane(const CopyPlan& plan, Region image, bool gather) noexcept;
 
   ExecutorOptions opts_;
-  Stream stream_;
+  std::shared_ptr<CopyContext> ctx_;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -289,6 +421,21 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
                             std::uint32_t* host_verdict, const Stream& s,
                             const CrcClaim* crc = nullptr,
                             std::span<const Landing> landings = {}) noexcept;
+
+// One payload of a batched verification: as verify_payload_async's arguments (without
+// landings: the caller has ordered the stream after every payload of the batch).
+struct VerifyItem {
+  Region payload;
+  std::uint64_t expected = 0;
+  Region scratch;
+  std::uint32_t* host_verdict = nullptr;
+  const CrcClaim* crc = nullptr;  // must stay valid until the call returns
+};
+inline constexpr std::size_t kMaxVerifyBatch = 16;
+// verify_payload_async for up to kMaxVerifyBatch payloads in two launches on `s`, whatever their
+// number. Errors: InvalidArgument (as verify_payload_async, for any item; more than
+// kMaxVerifyBatch items), DeviceError.
+Status verify_payloads_async(std::span<const VerifyItem> items, const Stream& s) noexcept;
 
 // Whether `p` is page-locked host memory mapped for the devices (cudaHostAlloc'd or registered).
 bool is_mapped_pinned(const void* p) noexcept;

@@ -70,11 +70,12 @@ Result<Stream> Stream::create(int device) noexcept {
 Stream& Stream::operator=(Stream&& o) noexcept {
   std::swap(handle_, o.handle_);
   std::swap(device_, o.device_);
+  std::swap(owned_, o.owned_);
   return *this;
 }
 
 Stream::~Stream() {
-  if (handle_ == nullptr) return;
+  if (handle_ == nullptr || !owned_) return;
   DeviceGuard guard(device_);
   (void)rt::stream_destroy(static_cast<rt::StreamHandle>(handle_));
 }

@@ -205,6 +205,99 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A batch of payloads verified by two launches (verify_payloads_async): batch_hashes' blocks are
+// every item's chunks in item order, then every item's CRC blocks; batch_verdicts has a block
+// per item. Passed by value (kernel parameters: at most kMaxVerifyBatch items, ~1.7 KiB).
+struct BatchItem {
+  const u8* payload;
+  u64 bytes;
+  u64 chunk_base;  // the launch's block of this item's first chunk
+  u64* list;
+  unsigned int* verdict;
+  unsigned int* host_verdict;
+  unsigned int* crc_acc;
+  u64 expected;
+  const u8* crc_data;
+  u64 crc_len, crc_blocks, crc_base;  // crc_base: the first CRC block's index among CRC blocks
+  unsigned int crc, crc_finish, with_crc;
+};
+struct Batch {
+  unsigned int count;
+  u64 chunk_blocks;  // blocks hashing chunks; CRC blocks follow
+  BatchItem items[kMaxVerifyBatch];
+};
+
+__global__ void __launch_bounds__(kThreads)
+    batch_hashes(const Batch b, xxh3::Secret secret, CrcConsts consts) {
+  const u64 block = blockIdx.x;
+  if (block >= b.chunk_blocks) {
+    const u64 c = block - b.chunk_blocks;
+    unsigned int i = 0;
+    while (i + 1 < b.count && c >= b.items[i + 1].crc_base) ++i;
+    const BatchItem& it = b.items[i];
+    crc_pieces(it.crc_data, it.crc_len, c - it.crc_base, it.crc_blocks, consts, it.crc_acc);
+    return;
+  }
+  unsigned int i = 0;
+  while (i + 1 < b.count && block >= b.items[i + 1].chunk_base) ++i;
+  const BatchItem& it = b.items[i];
+  __shared__ Shared sh;
+  load_secret(sh, secret);
+  const u64 chunk = block - it.chunk_base;
+  const u64 lo = chunk * kChunkBytes;
+  const u64 len = it.bytes - lo < kChunkBytes ? it.bytes - lo : kChunkBytes;
+  const u64 h = block_hash(it.payload + lo, len, sh);
+  if (threadIdx.x == 0) it.list[chunk] = h;
+}
+
+__global__ void __launch_bounds__(kThreads) batch_verdicts(const Batch b, xxh3::Secret secret) {
+  const BatchItem& it = b.items[blockIdx.x];
+  __shared__ Shared sh;
+  load_secret(sh, secret);
+  const u64 chunks = (it.bytes + kChunkBytes - 1) / kChunkBytes;
+  const u64 h = block_hash(reinterpret_cast<const u8*>(it.list), chunks * 8, sh);
+  if (threadIdx.x == 0) {
+    const bool crc_ok = it.with_crc == 0 || (*it.crc_acc ^ it.crc_finish) == it.crc;
+    const unsigned int v = h == it.expected && crc_ok ? kVerdictMatch : kVerdictMismatch;
+    *it.verdict = v;
+    if (it.host_verdict != nullptr) *it.host_verdict = v;
+  }
+}
+
+// The checks verify_payload_async makes of one payload.
+Status check_item(Region payload, Region scratch, const CrcClaim* crc) noexcept {
+  if (payload.kind != MemoryKind::kDevice || scratch.kind != MemoryKind::kDevice)
+    return Status::invalid("verify_payload_async: payload and scratch must be device memory");
+  if (reinterpret_cast<std::uintptr_t>(payload.data) % 8 != 0 ||
+      reinterpret_cast<std::uintptr_t>(scratch.data) % 8 != 0)
+    return Status::invalid("verify_payload_async: payload and scratch must be 8-byte aligned");
+  if (scratch.size < verify_scratch_bytes(payload.size))
+    return Status::invalid("verify_payload_async: scratch smaller than verify_scratch_bytes()");
+  if (crc != nullptr && crc->from > payload.size)
+    return Status::invalid("verify_payload_async: CRC claim past the payload's end");
+  return Status::ok();
+}
+
+// The device address of a host verdict word (mapped pinned memory), or null for none.
+Status map_verdict(std::uint32_t* host_verdict, unsigned int*& mapped) noexcept {
+  mapped = nullptr;
+  if (host_verdict == nullptr) return Status::ok();
+  mapped = static_cast<unsigned int*>(rt::mapped_device_pointer(host_verdict));
+  if (mapped == nullptr)
+    return Status::invalid("verify_payload_async: the host verdict is not mapped pinned memory");
+  return Status::ok();
+}
+
+const xxh3::Secret& secret_bytes() {
+  static const xxh3::Secret secret = xxh3::default_secret();
+  return secret;
+}
+
+const CrcConsts& crc_tables() {
+  static const CrcConsts powers = crc_powers();  // the same for every payload
+  return powers;
+}
+
 }  // namespace
 
 // Scratch: the verdict (4 bytes), the CRC accumulator (4 bytes), then the chunk list.
@@ -215,15 +308,7 @@ std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept {
 Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
                             std::uint32_t* host_verdict, const Stream& s, const CrcClaim* crc,
                             std::span<const Landing> landings) noexcept {
-  if (payload.kind != MemoryKind::kDevice || scratch.kind != MemoryKind::kDevice)
-    return Status::invalid("verify_payload_async: payload and scratch must be device memory");
-  if (reinterpret_cast<std::uintptr_t>(payload.data) % 8 != 0 ||
-      reinterpret_cast<std::uintptr_t>(scratch.data) % 8 != 0)
-    return Status::invalid("verify_payload_async: payload and scratch must be 8-byte aligned");
-  if (scratch.size < verify_scratch_bytes(payload.size))
-    return Status::invalid("verify_payload_async: scratch smaller than verify_scratch_bytes()");
-  if (crc != nullptr && crc->from > payload.size)
-    return Status::invalid("verify_payload_async: CRC claim past the payload's end");
+  TIER_RETURN_IF_ERROR(check_item(payload, scratch, crc));
   for (std::size_t i = 0; i < landings.size(); ++i)
     if (landings[i].event == nullptr || landings[i].bytes > payload.size ||
         (i > 0 && landings[i].bytes < landings[i - 1].bytes))
@@ -231,14 +316,10 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   if (!landings.empty() && landings.back().bytes != payload.size)
     return Status::invalid("verify_payload_async: the last landing must be the whole payload");
   unsigned int* mapped = nullptr;
-  if (host_verdict != nullptr) {
-    mapped = static_cast<unsigned int*>(rt::mapped_device_pointer(host_verdict));
-    if (mapped == nullptr)
-      return Status::invalid("verify_payload_async: the host verdict is not mapped pinned memory");
-  }
+  TIER_RETURN_IF_ERROR(map_verdict(host_verdict, mapped));
   DeviceGuard guard(s.device());
   TIER_RETURN_IF_ERROR(guard.status());
-  static const xxh3::Secret secret = xxh3::default_secret();
+  const xxh3::Secret& secret = secret_bytes();
   const u64 chunks = chunk_count(payload.size);
   auto* verdict = reinterpret_cast<unsigned int*>(scratch.data);
   auto* crc_acc = reinterpret_cast<unsigned int*>(scratch.data + 4);
@@ -248,8 +329,7 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   const u64 crc_blocks = (crc_len + kCrcSpan - 1) / kCrcSpan;
   if (chunks + crc_blocks > 0x7fffffffu)
     return Status::invalid("verify_payload_async: payload of more than 2^31 chunks");
-  static const CrcConsts powers = crc_powers();  // the same for every payload
-  CrcConsts consts = powers;
+  CrcConsts consts = crc_tables();
   if (crc != nullptr) {
     consts.finish = crc32::finish(0, crc_len);
     TIER_GPU_TRY(rt::memset_async(crc_acc, 0, 4, stream));
@@ -284,6 +364,55 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   list_verdict<<<1, kThreads, 0, stream>>>(list, chunks, expected, verdict, mapped, secret,
                                            crc != nullptr, consts.finish,
                                            crc != nullptr ? crc->crc : 0u, crc_acc);
+  TIER_GPU_TRY(rt::clear_last_error());
+  return Status::ok();
+}
+
+Status verify_payloads_async(std::span<const VerifyItem> items, const Stream& s) noexcept {
+  if (items.size() > kMaxVerifyBatch)
+    return Status::invalid("verify_payloads_async: more than kMaxVerifyBatch payloads");
+  if (items.empty()) return Status::ok();
+  Batch b{};
+  b.count = static_cast<unsigned int>(items.size());
+  u64 chunk_blocks = 0, crc_blocks = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const VerifyItem& v = items[i];
+    TIER_RETURN_IF_ERROR(check_item(v.payload, v.scratch, v.crc));
+    BatchItem& it = b.items[i];
+    it.payload = reinterpret_cast<const u8*>(v.payload.data);
+    it.bytes = v.payload.size;
+    it.chunk_base = chunk_blocks;
+    it.verdict = reinterpret_cast<unsigned int*>(v.scratch.data);
+    it.crc_acc = reinterpret_cast<unsigned int*>(v.scratch.data + 4);
+    it.list = reinterpret_cast<u64*>(v.scratch.data + 8);
+    TIER_RETURN_IF_ERROR(map_verdict(v.host_verdict, it.host_verdict));
+    it.expected = v.expected;
+    it.crc_base = crc_blocks;
+    if (v.crc != nullptr) {
+      it.with_crc = 1;
+      it.crc = v.crc->crc;
+      it.crc_data = it.payload + v.crc->from;
+      it.crc_len = v.payload.size - v.crc->from;
+      it.crc_blocks = (it.crc_len + kCrcSpan - 1) / kCrcSpan;
+      it.crc_finish = crc32::finish(0, it.crc_len);
+    }
+    chunk_blocks += chunk_count(v.payload.size);
+    crc_blocks += it.crc_blocks;
+  }
+  if (chunk_blocks + crc_blocks > 0x7fffffffu)
+    return Status::invalid("verify_payloads_async: more than 2^31 chunks");
+  b.chunk_blocks = chunk_blocks;
+  DeviceGuard guard(s.device());
+  TIER_RETURN_IF_ERROR(guard.status());
+  auto stream = static_cast<rt::StreamHandle>(s.handle());
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (b.items[i].with_crc != 0) TIER_GPU_TRY(rt::memset_async(b.items[i].crc_acc, 0, 4, stream));
+  if (chunk_blocks + crc_blocks > 0) {
+    batch_hashes<<<static_cast<unsigned>(chunk_blocks + crc_blocks), kThreads, 0, stream>>>(
+        b, secret_bytes(), crc_tables());
+    TIER_GPU_TRY(rt::clear_last_error());
+  }
+  batch_verdicts<<<b.count, kThreads, 0, stream>>>(b, secret_bytes());
   TIER_GPU_TRY(rt::clear_last_error());
   return Status::ok();
 }

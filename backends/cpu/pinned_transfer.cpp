@@ -13,14 +13,17 @@ namespace tier::cpu {
 
 namespace {
 
-// The staging ring of gets verified on the device, per GPU: payloads up to this size (with their
-// chunk lists) are checked there; larger ones, and version 1 payloads, on the host.
-constexpr std::uint64_t kRingBytes = 64u << 20;
-constexpr std::uint64_t kRingAlign = 256;
 // Host words for the verdicts of device-verified gets in flight (4 bytes each).
 constexpr std::size_t kVerdicts = 1024;
-// A device-verified payload's DMA goes in parts of this size, each checked as soon as it lands.
+// Payloads up to kLandingBytes are batched, and a batch holds at most kBatchBytes of payload:
+// its verification and copy start once its last byte landed, so this bounds what follows the
+// DMA. A larger payload's DMA goes in parts of kLandingBytes, each checked as soon as it lands.
 constexpr std::uint64_t kLandingBytes = 8u << 20;
+constexpr std::uint64_t kBatchBytes = 16u << 20;
+// Batches whose DMA is still running, per GPU, below which a new get is enqueued at once (so the
+// copy engine always has the next DMA queued while later gets gather into the open batch).
+constexpr std::size_t kBatchesInFlight = 2;
+constexpr std::uint64_t kAlign = 256;
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -61,6 +64,17 @@ Result<ObjectHeader> header_of(std::span<const Piece> pieces) noexcept {
   return parse_object_header({head.data(), copy_head(pieces, head)});
 }
 
+// The spans that put a payload's bytes after its first `skip` into `regions` (image offsets are
+// payload offsets).
+void payload_spans(RegionList regions, std::size_t skip, std::vector<CopySpan>& out) {
+  out.clear();
+  std::uint64_t at = skip;
+  for (const Region& r : regions) {
+    if (r.size > 0) out.push_back(CopySpan{r.data, at, r.size});
+    at += r.size;
+  }
+}
+
 }  // namespace
 
 Status PinnedTransfer::available() noexcept {
@@ -86,37 +100,76 @@ Result<std::unique_ptr<DeviceTransfer>> PinnedTransfer::register_mapping(
   return std::unique_ptr<DeviceTransfer>(std::move(t));
 }
 
+PinnedTransfer::~PinnedTransfer() {
+  quiesce();  // nothing may read the pieces or the verdict words once they are gone
+  while (!tickets_.empty()) end(tickets_.begin(), true);
+}
+
 Result<PinnedTransfer::Gpu*> PinnedTransfer::gpu_for(int device) noexcept {
   const auto d = static_cast<std::size_t>(device);
   if (device >= 0 && d < gpus_.size() && gpus_[d]) return gpus_[d].get();
   if (device < 0 || device >= gpu::device_count())
     return Status::invalid(fmt::format("device region names GPU {}, which does not exist", device));
-  TIER_ASSIGN_OR_RETURN(gpu::Stream s, gpu::Stream::create(device));
-  TIER_ASSIGN_OR_RETURN(gpu::Stream dma, gpu::Stream::create(device));
+  TIER_ASSIGN_OR_RETURN(auto ctx, gpu::CopyContext::of(device));
   gpu::ExecutorOptions opts;
   opts.device = device;
   TIER_ASSIGN_OR_RETURN(auto executor, gpu::DeviceCopyExecutor::create(opts));
   try {
     if (gpus_.size() <= d) gpus_.resize(d + 1);
-    gpus_[d] = std::make_unique<Gpu>(Gpu{std::move(s), std::move(dma), std::move(executor)});
+    gpus_[d] = std::make_unique<Gpu>(Gpu{std::move(ctx), std::move(executor)});
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "pinned transfer: out of memory");
   }
   return gpus_[d].get();
 }
 
-Result<gpu::Stream*> PinnedTransfer::stream_for(int device) noexcept {
-  TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(device));
-  return &g->stream;
+PinnedTransfer::Ticket* PinnedTransfer::find(std::uint64_t id) noexcept {
+  for (Ticket& t : tickets_)
+    if (t.id == id) return &t;
+  return nullptr;
+}
+
+PinnedTransfer::Batch* PinnedTransfer::find_batch(std::uint64_t id) noexcept {
+  for (auto& b : batches_)
+    if (b->id == id) return b.get();
+  return nullptr;
+}
+
+Result<int> PinnedTransfer::take_verdict() noexcept {
+  if (verdicts_.data() == nullptr) {
+    TIER_ASSIGN_OR_RETURN(verdicts_,
+                          gpu::PinnedBuffer::allocate(kVerdicts * sizeof(std::uint32_t)));
+    try {
+      verdict_used_.assign(kVerdicts, false);
+    } catch (const std::bad_alloc&) {
+      return Status(Code::kNoSpace, "pinned transfer: out of memory");
+    }
+  }
+  auto free_word = std::find(verdict_used_.begin(), verdict_used_.end(), false);
+  if (free_word == verdict_used_.end()) return -1;
+  *free_word = true;
+  const int w = static_cast<int>(free_word - verdict_used_.begin());
+  reinterpret_cast<std::uint32_t*>(verdicts_.data())[w] = 0;
+  return w;
+}
+
+void PinnedTransfer::release_verdict(int& word) noexcept {
+  if (word >= 0) verdict_used_[static_cast<std::size_t>(word)] = false;
+  word = -1;
 }
 
 Status PinnedTransfer::put_from_device(std::span<const Piece> pieces, Region src,
                                        const ObjectKey& key) noexcept {
-  TIER_ASSIGN_OR_RETURN(gpu::Stream * s, stream_for(src.device));
+  TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(src.device));
+  // The DMA reads the caller's device memory: on the lane that follows the caller's order.
+  const gpu::Stream& s = g->ctx->stream(gpu::Lane::kFromDevice);
+  TIER_ASSIGN_OR_RETURN(gpu::Event done, g->ctx->take_event());
   const std::size_t n = total_size(pieces);
-  Status st = enqueue_range(pieces, src, 0, n, true, *s);
+  Status st = enqueue_range(pieces, src, 0, n, true, s);
+  if (st) st = done.record(s);
   // Copies already enqueued write into the pieces: wait for them whatever happened.
-  Status sync = s->synchronize();
+  Status sync = st ? done.synchronize() : s.synchronize();
+  g->ctx->give_event(std::move(done));
   TIER_RETURN_IF_ERROR(st);
   TIER_RETURN_IF_ERROR(sync);
   auto h = header_of(pieces);
@@ -133,7 +186,9 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
                                      const ObjectKey& key) noexcept {
   const std::size_t n = total_size(pieces);
   if (dst.size < n) return Status::invalid("destination smaller than the object");
-  TIER_ASSIGN_OR_RETURN(gpu::Stream * s, stream_for(dst.device));
+  TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(dst.device));
+  const gpu::Stream& s = g->ctx->stream(gpu::Lane::kToDevice);
+  TIER_ASSIGN_OR_RETURN(gpu::Event done, g->ctx->take_event());
   // Whatever the destination holds after a failure (the stored bytes, or a valid header of an
   // earlier copy) must not be taken for a valid object: its header is zeroed before returning.
   auto fail = [&](Status why) {
@@ -141,8 +196,10 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
     if (gpu::copy_async(
             dst.slice(0, kObjectHeaderBytes),
             Region{const_cast<std::byte*>(kZeros.data()), kZeros.size(), MemoryKind::kHost, -1},
-            *s))
-      s->synchronize().ignore();
+            s) &&
+        done.record(s))
+      done.synchronize().ignore();
+    g->ctx->give_event(std::move(done));
     return why;
   };
   // Header, key and length first: nothing moves for an image that fails them.
@@ -156,104 +213,281 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
   // The whole image's DMA starts at once; meanwhile this thread and the verification threads
   // hash the same page-locked bytes chunk by chunk. Success is reported only when both finished
   // and every chunk matched.
-  Status st = enqueue_range(pieces, dst, 0, n, false, *s);
+  Status st = enqueue_range(pieces, dst, 0, n, false, s);
+  if (st) st = done.record(s);
   std::vector<std::span<const std::byte>> source(pieces.begin(), pieces.end());
   Status verified = st ? verify_payload(source, *h) : st;
-  Status sync = s->synchronize();  // copies already enqueued write into dst: wait whatever happened
-  if (st && sync && verified) return Status::ok();
+  // Copies already enqueued write into dst: wait whatever happened.
+  Status sync = st ? done.synchronize() : s.synchronize();
+  if (st && sync && verified) {
+    g->ctx->give_event(std::move(done));
+    return Status::ok();
+  }
   if (!st) return fail(st);
   if (!sync) return fail(sync);
   return fail(verified);
 }
 
-Result<bool> PinnedTransfer::enqueue_device_check(Gpu& g, std::span<const Piece> pieces,
-                                                  const ObjectHeader& h, const CrcClaim* crc,
-                                                  Ticket& t) noexcept {
-  const int dev = g.stream.device();
-  const std::uint64_t n = h.payload_bytes;
-  const std::uint64_t scratch_at = round_up(n, kRingAlign);
-  const std::uint64_t need = scratch_at + round_up(gpu::verify_scratch_bytes(n), kRingAlign);
-  if (h.version < 2 || need > kRingBytes || g.ring_failed) return false;
-  if (verdicts_.data() == nullptr) {
-    TIER_ASSIGN_OR_RETURN(verdicts_, gpu::PinnedBuffer::allocate(kVerdicts * sizeof(std::uint32_t)));
-    verdict_used_.assign(kVerdicts, false);
+std::size_t PinnedTransfer::in_flight(int device) noexcept {
+  std::size_t n = 0;
+  for (auto& b : batches_) {
+    if (!b->flushed || b->device != device || b->landed.handle() == nullptr) continue;
+    auto landed = b->landed.done();
+    if (!landed || !*landed) ++n;
   }
-  auto free_word = std::find(verdict_used_.begin(), verdict_used_.end(), false);
-  if (free_word == verdict_used_.end()) return false;
-  if (g.ring.data() == nullptr) {
-    auto ring = gpu::DeviceBuffer::allocate(g.stream.device(), kRingBytes);
-    if (!ring) {
-      g.ring_failed = true;  // device memory is short: every get verifies on the host
-      return false;
+  return n;
+}
+
+// A batch in the ring: each run of images that lie back to back in page-locked memory (and keep
+// their payloads 8-byte aligned) moves with one DMA, headers included, placed so that the run's
+// first payload is 256-byte aligned; the verification scratch of every item follows the runs.
+// Then, on the kToDevice lane once the DMAs landed: one verification launch for every payload
+// and one copy launch whose tiles are gated by their own payload's verdict.
+Status PinnedTransfer::flush() noexcept {
+  if (batches_.empty() || batches_.back()->flushed) return Status::ok();
+  Batch& b = *batches_.back();
+  b.flushed = true;
+  Gpu& g = *gpus_[static_cast<std::size_t>(b.device)];
+  const int dev = b.device;
+  try {
+    // The layout: per item, its image's offset in the ring range; per item, its scratch.
+    struct Run {
+      const std::byte* src;  // single-piece runs
+      std::uint64_t at, bytes;
+      const Item* multi;  // an item of several pieces, alone in its run
+    };
+    std::vector<Run> runs;
+    std::vector<std::uint64_t> image_at(b.items.size()), scratch_at(b.items.size());
+    std::uint64_t p = 0;
+    for (std::size_t i = 0; i < b.items.size(); ++i) {
+      const Item& it = b.items[i];
+      const bool single = it.pieces.size() == 1;
+      if (single && !runs.empty() && runs.back().multi == nullptr &&
+          runs.back().src + runs.back().bytes == it.pieces[0].data() &&
+          runs.back().bytes % 8 == 0) {
+        image_at[i] = runs.back().at + runs.back().bytes;
+        runs.back().bytes += it.pieces[0].size();
+      } else {
+        const std::uint64_t at = round_up(p + kObjectHeaderBytes, kAlign) - kObjectHeaderBytes;
+        image_at[i] = at;
+        runs.push_back(Run{single ? it.pieces[0].data() : nullptr, at,
+                           kObjectHeaderBytes + it.header.payload_bytes, single ? nullptr : &it});
+      }
+      p = runs.back().at + runs.back().bytes;
     }
-    g.ring = std::move(*ring);
+    for (std::size_t i = 0; i < b.items.size(); ++i) {
+      scratch_at[i] = round_up(p, kAlign);
+      p = scratch_at[i] + gpu::verify_scratch_bytes(b.items[i].header.payload_bytes);
+    }
+    const gpu::Stream& up = g.ctx->stream(gpu::Lane::kUpload);
+    const gpu::Stream& to = g.ctx->stream(gpu::Lane::kToDevice);
+    Status st;
+    bool enqueued = false;  // the lanes may hold some of this batch's work
+    if (auto e = g.ctx->take_event())
+      b.done = std::move(*e);
+    else
+      st = e.status();
+    if (st) {
+      if (auto e = g.ctx->take_event())
+        b.landed = std::move(*e);
+      else
+        st = e.status();
+    }
+    Result<gpu::RingRange> range = st;
+    if (st) {
+      range = g.ctx->ring_acquire(p, up);
+      st = range.status();
+    }
+    if (st) {
+      enqueued = true;
+      std::byte* base = range->region.data;
+      for (const Run& r : runs) {
+        if (!st) break;
+        if (r.multi == nullptr) {
+          st = gpu::copy_async(Region{base + r.at, r.bytes, MemoryKind::kDevice, dev},
+                               pinned_region(const_cast<std::byte*>(r.src), r.bytes), up);
+        } else {
+          st =
+              enqueue_range(r.multi->pieces, Region{base + r.at, r.bytes, MemoryKind::kDevice, dev},
+                            0, r.bytes, false, up);
+        }
+      }
+      // Landed: the verification and the copies wait for it on the kToDevice lane.
+      if (st) st = b.landed.record(up);
+      if (st) st = gpu::stream_wait_event(to, b.landed.handle());
+      std::vector<gpu::VerifyItem> verify;
+      std::vector<gpu::GatedScatter> copies;
+      std::vector<std::vector<CopySpan>> spans(b.items.size());
+      for (std::size_t i = 0; i < b.items.size() && st; ++i) {
+        const Item& it = b.items[i];
+        const Region payload{base + image_at[i] + kObjectHeaderBytes, it.header.payload_bytes,
+                             MemoryKind::kDevice, dev};
+        const Region scratch{base + scratch_at[i],
+                             gpu::verify_scratch_bytes(it.header.payload_bytes),
+                             MemoryKind::kDevice, dev};
+        verify.push_back(
+            gpu::VerifyItem{payload, it.header.payload_checksum, scratch,
+                            reinterpret_cast<std::uint32_t*>(verdicts_.data()) + it.verdict,
+                            it.claim ? &*it.claim : nullptr});
+        payload_spans(it.payload, it.skip, spans[i]);
+        copies.push_back(
+            gpu::GatedScatter{CopyPlan{spans[i], MemoryKind::kDevice, dev, it.header.payload_bytes},
+                              payload, reinterpret_cast<const std::uint32_t*>(scratch.data)});
+      }
+      if (st) st = gpu::verify_payloads_async(verify, to);
+      if (st) st = g.executor->scatter_batch_async(copies, to);
+      if (st) st = b.done.record(to);
+      // Retired behind its last reader whatever happened: enqueued work may still read it.
+      Status ret = g.ctx->ring_retire(*range, to);
+      if (st) st = ret;
+    }
+    if (!st) {
+      // Nothing of this batch is reported as loaded: the copies may be partly enqueued, so wait
+      // for both lanes before the pieces may change.
+      if (enqueued) {
+        up.synchronize().ignore();
+        to.synchronize().ignore();
+      }
+      for (const Item& it : b.items)
+        if (Ticket* t = find(it.ticket)) t->failed = st;
+    }
+    b.items.clear();
+    b.items.shrink_to_fit();
+    return st;
+  } catch (const std::bad_alloc&) {
+    for (const Item& it : b.items)
+      if (Ticket* t = find(it.ticket))
+        t->failed = Status(Code::kNoSpace, "pinned transfer: out of memory");
+    b.items.clear();
+    return Status(Code::kNoSpace, "pinned transfer: out of memory");
   }
-  // The ring range: after the previous get's, or from the start when it does not fit. The DMA
-  // into it waits (on the device) for every get still using part of it.
-  std::uint64_t lo = g.ring_head + need <= kRingBytes ? g.ring_head : 0;
-  for (const Ticket& o : tickets_)
-    if (o.done.device() == dev && o.ring_lo < lo + need && lo < o.ring_hi)
-      TIER_RETURN_IF_ERROR(gpu::stream_wait_event(g.dma, o.done.handle()));
-  const Region staged{g.ring.data() + lo, n, MemoryKind::kDevice, dev};
-  const Region scratch{g.ring.data() + lo + scratch_at, need - scratch_at, MemoryKind::kDevice,
+}
+
+Result<bool> PinnedTransfer::enqueue_large(Gpu& g, std::span<const Piece> pieces,
+                                           const ObjectHeader& h, const CrcClaim* crc,
+                                           RegionList payload, std::size_t skip,
+                                           Ticket& t) noexcept {
+  const int dev = g.ctx->device();
+  const std::uint64_t n = h.payload_bytes;
+  const std::uint64_t scratch_at = round_up(n, kAlign);
+  const std::uint64_t need = scratch_at + gpu::verify_scratch_bytes(n);
+  if (need > gpu::CopyContext::ring_bytes()) return false;
+  TIER_ASSIGN_OR_RETURN(int word, take_verdict());
+  if (word < 0) return false;
+  const gpu::Stream& up = g.ctx->stream(gpu::Lane::kUpload);
+  const gpu::Stream& to = g.ctx->stream(gpu::Lane::kToDevice);
+  auto range = g.ctx->ring_acquire(need, up);
+  if (!range) {
+    release_verdict(word);
+    if (range.status() == Code::kRejected) return false;
+    return range.status();
+  }
+  t.verdict = word;
+  const Region staged{range->region.data, n, MemoryKind::kDevice, dev};
+  const Region scratch{range->region.data + scratch_at, need - scratch_at, MemoryKind::kDevice,
                        dev};
   // The DMA in parts of kLandingBytes, each behind an event, so the GPU checks a part while the
-  // next one lands (one part for most objects).
+  // next one lands.
   const std::uint64_t parts = std::max<std::uint64_t>(1, (n + kLandingBytes - 1) / kLandingBytes);
   std::vector<gpu::Landing> landings;
-  while (t.landed.size() < parts) {
-    TIER_ASSIGN_OR_RETURN(gpu::Event e, take_event(g));
-    t.landed.push_back(std::move(e));
-  }
   Status st;
-  for (std::uint64_t k = 0; k < parts && st; ++k) {
-    const std::uint64_t hi = std::min(n, (k + 1) * kLandingBytes);
-    st = enqueue_range(pieces, staged, kObjectHeaderBytes + k * kLandingBytes,
-                       kObjectHeaderBytes + hi, false, g.dma, kObjectHeaderBytes);
-    if (st) st = t.landed[k].record(g.dma);
-    landings.push_back(gpu::Landing{hi, &t.landed[k]});
+  try {
+    while (st && t.landed.size() < parts) {
+      auto e = g.ctx->take_event();
+      if (!e)
+        st = e.status();
+      else
+        t.landed.push_back(std::move(*e));
+    }
+    for (std::uint64_t k = 0; k < parts && st; ++k) {
+      const std::uint64_t hi = std::min(n, (k + 1) * kLandingBytes);
+      st = enqueue_range(pieces, staged, kObjectHeaderBytes + k * kLandingBytes,
+                         kObjectHeaderBytes + hi, false, up, kObjectHeaderBytes);
+      if (st) st = t.landed[k].record(up);
+      landings.push_back(gpu::Landing{hi, &t.landed[k]});
+    }
+    if (st)
+      st = gpu::verify_payload_async(staged, h.payload_checksum, scratch,
+                                     reinterpret_cast<std::uint32_t*>(verdicts_.data()) + word, to,
+                                     crc, landings);
+    std::vector<CopySpan> spans;
+    payload_spans(payload, skip, spans);
+    if (st)
+      st = g.executor->scatter_async(CopyPlan{spans, MemoryKind::kDevice, dev, n}, staged, to,
+                                     reinterpret_cast<const std::uint32_t*>(scratch.data));
+    if (st) st = t.done.record(to);
+  } catch (const std::bad_alloc&) {
+    st = Status(Code::kNoSpace, "pinned transfer: out of memory");
   }
-  auto* word = reinterpret_cast<std::uint32_t*>(verdicts_.data()) + (free_word - verdict_used_.begin());
-  *word = 0;
-  if (st)
-    st = gpu::verify_payload_async(staged, h.payload_checksum, scratch, word, g.stream, crc,
-                                   landings);
+  Status ret = g.ctx->ring_retire(*range, to);
+  if (st) st = ret;
   if (!st) {
-    g.dma.synchronize().ignore();  // copies already enqueued read the pieces
-    g.stream.synchronize().ignore();
+    up.synchronize().ignore();  // copies already enqueued read the pieces and the ring
+    to.synchronize().ignore();
+    release_verdict(t.verdict);
     return st;
   }
-  *free_word = true;
-  t.verdict = static_cast<int>(free_word - verdict_used_.begin());
-  t.ring_lo = lo;
-  t.ring_hi = lo + need;
-  g.ring_head = lo + need;
   return true;
 }
 
-Result<gpu::Event> PinnedTransfer::take_event(Gpu& g) noexcept {
-  if (g.spare.empty()) return gpu::Event::create(g.stream.device());
-  gpu::Event e = std::move(g.spare.back());
-  g.spare.pop_back();
-  return e;
+Status PinnedTransfer::enqueue_host_checked(Gpu& g, std::span<const Piece> pieces,
+                                            std::span<std::byte> header, RegionList payload,
+                                            const ObjectKey& key, std::size_t skip,
+                                            const PayloadCheck* check, Ticket& t) noexcept {
+  TIER_RETURN_IF_ERROR(
+      check_scattered(pieces, header, skip + total_bytes(payload), key, t.stored, check));
+  const int dev = g.ctx->device();
+  const gpu::Stream& to = g.ctx->stream(gpu::Lane::kToDevice);
+  // One copy plan per piece: the parts of the payload regions that the piece's bytes fill, with
+  // image offsets relative to the piece (the image starts with the object header and `skip`
+  // payload bytes that go nowhere).
+  try {
+    std::vector<CopySpan> spans;
+    std::size_t r = 0, at = 0;    // the payload region and the offset in it
+    std::uint64_t image_off = 0;  // image offset of the current piece's first byte
+    for (const Piece& p : pieces) {
+      spans.clear();
+      const std::uint64_t lo = std::max<std::uint64_t>(image_off, kObjectHeaderBytes + skip);
+      const std::uint64_t hi = image_off + p.size();
+      for (std::uint64_t x = lo; x < hi;) {
+        while (payload[r].size == at) ++r, at = 0;  // sizes add up (checked): r stays in range
+        const std::uint64_t n = std::min<std::uint64_t>(hi - x, payload[r].size - at);
+        spans.push_back(CopySpan{payload[r].data + at, x - image_off, n});
+        x += n;
+        at += n;
+      }
+      if (!spans.empty()) {
+        CopyPlan plan{spans, MemoryKind::kDevice, dev, p.size()};
+        Status st = g.executor->scatter_async(plan, pinned_region(p.data(), p.size()), to);
+        if (!st) {
+          to.synchronize().ignore();  // copies already enqueued read the pieces
+          return st;
+        }
+      }
+      image_off = hi;
+    }
+  } catch (const std::bad_alloc&) {
+    to.synchronize().ignore();
+    return Status(Code::kNoSpace, "pinned transfer: out of memory");
+  }
+  Status st = t.done.record(to);
+  if (!st) to.synchronize().ignore();
+  return st;
 }
 
-void PinnedTransfer::release(Ticket& t) noexcept {
-  if (t.verdict >= 0) verdict_used_[static_cast<std::size_t>(t.verdict)] = false;
-  t.verdict = -1;
-}
-
-// A scattered get, checked one of two ways before any byte reaches `payload`:
-// - on the device (version 2 payloads that fit the ring): header, key, layout and length on the
-//   host, and the codec's check_head() (an AOS1 frame's fields: everything but its CRC), then the
-//   payload's DMA into the GPU's staging ring (the `dma` stream) and, on `stream` after it, the
-//   chunk checksums, their list, the codec's CRC claim and the verdict (verify_payload_async),
-//   and a copy kernel gated by the verdict: it writes the regions only if the bytes that landed
-//   are the bytes that were stored and the codec's frame is whole. scatter_done() reads the
-//   verdict. No host thread reads the payload, so the DMAs of a batch run back to back. (A codec
-//   without check_head() is checked whole on the host while the DMA runs.)
+// A scattered get, checked before any byte reaches `payload`, one of three ways:
+// - batched (version 2 payloads up to kBatchBytes): header, key, layout and length on the host,
+//   and the codec's check_head() (an AOS1 frame's fields: everything but its CRC); the payload
+//   joins the open batch (flush()), whose verification computes the chunk checksums, their list,
+//   the codec's CRC claim and the verdict on the GPU, and whose copy kernel writes the regions
+//   only if the bytes that landed are the bytes that were stored and the codec's frame is whole.
+//   No host thread reads the payload, so the DMAs of a batch of gets run back to back.
+// - alone, the same checks on the GPU (larger version 2 payloads that fit the ring): the DMA in
+//   parts, each verified as it lands (enqueue_large).
 // - on the host otherwise (check_scattered: the chunk checksums on the verification threads), then
 //   one copy-kernel launch per piece, reading the page-locked bytes.
+// (A codec without check_head() is checked whole on the host before the get joins a batch.)
+// scatter_done() reads the verdict.
 Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> pieces,
                                                         std::span<std::byte> header,
                                                         RegionList payload,
@@ -263,101 +497,143 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
     // The GPU of the payload's regions (one, Backend::submit checked; empty ones name none).
     auto first = std::find_if(payload.begin(), payload.end(), [](const Region& x) { return x.size > 0; });
     TIER_ASSIGN_OR_RETURN(Gpu * g, gpu_for(first == payload.end() ? -1 : first->device));
-    Ticket t;
-    const int dev = g->stream.device();
-    TIER_ASSIGN_OR_RETURN(ObjectHeader h, check_scattered_header(pieces, header,
-                                                                 skip + total_bytes(payload), key));
-    TIER_ASSIGN_OR_RETURN(t.done, take_event(*g));
+    const int dev = g->ctx->device();
+    TIER_ASSIGN_OR_RETURN(ObjectHeader h,
+                          check_scattered_header(pieces, header, skip + total_bytes(payload), key));
     // The codec's check: its fields now, when it leaves the CRC to the GPU.
     std::optional<CrcClaim> claim;
     if (h.version >= 2 && check != nullptr) {
       TIER_ASSIGN_OR_RETURN(claim, check_stored_payload(pieces, check, true));
-    }
-    TIER_ASSIGN_OR_RETURN(bool on_device,
-                          enqueue_device_check(*g, pieces, h, claim ? &*claim : nullptr, t));
-    std::vector<CopySpan> spans;
-    if (on_device) {
-      Status st = claim ? Status::ok() : check_stored_payload(pieces, check).status();
-      if (st) {
-        std::uint64_t at = skip;
-        for (const Region& r : payload) {
-          if (r.size > 0) spans.push_back(CopySpan{r.data, at, r.size});
-          at += r.size;
-        }
-        const Region staged{g->ring.data() + t.ring_lo, h.payload_bytes, MemoryKind::kDevice, dev};
-        CopyPlan plan{spans, MemoryKind::kDevice, dev, h.payload_bytes};
-        st = g->executor->scatter_async(
-            plan, staged, g->stream,
-            reinterpret_cast<const std::uint32_t*>(g->ring.data() + t.ring_lo +
-                                                   round_up(h.payload_bytes, kRingAlign)));
-      }
-      if (!st) {
-        g->stream.synchronize().ignore();  // the ring range is in use until its kernels ran
-        release(t);
-        return st;
-      }
-    } else {
-      TIER_RETURN_IF_ERROR(check_scattered(pieces, header, skip + total_bytes(payload), key,
-                                           t.stored, check));
-      // One copy plan per piece: the parts of the payload regions that the piece's bytes fill,
-      // with image offsets relative to the piece (the image starts with the object header and
-      // `skip` payload bytes that go nowhere).
-      std::size_t r = 0, at = 0;      // the payload region and the offset in it
-      std::uint64_t image_off = 0;    // image offset of the current piece's first byte
-      for (const Piece& p : pieces) {
-        spans.clear();
-        const std::uint64_t lo = std::max<std::uint64_t>(image_off, kObjectHeaderBytes + skip);
-        const std::uint64_t hi = image_off + p.size();
-        for (std::uint64_t x = lo; x < hi;) {
-          while (payload[r].size == at) ++r, at = 0;  // sizes add up (checked): r stays in range
-          const std::uint64_t n = std::min<std::uint64_t>(hi - x, payload[r].size - at);
-          spans.push_back(CopySpan{payload[r].data + at, x - image_off, n});
-          x += n;
-          at += n;
-        }
-        if (!spans.empty()) {
-          CopyPlan plan{spans, MemoryKind::kDevice, dev, p.size()};
-          Status st = g->executor->scatter_async(plan, pinned_region(p.data(), p.size()), g->stream);
-          if (!st) {
-            g->stream.synchronize().ignore();  // copies already enqueued read the pieces
-            return st;
-          }
-        }
-        image_off = hi;
+      if (!claim) {  // no split: its whole check on the host now
+        TIER_RETURN_IF_ERROR(check_stored_payload(pieces, check).status());
       }
     }
+    Ticket t;
+    t.id = next_ticket_;
+    t.device = dev;
+    t.header = header;
     copy_head(pieces, t.stored);
-    Status st = t.done.record(g->stream);
+
+    if (h.version >= 2 && h.payload_bytes <= kLandingBytes) {
+      TIER_ASSIGN_OR_RETURN(int word, take_verdict());
+      if (word >= 0) {
+        Batch* open =
+            batches_.empty() || batches_.back()->flushed ? nullptr : batches_.back().get();
+        if (open != nullptr && (open->device != dev || open->items.size() == gpu::kMaxVerifyBatch ||
+                                open->payload_bytes + h.payload_bytes > kBatchBytes)) {
+          flush().ignore();  // a failure is its tickets' (scatter_done reports it)
+          open = nullptr;
+        }
+        if (open == nullptr) {
+          batches_.push_back(std::make_unique<Batch>());
+          open = batches_.back().get();
+          open->id = next_batch_++;
+          open->device = dev;
+        }
+        Item it;
+        it.ticket = t.id;
+        it.pieces.assign(pieces.begin(), pieces.end());
+        it.payload.assign(payload.begin(), payload.end());
+        it.skip = skip;
+        it.header = h;
+        it.claim = claim;
+        it.verdict = word;
+        open->items.push_back(std::move(it));
+        open->payload_bytes += h.payload_bytes;
+        ++open->open;
+        t.verdict = word;
+        t.batch = open->id;
+        tickets_.push_back(std::move(t));
+        ++next_ticket_;
+        // While the GPU has little to do, the batch goes now; otherwise it grows until a batch in
+        // flight finishes or the caller waits.
+        const std::uint64_t id = tickets_.back().id;
+        if (in_flight(dev) < kBatchesInFlight) flush().ignore();  // the ticket reports a failure
+        return id;
+      }
+    }
+    // Not batched: what is open goes first, so tickets complete in order.
+    flush().ignore();  // a failure is its tickets'
+
+    TIER_ASSIGN_OR_RETURN(t.done, g->ctx->take_event());
+    Result<bool> on_device = false;
+    if (h.version >= 2)
+      on_device = enqueue_large(*g, pieces, h, claim ? &*claim : nullptr, payload, skip, t);
+    Status st = on_device.status();
+    if (st && !*on_device)
+      st = enqueue_host_checked(*g, pieces, header, payload, key, skip, check, t);
     if (!st) {
-      g->stream.synchronize().ignore();
-      release(t);
+      g->ctx->give_event(std::move(t.done));
+      for (gpu::Event& e : t.landed) g->ctx->give_event(std::move(e));
       return st;
     }
-    t.id = next_ticket_++;
-    t.header = header;
     tickets_.push_back(std::move(t));
+    ++next_ticket_;
     return tickets_.back().id;
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "pinned transfer: out of memory");
   }
 }
 
+void PinnedTransfer::end(std::vector<Ticket>::iterator it, bool events_completed) noexcept {
+  release_verdict(it->verdict);
+  Gpu* g = it->device >= 0 && static_cast<std::size_t>(it->device) < gpus_.size()
+               ? gpus_[static_cast<std::size_t>(it->device)].get()
+               : nullptr;
+  if (g != nullptr && events_completed) {
+    // Completed events go back to the context's pool (after a device error they are dropped).
+    g->ctx->give_event(std::move(it->done));
+    for (gpu::Event& e : it->landed) g->ctx->give_event(std::move(e));
+  }
+  if (it->batch != 0) {
+    auto b = std::find_if(batches_.begin(), batches_.end(),
+                          [&](const auto& x) { return x->id == it->batch; });
+    if (b != batches_.end() && --(*b)->open == 0 && (*b)->flushed) {
+      if (g != nullptr && events_completed) {
+        g->ctx->give_event(std::move((*b)->done));
+        g->ctx->give_event(std::move((*b)->landed));
+      }
+      batches_.erase(b);
+    }
+  }
+  tickets_.erase(it);
+}
+
 Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexcept {
+  // A caller that waits will wait for the rest too: what is open goes now, behind the DMAs in
+  // flight, instead of after this ticket's copy.
+  if (wait) flush().ignore();  // a failure is its tickets'
   auto it = std::find_if(tickets_.begin(), tickets_.end(),
                          [&](const Ticket& t) { return t.id == ticket; });
   if (it == tickets_.end()) return Status::invalid("pinned transfer: unknown scatter ticket");
-  Status st;
-  if (wait) {
-    st = it->done.synchronize();
-  } else {
-    auto done = it->done.done();
-    if (done && !*done) return false;
-    st = done.status();
+  const gpu::Event* done = &it->done;
+  if (it->batch != 0) {
+    Batch* b = find_batch(it->batch);
+    if (b == nullptr) return Status(Code::kBadState, "pinned transfer: a ticket lost its batch");
+    if (!b->flushed) {
+      // Waiting, or the GPU has nothing else of this tier's to do: enqueue it now.
+      if (!wait && in_flight(b->device) > 0) return false;
+      flush().ignore();  // a failure is the ticket's `failed`
+    }
+    done = &b->done;
   }
-  if (!st) {
-    st = Status(Code::kDeviceError,
-                fmt::format("pinned tier: the copy into device memory failed: {}", st.message()));
-  } else if (it->verdict >= 0) {
+  Status st = it->failed;  // a failed flush has waited for what it enqueued
+  bool completed = true;   // the events' work has run: they may be reused
+  if (st) {
+    if (wait) {
+      st = done->synchronize();
+    } else {
+      auto d = done->done();
+      if (d && !*d) return false;
+      st = d.status();
+    }
+    if (!st) {
+      completed = false;
+      st = Status(Code::kDeviceError,
+                  fmt::format("pinned tier: the copy into device memory failed: {}", st.message()));
+    }
+  }
+  if (st && it->verdict >= 0) {
     const std::uint32_t v =
         *reinterpret_cast<volatile const std::uint32_t*>(verdicts_.data() + 4 * it->verdict);
     if (v == gpu::kVerdictMismatch)
@@ -367,28 +643,17 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
       st = Status(Code::kDeviceError, "pinned tier: the GPU verification left no verdict");
   }
   if (st) std::copy(it->stored.begin(), it->stored.end(), it->header.begin());
-  release(*it);
-  if (st || st.code() == Code::kChecksumMismatch) {
-    // Completed events go back to their GPU's spares (after a device error they are dropped).
-    Gpu& g = *gpus_[static_cast<std::size_t>(it->done.device())];
-    try {
-      g.spare.push_back(std::move(it->done));
-      for (gpu::Event& e : it->landed) g.spare.push_back(std::move(e));
-    } catch (const std::bad_alloc&) {
-    }
-  }
-  tickets_.erase(it);
+  end(it, completed);
   if (!st) return st;
   return true;
 }
 
 void PinnedTransfer::quiesce() noexcept {
-  if (tickets_.empty()) return;
-  for (auto& g : gpus_)
-    if (g) {
-      g->dma.synchronize().ignore();
-      g->stream.synchronize().ignore();
-    }
+  flush().ignore();  // its failure is its tickets'
+  for (auto& b : batches_)
+    if (b->flushed) b->done.synchronize().ignore();
+  for (Ticket& t : tickets_)
+    if (t.batch == 0 && t.failed) t.done.synchronize().ignore();
 }
 
 }  // namespace tier::cpu

@@ -1,13 +1,25 @@
 #pragma once
 // PinnedTransfer: the GPU side of the CPU tier's pinned modes (option "pinned": true), the
 // DeviceTransfer of PinnedHeapMode and of a pinned ShmMode. Built only when libtier has a GPU
-// runtime (backends/cpu/meson.build adds the pinned sources and TIER_CPU_PINNED when the GPU floor is built); the host side of the
-// tier sees it only through device_transfer.hpp, never a GPU runtime header.
+// runtime (backends/cpu/meson.build adds the pinned sources and TIER_CPU_PINNED when the GPU floor
+// is built); the host side of the tier sees it only through device_transfer.hpp, never a GPU
+// runtime header.
 //
 // It moves bytes between page-locked pieces of stored images and device memory (kind kDevice
-// regions of any GPU) with runtime DMA on one stream per GPU, created on first use. For the shm
-// mode it also owns the gpu::PinnedRegistration (cudaHostRegister / hipHostRegister) of this
-// process's mapping of the segment, released when it is destroyed (before the mapping goes away).
+// regions of any GPU) through that GPU's gpu::CopyContext, the one the process's other users of
+// the GPU share (the DSV4 layout's device KV memory, the C API): its lanes, events and staging
+// ring. Copies into device memory run on the context's kToDevice lane, after every order a user
+// gave the context (a layout's DeviceOrder), so they never race the caller's forward; copies out
+// of device memory on its kFromDevice lane. For the shm mode it also owns the
+// gpu::PinnedRegistration (cudaHostRegister / hipHostRegister) of this process's mapping of the
+// segment, released when it is destroyed (before the mapping goes away).
+//
+// Scattered gets verified on the device are batched: each (a payload of at most 8 MiB) is checked
+// on the host when submitted and joins the open batch; a batch (up to kMaxVerifyBatch objects,
+// 16 MiB of payload) is enqueued as one DMA per run of adjacent stored images into one range of
+// the staging ring, one verification launch and one gated copy launch: at once while fewer than
+// two batches' DMAs are running on the GPU, otherwise when one of them has landed, the batch is
+// full, or a caller waits.
 //
 // Errors: NotSupported (no GPU), InvalidArgument, DeviceError; nothing throws or exits.
 // Threads: the tier's owner thread only.
@@ -32,6 +44,7 @@ class PinnedTransfer final : public DeviceTransfer {
   static Result<std::unique_ptr<PinnedTransfer>> create();
   // Shm mode: page-locks `mapping` (which must outlive the PinnedTransfer) for the GPUs.
   static Result<std::unique_ptr<DeviceTransfer>> register_mapping(std::span<std::byte> mapping);
+  ~PinnedTransfer() override;
 
   Status put_from_device(std::span<const Piece> pieces, Region src,
                          const ObjectKey& key) noexcept override;
@@ -45,52 +58,80 @@ class PinnedTransfer final : public DeviceTransfer {
   void quiesce() noexcept override;
 
  private:
-  // One GPU's copy resources, created on first use: the stream every transfer to or from that
-  // GPU runs on (and the verification and copy kernels of scattered gets), the stream of the
-  // scattered gets' DMA into the staging ring, the copy executor of scattered gets (its kernels),
-  // and the ring itself (device memory, allocated by the first get verified on the device).
+  // One GPU's share of its CopyContext, created on first use, and an executor on it (the copy
+  // kernels of scattered gets).
   struct Gpu {
-    gpu::Stream stream;
-    gpu::Stream dma;
+    std::shared_ptr<gpu::CopyContext> ctx;
     std::unique_ptr<gpu::DeviceCopyExecutor> executor;
-    gpu::DeviceBuffer ring;
-    std::uint64_t ring_head = 0;
-    bool ring_failed = false;  // the ring could not be allocated: verify on the host
-    std::vector<gpu::Event> spare;  // events of reported tickets, completed, for reuse
   };
-  // A scattered get in flight: the event behind its copy, and the header to write when done.
-  // Verified on the device: its ring range (in use until `done`), the events behind the parts of
-  // its DMA, and the host word its verdict lands in.
+  // A scattered get of the open batch: checked on the host, not yet enqueued.
+  struct Item {
+    std::uint64_t ticket = 0;
+    std::vector<Piece> pieces;
+    std::vector<Region> payload;
+    std::size_t skip = 0;
+    ObjectHeader header;
+    std::optional<CrcClaim> claim;
+    int verdict = -1;
+  };
+  // Scattered gets enqueued together; `landed` is recorded behind their DMAs, `done` behind their
+  // gated copies.
+  struct Batch {
+    std::uint64_t id = 0;
+    int device = -1;
+    std::vector<Item> items;  // until flushed
+    std::uint64_t payload_bytes = 0;
+    bool flushed = false;
+    gpu::Event landed, done;
+    std::size_t open = 0;  // its tickets not yet ended
+  };
+  // A scattered get in flight: in a batch, or with a transfer of its own (`done`: the event
+  // behind its copy); the header to write when done; the host word its verdict lands in when
+  // verified on the device (-1: verified on the host); `failed`: why it failed at its batch's
+  // flush (reported by scatter_done).
   struct Ticket {
     std::uint64_t id = 0;
+    int device = -1;
+    std::uint64_t batch = 0;
     gpu::Event done;
-    std::vector<gpu::Event> landed;  // behind each part of its DMA
+    std::vector<gpu::Event> landed;  // behind each part of its own DMA
     std::span<std::byte> header;
     std::array<std::byte, kObjectHeaderBytes> stored{};
-    std::uint64_t ring_lo = 0, ring_hi = 0;
-    int verdict = -1;  // index into verdicts_, or -1: verified on the host
+    int verdict = -1;
+    Status failed;
   };
 
   PinnedTransfer() = default;
   Result<Gpu*> gpu_for(int device) noexcept;
-  Result<gpu::Stream*> stream_for(int device) noexcept;
-  // Device verification of a version 2 payload (see scatter_to_device in the .cpp): enqueues the
-  // payload's DMA into `g`'s ring and its verification behind it, filling `t`'s ring range and
-  // verdict. Ok(false): nothing enqueued, verify on the host (too large for the ring, no
-  // verdict word free, no ring).
-  // With `crc`, the verification also owes that claim of the codec's check.
-  Result<bool> enqueue_device_check(Gpu& g, std::span<const Piece> pieces, const ObjectHeader& h,
-                                    const CrcClaim* crc, Ticket& t) noexcept;
-  void release(Ticket& t) noexcept;
-  // An event of `g`'s GPU: a spare one, or a new one.
-  Result<gpu::Event> take_event(Gpu& g) noexcept;
+  Ticket* find(std::uint64_t id) noexcept;
+  Batch* find_batch(std::uint64_t id) noexcept;
+  // A free verdict word (allocating the words on first use), or -1 when all are in use.
+  Result<int> take_verdict() noexcept;
+  void release_verdict(int& word) noexcept;
+  // Enqueues the open batch (nothing when none): its DMAs, verification and gated copies.
+  Status flush() noexcept;
+  // Batches flushed on `device` whose DMA is still running.
+  std::size_t in_flight(int device) noexcept;
+  // A v2 payload too large for a batch: its own DMA in parts into the ring, each verified as it
+  // lands (the sidecar of a V4-Pro SLOT). Ok(false): nothing enqueued (the ring cannot take it).
+  Result<bool> enqueue_large(Gpu& g, std::span<const Piece> pieces, const ObjectHeader& h,
+                             const CrcClaim* crc, RegionList payload, std::size_t skip,
+                             Ticket& t) noexcept;
+  // Checked on the host, then one copy-kernel launch per piece from the page-locked bytes.
+  Status enqueue_host_checked(Gpu& g, std::span<const Piece> pieces, std::span<std::byte> header,
+                              RegionList payload, const ObjectKey& key, std::size_t skip,
+                              const PayloadCheck* check, Ticket& t) noexcept;
+  // Ends a ticket: its verdict word, its events back to its GPU's context, its batch's count.
+  void end(std::vector<Ticket>::iterator it, bool events_completed) noexcept;
 
   std::optional<gpu::PinnedRegistration> registration_;
   std::vector<std::unique_ptr<Gpu>> gpus_;  // by GPU ordinal
   std::vector<Ticket> tickets_;             // in submission order
+  std::vector<std::unique_ptr<Batch>> batches_;  // the open one (last, unflushed) and in flight
   gpu::PinnedBuffer verdicts_;              // kVerdicts host words the kernels write verdicts to
   std::vector<bool> verdict_used_;
   std::uint64_t next_ticket_ = 1;
+  std::uint64_t next_batch_ = 1;
 };
 
 }  // namespace tier::cpu

@@ -389,11 +389,15 @@ const tier_op_report* tier_reports_get(const tier_reports* reports, size_t* coun
 void tier_reports_free(tier_reports* reports) { delete reports; }
 
 int tier_worker_submit(tier_worker* worker, const tier_plan* plan) {
+  return tier_worker_submit_after(worker, plan, nullptr, nullptr);
+}
+int tier_worker_submit_after(tier_worker* worker, const tier_plan* plan, void* stream,
+                             void* event) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(worker, "worker"));
     TIER_RETURN_IF_ERROR(need(plan, "plan"));
     std::lock_guard<std::mutex> lock(worker->store->mu);
-    worker->worker->submit(plan->plan);
+    worker->worker->submit(plan->plan, tier::engine::DeviceOrder{stream, event});
     return Status::ok();
   });
 }

@@ -1,5 +1,7 @@
 // The C API's device paths through the GPU floor (hip/gpu.hpp): one copy executor per device,
-// and page-locking of registered host memory.
+// on that GPU's CopyContext (the streams, events and staging the process's other users of the
+// GPU share: a DSV4 layout's device memory, a pinned cpu tier), and page-locking of registered
+// host memory.
 #include <map>
 
 #include "capi_internal.hpp"

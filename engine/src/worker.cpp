@@ -255,7 +255,7 @@ void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
     }
   }
   for (QueuedSave& q : accepted)
-    if (q.op.slot) snapshot(q);
+    if (q.op.slot) snapshot(q, after);
   // Every rank holds what its load will read: rank 0 from the lookup on (the op's lease is its
   // own), the other ranks from the plan's arrival here until their load ends.
   std::vector<std::uint64_t> own_leases(plan.loads.size(), 0);
@@ -275,12 +275,23 @@ void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
   for (QueuedSave& q : accepted) saves_.push_back(std::move(q));
 }
 
-void Worker::snapshot(QueuedSave& q) {
-  // Now, framed: the next forward may change the live state group.
+void Worker::snapshot(QueuedSave& q, const DeviceOrder& after) {
+  // Now: the next forward may change the live state group.
   const SaveOp& op = q.op;
+  const SlotIdentity id{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_};
+  auto started = layout_.snapshot_slot(id, op.slot_group, after);  // without the layout lock
+  if (started) {
+    q.format_id = (*started)->format_id();
+    q.snapshot = std::move(started).value();
+    return;
+  }
+  if (started.status() != Code::kNotSupported) {
+    q.early_failure = WorkerOutcome::kSnapshot;
+    return;
+  }
+  // The layout frames it here, under the lock its codecs' other calls take.
   std::lock_guard<std::mutex> lock(layout_mu_);
-  auto codec =
-      layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+  auto codec = layout_.slot_codec(id);
   auto regions = layout_.slot_regions(op.slot_group);
   q.early_failure = WorkerOutcome::kSnapshot;
   if (!codec || !regions) return;
@@ -519,7 +530,12 @@ WorkerOutcome Worker::save_slot(QueuedSave& q) {
     return WorkerOutcome::kSidecarInvalidation;
   }
   const PreEncoded codec(q.format_id);
-  const Region src = host_region(q.staging);
+  Region src = host_region(q.staging);
+  if (q.snapshot) {  // the copy started at submit(): landed and framed now
+    auto frame = q.snapshot->frame();
+    if (!frame) return WorkerOutcome::kSnapshot;
+    src = Region{const_cast<std::byte*>(frame->data()), frame->size(), MemoryKind::kHost, -1};
+  }
   SaveItem item{key, std::span(&src, 1)};
   Status st;
   if (!stack_.save(std::span(&item, 1), codec, std::span(&st, 1)).is_ok() || !st.is_ok())

@@ -5,19 +5,27 @@ A small Llama (transformers' LlamaConfig, randomly initialised with a fixed seed
 downloaded) runs on the GPU three times on the same random prompt:
 
 - plain: prefill, then greedy decode of --new-tokens tokens; the reference;
-- mode (a), layer by layer: after prefill, each layer's K and V are saved to libtier (a CPU
-  tier), the GPU tensors of that layer are freed, and then every layer is restored from libtier
-  into fresh GPU tensors before decoding;
-- mode (b), across processes: after prefill, the KV is saved to a disk tier, every GPU KV tensor
-  is dropped, and a fresh Python process (this script with --resume) rebuilds the model from the
-  seed, restores the KV from the disk tier straight into GPU tensors and decodes.
+- mode (a), the fast path from a pinned tier: after prefill, the whole prompt's KV is saved to a
+  CPU tier in page-locked memory ("pinned": true) in one call, the GPU tensors are freed, and the
+  whole prefix is restored into fresh GPU tensors in ONE batched Store.load call before decoding.
+  The tier moves each object with its DMA into the GPU's staging ring, verifies it on the GPU and
+  writes the tensors with one gated copy kernel per batch of objects (docs/integration.md, "The
+  fast path"); no byte goes through pageable memory or Python;
+- mode (b), across processes from a disk tier: after prefill, the KV is saved to a disk tier,
+  every GPU KV tensor is dropped, and a fresh Python process (this script with --resume) rebuilds
+  the model from the seed, restores the whole prefix from the disk tier into GPU tensors in one
+  call and decodes. It also measures the disk's own read rate in the same directory (O_DIRECT,
+  4 MiB blocks, one reader: what `dd iflag=direct bs=4M` reads) and reports the restore's rate
+  against it.
 
 Both modes must produce exactly the plain run's tokens, and bit for bit the same logits at every
-decode step (compared through a SHA-256 of them; exit status 1 otherwise). The KV moves
-zero-copy: libtier reads and writes the CUDA tensors' memory, each object being one layer's K
-and V of one chunk of --chunk tokens (a region per batch row and head, keys from
-libtier.chunk_keys over the prompt). The script reports the restore time against a bulk
-host-to-device copy of the same bytes (a pinned tensor's .to("cuda"), timed with CUDA events).
+decode step (compared through a SHA-256 of them; exit status 1 otherwise). Each object is one
+layer's K and V of one chunk of --chunk tokens: a region per batch row and head, named by
+pointer arithmetic over the tensors (libtier.Region), built once when the tensors are allocated,
+with keys from libtier.chunk_keys over the prompt. The script reports the restore time (median
+of --repeat loads) against a bulk host-to-device copy of the same bytes from pinned memory (a
+pinned tensor's copy into a CUDA tensor), both timed the same way (wall clock around the call and
+a CUDA synchronize).
 
 Run on the device machine from the repository root (torch, transformers and a CUDA GPU; the
 libtier package importable, README "Python package"):
@@ -51,6 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--prompt", type=int, default=1024, help="prompt tokens")
     p.add_argument("--chunk", type=int, default=256, help="tokens per libtier object")
     p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--repeat", type=int, default=5, help="restores timed (the median is reported)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="directory of the disk tier (default: a fresh directory "
                    "under the current one, which must support O_DIRECT: not a tmpfs)")
@@ -173,42 +182,52 @@ def decode(model, cache, token, n):
 # --- libtier -----------------------------------------------------------------------------------
 
 
-def layer_keys(args, prompt, layer):
-    """The chunk keys of `layer`'s KV: a chained key per --chunk tokens of the prompt."""
+def prefix_keys(args, prompt):
+    """Every object's key, layer-major: a chained key per --chunk tokens of the prompt, in a
+    namespace of its own per layer."""
     import libtier
 
-    ns = dict(identity(args), layer=layer)
-    return libtier.chunk_keys(ns, prompt[0].tolist(), args.chunk)
+    keys = []
+    for layer in range(args.layers):
+        ns = dict(identity(args), layer=layer)
+        keys += libtier.chunk_keys(ns, prompt[0].tolist(), args.chunk)
+    return keys
 
 
-def layer_regions(k, v, chunk, n_chunks):
-    """Per chunk, one region per (batch row, head) of K then of V: each a contiguous run of
-    chunk * head_dim elements inside the GPU tensor."""
-    rows = [(b, h) for b in range(k.shape[0]) for h in range(k.shape[1])]
-    return [
-        [t[b, h, c * chunk : (c + 1) * chunk] for t in (k, v) for b, h in rows]
-        for c in range(n_chunks)
-    ]
+def prefix_regions(kv, chunk, n_chunks):
+    """The regions of every object, in prefix_keys() order: per (layer, chunk), one region per
+    (batch row, head) of K then of V, each a contiguous run of chunk * head_dim elements inside
+    the GPU tensor, named by pointer arithmetic (no tensor slicing: a list of libtier.Region built
+    once, when the tensors are allocated, and reused by every load into them)."""
+    import libtier
+
+    out = []
+    for k, v in kv:
+        b_n, h_n, s_n, d_n = k.shape
+        size = k.element_size()
+        run = chunk * d_n * size
+        for c in range(n_chunks):
+            regions = []
+            for t in (k, v):
+                assert t.is_contiguous() and t.device.type == "cuda"
+                base, device = t.data_ptr(), t.device.index
+                for b in range(b_n):
+                    for h in range(h_n):
+                        at = base + ((b * h_n + h) * s_n + c * chunk) * d_n * size
+                        regions.append(libtier.Region(at, run, libtier.MemoryKind.DEVICE, device))
+            out.append(regions)
+    return out
 
 
-def save_layer(store, args, prompt, i, k, v):
-    keys = layer_keys(args, prompt, i)
-    codes = store.save(keys, layer_regions(k, v, args.chunk, len(keys)))
+def check(codes, what):
     bad = [c for c in codes if c != 0]
     if bad:
-        raise RuntimeError(f"layer {i}: save failed: {bad[0]!r}")
+        raise RuntimeError(f"{what} failed for {len(bad)} of {len(codes)} objects: {bad[0]!r}")
 
 
-def load_layer(store, args, prompt, i, k, v):
-    keys = layer_keys(args, prompt, i)
-    codes = store.load(keys, layer_regions(k, v, args.chunk, len(keys)))
-    bad = [c for c in codes if c != 0]
-    if bad:
-        raise RuntimeError(f"layer {i}: restore failed: {bad[0]!r}")
-
-
-def cpu_profile():
-    return {"tiers": [{"name": "cpu", "capacity": "2GiB", "backend": {"type": "cpu"}}]}
+def pinned_profile():
+    return {"tiers": [{"name": "cpu", "capacity": "2GiB",
+                       "backend": {"type": "cpu", "pinned": True}}]}
 
 
 def disk_profile(path):
@@ -225,23 +244,8 @@ def open_store(profile, args, need):
     return store
 
 
-def bulk_h2d_ms(nbytes):
-    """Milliseconds of one pinned host -> device copy of `nbytes` (CUDA events, after a warm-up)."""
-    import torch
-
-    src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    src.fill_(1)
-    src.to("cuda")  # warm-up
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    dst = src.to("cuda", non_blocking=True)
-    end.record()
-    end.synchronize()
-    del dst
-    return start.elapsed_time(end)
-
-
 def timed(fn):
+    """Milliseconds of fn(), wall clock, between two CUDA synchronizes."""
     import torch
 
     torch.cuda.synchronize()
@@ -251,36 +255,96 @@ def timed(fn):
     return (time.perf_counter() - t0) * 1e3
 
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def bulk_h2d_ms(nbytes, repeat):
+    """Milliseconds of one pinned host -> device copy of `nbytes` (median of `repeat`, after a
+    warm-up), timed as the restores are."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    src.fill_(1)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst.copy_(src, non_blocking=True)  # warm-up
+    return median([timed(lambda: dst.copy_(src, non_blocking=True)) for _ in range(repeat)])
+
+
+def disk_read_gbps(directory, nbytes, block=4 << 20, repeat=3):
+    """The disk's own read rate in `directory`: a file of `nbytes` (rounded up to whole blocks)
+    written and then read with O_DIRECT, one reader, `block` bytes per read (dd iflag=direct
+    bs=4M). GB/s, the median of `repeat` reads."""
+    import mmap
+
+    nbytes = max(block, (nbytes + block - 1) // block * block)
+    buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+    buf.write(os.urandom(block))
+    path = os.path.join(directory, "disk-read-rate.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
+    try:
+        for off in range(0, nbytes, block):
+            os.pwrite(fd, buf, off)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    rates = []
+    try:
+        for _ in range(repeat):
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+            try:
+                t0 = time.perf_counter()
+                for off in range(0, nbytes, block):
+                    os.preadv(fd, [buf], off)
+                rates.append(nbytes / (time.perf_counter() - t0) / 1e9)
+            finally:
+                os.close(fd)
+    finally:
+        os.unlink(path)
+    return median(rates)
+
+
 # --- the two modes -----------------------------------------------------------------------------
 
 
-def mode_layer_by_layer(args, model, prompt):
-    """Mode (a): offload each layer after prefill, free it, restore every layer, decode."""
+def empty_kv(shapes):
+    import torch
+
+    return [(torch.empty(shape, dtype=dtype, device="cuda"),
+             torch.empty(shape, dtype=dtype, device="cuda")) for shape, dtype in shapes]
+
+
+def mode_pinned(args, model, prompt):
+    """Mode (a): save the prefill's KV to a pinned CPU tier, free it, restore the whole prefix in
+    one load call (--repeat times, timed), decode."""
     import torch
 
     if args.prompt % args.chunk:
         raise SystemExit("--prompt must be a multiple of --chunk (only full chunks are keyed)")
+    n_chunks = args.prompt // args.chunk
     cache, first = prefill(model, prompt)
-    shapes = [(k.shape, k.dtype) for k, _ in kv_of(cache)]
-    with open_store(cpu_profile(), args, "cpu") as store:
-        save_ms = 0.0
-        for i, (k, v) in enumerate(kv_of(cache)):
-            save_ms += timed(lambda: save_layer(store, args, prompt, i, k, v))
-            empty = k.new_empty(0)
-            set_kv(cache, i, empty, empty)  # layer i's GPU tensors are gone
-            del k, v
+    kv = kv_of(cache)
+    shapes = [(k.shape, k.dtype) for k, _ in kv]
+    keys = prefix_keys(args, prompt)
+    with open_store(pinned_profile(), args, "cpu") as store:
+        save_ms = timed(lambda: check(store.save(keys, prefix_regions(kv, args.chunk, n_chunks)),
+                                      "save"))
+        for i in range(len(kv)):
+            empty = kv[i][0].new_empty(0)
+            set_kv(cache, i, empty, empty)  # the GPU tensors are gone
+        del kv
         torch.cuda.empty_cache()
-        restored = []
-        for shape, dtype in shapes:
-            restored.append((torch.empty(shape, dtype=dtype, device="cuda"),
-                             torch.empty(shape, dtype=dtype, device="cuda")))
-        restore_ms = timed(lambda: [load_layer(store, args, prompt, i, k, v)
-                                    for i, (k, v) in enumerate(restored)])
+        restored = empty_kv(shapes)
+        regions = prefix_regions(restored, args.chunk, n_chunks)  # once, with the tensors
+        runs = [timed(lambda: check(store.load(keys, regions), "restore"))
+                for _ in range(args.repeat)]
         for i, (k, v) in enumerate(restored):
             set_kv(cache, i, k, v)
     out = decode(model, cache, first, args.new_tokens)
     nbytes = sum(2 * k.numel() * k.element_size() for k, _ in restored)
-    return dict(out, save_ms=save_ms, restore_ms=restore_ms, bytes=nbytes)
+    return dict(out, save_ms=save_ms, restore_ms=median(runs), restore_runs_ms=runs,
+                objects=len(keys), regions=sum(len(r) for r in regions), bytes=nbytes)
 
 
 def mode_fresh_process(args, model, prompt, workdir):
@@ -289,12 +353,14 @@ def mode_fresh_process(args, model, prompt, workdir):
 
     cache, first = prefill(model, prompt)
     kv = kv_of(cache)
+    n_chunks = args.prompt // args.chunk
     manifest = {"args": vars(args), "first": int(first), "prompt": prompt[0].tolist(),
-                "shape": list(kv[0][0].shape), "profile": disk_profile(workdir)}
+                "shape": list(kv[0][0].shape), "profile": disk_profile(workdir),
+                "workdir": workdir}
     with open_store(manifest["profile"], args, "disk") as store:
-        for i, (k, v) in enumerate(kv):
-            save_layer(store, args, prompt, i, k, v)
-    del cache, kv, k, v
+        check(store.save(prefix_keys(args, prompt), prefix_regions(kv, args.chunk, n_chunks)),
+              "save")
+    del cache, kv
     torch.cuda.empty_cache()
     path = os.path.join(workdir, "manifest.json")
     with open(path, "w") as f:
@@ -307,7 +373,8 @@ def mode_fresh_process(args, model, prompt, workdir):
 
 
 def resume(manifest_path):
-    """Mode (b)'s fresh process: rebuild the model, restore the KV from disk, decode."""
+    """Mode (b)'s fresh process: rebuild the model, restore the whole prefix from disk in one
+    load call, decode; then the disk's own read rate for as many bytes."""
     import torch
 
     with open(manifest_path) as f:
@@ -315,16 +382,21 @@ def resume(manifest_path):
     args = argparse.Namespace(**manifest["args"])
     model = build_model(args)
     prompt = torch.tensor([manifest["prompt"]])
-    kv = [(torch.empty(manifest["shape"], dtype=torch.float32, device="cuda"),
-           torch.empty(manifest["shape"], dtype=torch.float32, device="cuda"))
-          for _ in range(args.layers)]
+    kv = empty_kv([(manifest["shape"], torch.float32)] * args.layers)
+    regions = prefix_regions(kv, args.chunk, args.prompt // args.chunk)
+    keys = prefix_keys(args, prompt)
     with open_store(manifest["profile"], args, "disk") as store:
-        restore_ms = timed(lambda: [load_layer(store, args, prompt, i, k, v)
-                                    for i, (k, v) in enumerate(kv)])
+        restore_ms = timed(lambda: check(store.load(keys, regions), "restore"))
+        # Again in this process: the disk is read again (O_DIRECT), without the first call's
+        # one-time costs (the GPU's copy context, the stack's buffers faulted in).
+        warm_ms = timed(lambda: check(store.load(keys, regions), "restore"))
     first = torch.tensor([manifest["first"]], device="cuda")
     out = decode(model, new_cache_from(kv), first, args.new_tokens)
     nbytes = sum(2 * k.numel() * k.element_size() for k, _ in kv)
-    json.dump(dict(out, restore_ms=restore_ms, bytes=nbytes), sys.stdout)
+    disk = disk_read_gbps(manifest["workdir"], nbytes)
+    json.dump(dict(out, restore_ms=restore_ms, bytes=nbytes, disk_read_gbps=disk,
+                   restore_gbps=nbytes / restore_ms / 1e6, restore_warm_ms=warm_ms,
+                   restore_warm_gbps=nbytes / warm_ms / 1e6), sys.stdout)
 
 
 def same(run, plain):
@@ -342,18 +414,20 @@ def main(argv=None):
     cache, first = prefill(model, prompt)
     plain = decode(model, cache, first, args.new_tokens)
     del cache
-    a = mode_layer_by_layer(args, model, prompt)
+    a = mode_pinned(args, model, prompt)
     with tempfile.TemporaryDirectory(prefix=".libtier-example-", dir=os.getcwd()) as tmp:
         workdir = args.workdir or tmp
         os.makedirs(workdir, exist_ok=True)
         b = mode_fresh_process(args, model, prompt, workdir)
-    h2d_ms = bulk_h2d_ms(a["bytes"])
+    h2d_ms = bulk_h2d_ms(a["bytes"], args.repeat)
     report = {
         "plain": plain,
-        "layer_by_layer": a,
+        "pinned": a,
         "fresh_process": b,
-        "identical": {"layer_by_layer": same(a, plain), "fresh_process": same(b, plain)},
+        "identical": {"pinned": same(a, plain), "fresh_process": same(b, plain)},
         "bulk_h2d_ms": h2d_ms,
+        "ratios": {"pinned_restore_vs_bulk_h2d": a["restore_ms"] / h2d_ms,
+                   "disk_restore_vs_disk_read": b["restore_gbps"] / b["disk_read_gbps"]},
     }
     if args.json:
         json.dump(report, sys.stdout)
@@ -361,14 +435,21 @@ def main(argv=None):
     else:
         gb = a["bytes"] / 1e9
         print(f"model: {args.layers} layers, KV {a['bytes'] / 2**20:.1f} MiB "
-              f"({args.prompt} prompt tokens), {args.new_tokens} greedy tokens")
-        for name, r in (("layer by layer (cpu tier)", a), ("fresh process (disk tier)", b)):
-            verdict = "identical" if same(r, plain) else "DIFFERENT"
-            print(f"{name:27s} tokens and logits {verdict}; restore {r['restore_ms']:.2f} ms "
-                  f"({gb / (r['restore_ms'] / 1e3):.2f} GB/s) = {r['restore_ms'] / h2d_ms:.1f}x "
-                  f"the bulk H2D copy")
-        print(f"bulk pinned H2D copy of the same bytes: {h2d_ms:.2f} ms "
-              f"({gb / (h2d_ms / 1e3):.2f} GB/s, CUDA events)")
+              f"({args.prompt} prompt tokens; {a['objects']} objects, {a['regions']} regions), "
+              f"{args.new_tokens} greedy tokens")
+        verdict = "identical" if same(a, plain) else "DIFFERENT"
+        print(f"pinned cpu tier, one load call:  tokens and logits {verdict}; restore "
+              f"{a['restore_ms']:.3f} ms (median of {args.repeat}; {gb / (a['restore_ms'] / 1e3):.2f}"
+              f" GB/s) = {report['ratios']['pinned_restore_vs_bulk_h2d']:.2f}x the bulk H2D copy")
+        print(f"bulk pinned H2D copy of the same bytes: {h2d_ms:.3f} ms "
+              f"({gb / (h2d_ms / 1e3):.2f} GB/s)")
+        verdict = "identical" if same(b, plain) else "DIFFERENT"
+        print(f"disk tier, fresh process, one load call: tokens and logits {verdict}; restore "
+              f"{b['restore_ms']:.2f} ms ({b['restore_gbps']:.2f} GB/s) = "
+              f"{report['ratios']['disk_restore_vs_disk_read']:.2f}x the disk's own read rate "
+              f"({b['disk_read_gbps']:.2f} GB/s, O_DIRECT, 4 MiB reads); again in that process "
+              f"{b['restore_warm_ms']:.2f} ms = "
+              f"{b['restore_warm_gbps'] / b['disk_read_gbps']:.2f}x")
     return 0 if all(report["identical"].values()) else 1
 
 

@@ -440,8 +440,13 @@ class Worker:
     @property
     def rank(self) -> int:
         """The worker's TP rank."""
-    def submit(self, plan: StepPlan) -> None:
-        """Queues the step's operations; never blocks."""
+    def submit(self, plan: StepPlan, stream: int = 0, event: int = 0) -> None:
+        """Queues the step's operations (GIL released). `stream` and `event`: the caller's GPU
+        work the plan's transfers follow, as runtime handles (torch: `torch.cuda.current_stream()
+        .cuda_stream`, an event's `cuda_event`); with `stream` a SLOT snapshot is one kernel on
+        it and the call waits for no transfer. Without them the caller's work is taken as
+        synchronized and a device layout's SLOT snapshot is copied before the call returns
+        (tier_worker_submit_after). Never waits for a tier."""
     def progress(self, max_saves: Optional[int] = None) -> int:
         """Runs queued loads, then up to `max_saves` queued saves (GIL released); returns the
         number of operations finished."""

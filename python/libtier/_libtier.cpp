@@ -916,12 +916,13 @@ class Worker {
     return h_;
   }
   std::uint32_t rank() const { return rank_; }
-  void submit(const StepPlan& plan) {
+  void submit(const StepPlan& plan, std::uintptr_t stream, std::uintptr_t event) {
     tier_worker* h = handle();
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = tier_worker_submit(h, plan.plan.get());
+      rc = tier_worker_submit_after(h, plan.plan.get(), reinterpret_cast<void*>(stream),
+                                    reinterpret_cast<void*>(event));
     }
     check(rc);
   }
@@ -1435,7 +1436,8 @@ PYBIND11_MODULE(_libtier, m) {
                   py::arg("config"), py::arg("rank"), py::arg("store"), py::arg("layout"),
                   py::arg("page_namespace"), doc("Worker.create"))
       .def_property_readonly("rank", &Worker::rank, doc("Worker.rank"))
-      .def("submit", &Worker::submit, py::arg("plan"), doc("Worker.submit"))
+      .def("submit", &Worker::submit, py::arg("plan"), py::arg("stream") = 0,
+           py::arg("event") = 0, doc("Worker.submit"))
       .def("progress", &Worker::progress, py::arg("max_saves") = py::none(),
            doc("Worker.progress"))
       .def("take_reports", &Worker::take_reports, doc("Worker.take_reports"))

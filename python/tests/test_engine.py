@@ -169,14 +169,30 @@ def test_plans_and_reports_cross_processes_as_bytes(engine):
     reports = worker.take_reports()
     wire = libtier.encode_reports(reports)
     got = libtier.decode_reports(wire)
-    assert [(r.channel, r.request, r.generation, r.rank, r.ok, r.reason) for r in got] == \
-        [(r.channel, r.request, r.generation, r.rank, r.ok, r.reason) for r in reports]
+    assert [(r.channel, r.request, r.generation, r.rank, r.ok, r.reason, r.outcome) for r in got] == \
+        [(r.channel, r.request, r.generation, r.rank, r.ok, r.reason, r.outcome) for r in reports]
     sched.process(got)
     assert sched.saves_pending == 0
     failed = libtier.OpReport("slot_save", 1, 99, 0, False, "sidecar_corrupt")
     assert libtier.decode_reports(libtier.encode_reports([failed]))[0].reason == "sidecar_corrupt"
-    with pytest.raises(libtier.InvalidArgument, match="worker outcome"):
-        libtier.encode_reports([libtier.OpReport("load", 1, 1, 0, False, "made up")])
+    with pytest.raises(libtier.InvalidArgument, match="unknown report reason"):
+        libtier.OpReport("load", 1, 1, 0, False, "made up")
     m = worker.metrics()
     assert m["workers"][0]["rank"] == 0 and m["workers"][0]["slot_publishes"] == 1
     assert "rank0/cpu" in m["tiers"] and "engine" not in m
+
+
+def test_a_gpu_order_for_a_host_layout_fails_the_plan(engine):
+    """Worker.submit(plan, stream=...) hands the caller's GPU stream to the layout; a layout in
+    host memory has nothing to order and every operation of the plan is reported failed."""
+    sched, worker, layout = engine
+    prompt = np.arange(2000, 2000 + CHUNKS * BLOCK, dtype=np.uint32)
+    h = sched.add_request(7, prompt)
+    sched.after_alloc(h, local_tokens=0, blocks=[4, 5, 6, 7], group=0)
+    sched.on_computed(h, CHUNKS * BLOCK)
+    plan = sched.build_step()
+    assert len(plan.saves) > 0
+    worker.submit(plan, stream=1)
+    reports = worker.take_reports()
+    assert reports and all(not r.ok and r.reason == "device_order" for r in reports)
+    assert worker.queued_saves == 0

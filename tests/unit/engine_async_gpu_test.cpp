@@ -3,7 +3,9 @@
 // event recorded on it) with the plan, and never synchronizes; the save still captures exactly
 // the bytes the caller's stream wrote, and a load restores them. Without the order the save
 // would read the memory while the caller's kernel still runs (it would capture the old bytes).
-// Exits 77 (Meson: SKIP) without a GPU.
+// submit() returns while the caller's kernel runs, and the SLOT snapshot it enqueued on the
+// caller's stream keeps the bytes of that step even when the caller's next step rewrites the
+// state group before progress() runs (issue 24). Exits 77 (Meson: SKIP) without a GPU.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -48,6 +50,13 @@ struct DeviceRank {
       require_ok(gpu::fill_async(r, value, caller.handle()));
     for (const Region& r : require_value(layout->slot_regions(group)))
       require_ok(gpu::fill_async(r, static_cast<std::uint8_t>(value ^ 0xff), caller.handle()));
+  }
+
+  // The caller's next step writing only state group `group`, behind a long kernel.
+  void write_group(std::int32_t group, std::uint8_t value) {
+    require_ok(gpu::spin_async(caller.handle(), 0, kSpinNs));
+    for (const Region& r : require_value(layout->slot_regions(group)))
+      require_ok(gpu::fill_async(r, value, caller.handle()));
   }
 
   std::vector<OpReport> run(const StepPlan& plan, const DeviceOrder& order) {
@@ -153,6 +162,32 @@ TEST_CASE("async device: a load ordered after the caller's stream restores the s
   CHECK(d.holds(require_value(d.layout->page_regions(ids_from(24))), 0x3c));
   CHECK(d.holds(require_value(d.layout->slot_regions(2)), 0x3c ^ 0xff));
   CHECK(d.holds(require_value(d.layout->page_regions(ids_from(8))), 0x77));
+}
+
+TEST_CASE(
+    "async device: submit() waits for nothing on the device; the SLOT snapshot goes ahead "
+    "of the caller's next kernels") {
+  // The caller's forward (a 200 ms kernel, then the writes) is still running when submit()
+  // returns: the snapshot is a kernel on the caller's stream, not a host wait. The caller then
+  // enqueues its next step, which rewrites the state group, before progress() runs: the stored
+  // sidecar still holds the first step's bytes, because the snapshot is ahead of it on the stream.
+  for (bool pinned : {false, true}) {
+    CAPTURE(pinned);
+    DeviceRank d(cpu_profile("64MiB", pinned));
+    gpu::Event ev = require_value(gpu::Event::create(0));
+    d.forward(0, 0, 0x5a);
+    require_ok(ev.record(d.caller));
+    d.worker->submit(save_plan(1, 0, 0), DeviceOrder{d.caller.handle(), ev.handle()});
+    CHECK_FALSE(require_value(ev.done()));  // submit() returned during the caller's forward
+    d.write_group(0, 0x33);
+    d.worker->progress();
+    check_all_ok(d.worker->take_reports(), 2);
+    check_all_ok(d.run(load_plan(1, 2, 16, 1), DeviceOrder{d.caller.handle(), nullptr}), 1);
+    require_ok(d.caller.synchronize());
+    CHECK(d.holds(require_value(d.layout->slot_regions(1)), 0x5a ^ 0xff));
+    CHECK(d.holds(require_value(d.layout->page_regions(ids_from(16))), 0x5a));
+    CHECK(d.holds(require_value(d.layout->slot_regions(0)), 0x33));
+  }
 }
 
 TEST_CASE("async device: a direct load from a pinned tier waits for the caller's stream") {

@@ -645,3 +645,134 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
                              &past)
             .code() == Code::kInvalidArgument);
 }
+
+TEST_CASE(
+    "verify_payloads_async: a batch's verdicts equal one call each; a batched gated copy "
+    "writes only the verified payloads") {
+  auto s = Stream::create(0);
+  REQUIRE(s);
+  auto verdicts = PinnedBuffer::allocate(4096);
+  REQUIRE(verdicts);
+  auto* words = reinterpret_cast<std::uint32_t*>(verdicts->data());
+  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
+  REQUIRE(exec);
+  // Sizes of every chunk-list length class, one empty; item 2 claims a CRC, item 4 a wrong one,
+  // item 5 has a wrong checksum: those two fail, the rest pass.
+  const std::vector<std::size_t> sizes{100, 65536, 0, 3 * 65536 + 9, 241, 1 << 20, 7};
+  const std::size_t n = sizes.size();
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<DeviceBuffer> payloads, scratches, dsts;
+  std::vector<CrcClaim> claims(n);
+  std::vector<VerifyItem> items;
+  std::vector<std::vector<CopySpan>> spans(n);
+  std::vector<GatedScatter> copies;
+  for (std::size_t i = 0; i < n; ++i) {
+    bytes.push_back(pattern(sizes[i], 50 + i));
+    payloads.push_back(std::move(DeviceBuffer::allocate(0, sizes[i] + 8)).value());
+    scratches.push_back(
+        std::move(DeviceBuffer::allocate(0, verify_scratch_bytes(sizes[i]))).value());
+    dsts.push_back(std::move(DeviceBuffer::allocate(0, sizes[i] + 8)).value());
+    const Region staged = payloads[i].region().slice(0, sizes[i]);
+    if (sizes[i] > 0) REQUIRE(copy_async(staged, host_region(bytes[i]), *s));
+    REQUIRE(fill_async(dsts[i].region(), 0xee, s->handle()));
+    std::uint64_t expected = payload_checksum(bytes[i], 2);
+    if (i == 5) expected ^= 1;
+    VerifyItem v{staged, expected, scratches[i].region(), words + i, nullptr};
+    if (i == 2 || i == 4) {
+      const std::size_t from = std::min<std::size_t>(sizes[i], 16);
+      auto crc = static_cast<std::uint32_t>(
+          crc32_z(0, reinterpret_cast<const Bytef*>(bytes[i].data()) + from, sizes[i] - from));
+      claims[i] = CrcClaim{from, i == 4 ? crc ^ 1u : crc};
+      v.crc = &claims[i];
+    }
+    items.push_back(v);
+    words[i] = 0;
+    spans[i] = {CopySpan{dsts[i].data(), 0, sizes[i]}};
+    copies.push_back(GatedScatter{CopyPlan{spans[i], MemoryKind::kDevice, 0, sizes[i]}, staged,
+                                  reinterpret_cast<const std::uint32_t*>(scratches[i].data())});
+  }
+  REQUIRE(verify_payloads_async(items, *s));
+  REQUIRE((*exec)->scatter_batch_async(copies, *s));
+  REQUIRE(s->synchronize());
+  for (std::size_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    const bool ok = i != 4 && i != 5;
+    CHECK(words[i] == (ok ? kVerdictMatch : kVerdictMismatch));
+    auto got = download(dsts[i], *s);
+    got.resize(sizes[i]);
+    CHECK(got == (ok ? bytes[i] : std::vector<std::byte>(sizes[i], std::byte{0xee})));
+  }
+  std::vector<VerifyItem> too_many(kMaxVerifyBatch + 1, items[0]);
+  CHECK(verify_payloads_async(too_many, *s).code() == Code::kInvalidArgument);
+  std::vector<std::byte> host(64);
+  std::vector<CopySpan> one{CopySpan{dsts[0].data(), 0, 64}};
+  const GatedScatter from_host[] = {
+      GatedScatter{CopyPlan{one, MemoryKind::kDevice, 0, 64}, host_region(host), nullptr}};
+  CHECK((*exec)->scatter_batch_async(from_host, *s).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE(
+    "copy context: one per GPU, shared by every executor; its ring and pinned pool wait for "
+    "their users by events") {
+  auto a = CopyContext::of(0);
+  auto b = CopyContext::of(0);
+  REQUIRE((a && b));
+  CHECK(a->get() == b->get());
+  auto e1 = DeviceCopyExecutor::create(ExecutorOptions{});
+  REQUIRE(e1);
+  CHECK(&(*e1)->context() == a->get());
+  CHECK(CopyContext::of(device_count()).status().code() == Code::kInvalidArgument);
+  CopyContext& ctx = **a;
+
+  // The ring: a range not yet retired is never handed out again; a retired one is, once the
+  // next user's stream waited for the work behind it. A 100 ms spin holds the first range.
+  auto s = Stream::create(0);
+  auto t = Stream::create(0);
+  REQUIRE((s && t));
+  const std::uint64_t half = CopyContext::ring_bytes() / 2;
+  auto whole = ctx.ring_acquire(CopyContext::ring_bytes(), *s);  // earlier tests' ranges end here
+  REQUIRE(whole);
+  REQUIRE(ctx.ring_retire(*whole, *s));
+  auto r1 = ctx.ring_acquire(half, *s);
+  REQUIRE(r1);
+  auto r2 = ctx.ring_acquire(half, *s);
+  REQUIRE(r2);
+  CHECK(ctx.ring_acquire(1, *s).status().code() == Code::kRejected);  // both still being filled
+  CHECK(ctx.ring_acquire(CopyContext::ring_bytes() + 1, *s).status().code() == Code::kRejected);
+  REQUIRE(spin_async(s->handle(), 0, 100'000'000));
+  REQUIRE(fill_async(r1->region, 0x11, s->handle()));
+  REQUIRE(ctx.ring_retire(*r1, *s));
+  REQUIRE(ctx.ring_retire(*r2, *s));
+  auto r3 = ctx.ring_acquire(4096, *t);  // from the start again: r1's bytes
+  REQUIRE(r3);
+  CHECK(r3->region.data == r1->region.data);
+  REQUIRE(fill_async(r3->region, 0x22, t->handle()));  // after r1's fill, on the device
+  auto ev = Event::create(0);
+  REQUIRE(ev);
+  REQUIRE(ev->record(*t));
+  CHECK_FALSE(*ev->done());  // t waits for s's spin: nothing waited on the host
+  REQUIRE(ctx.ring_retire(*r3, *t));
+  REQUIRE(t->synchronize());
+  std::vector<std::byte> head(4096);
+  REQUIRE(copy_async(host_region(head), r3->region, *t));
+  REQUIRE(t->synchronize());
+  CHECK(head == std::vector<std::byte>(4096, std::byte{0x22}));
+
+  // The pinned pool: a buffer whose last use has not run is not lent again.
+  auto p1 = ctx.take_pinned(1 << 20);
+  REQUIRE(p1);
+  std::byte* first = p1->data();
+  REQUIRE(spin_async(s->handle(), 0, 100'000'000));
+  REQUIRE(p1->in_use_until(*s));
+  *p1 = PinnedStaging();
+  auto p2 = ctx.take_pinned(1 << 20);
+  REQUIRE(p2);
+  CHECK(p2->data() != first);
+  *p2 = PinnedStaging();
+  REQUIRE(s->synchronize());
+  auto p3 = ctx.take_pinned(1 << 20);
+  REQUIRE(p3);
+  CHECK((p3->data() == first || p3->data() == p2->data()));
+  CHECK(ctx.take_pinned(CopyContext::pinned_staging_limit() + 1).status().code() ==
+        Code::kRejected);
+}

@@ -385,7 +385,7 @@ int tier_plan_encode(const tier_plan* plan, uint8_t** out, size_t* size);
  * the tier_plan_* getters, free it with tier_plan_free. */
 int tier_plan_decode(const void* bytes, size_t size, tier_plan** out);
 /* Reports as one message: *out (free with tier_free) holds *size bytes. Errors: INVALID_ARGUMENT
- * (a channel out of range, a reason that is not "" or a worker outcome name). */
+ * (a channel or an outcome out of range, `ok` disagreeing with the outcome). */
 int tier_reports_encode(const tier_op_report* reports, size_t count, uint8_t** out, size_t* size);
 /* Reports from a message, for tier_scheduler_process. */
 typedef struct tier_reports tier_reports;
@@ -394,8 +394,19 @@ int tier_reports_decode(const void* bytes, size_t size, tier_reports** out);
 const tier_op_report* tier_reports_get(const tier_reports* reports, size_t* count);
 void tier_reports_free(tier_reports* reports);
 
-/* Queues the plan's operations on this rank; never blocks on transfers. */
+/* Queues the plan's operations on this rank. The caller's GPU work is taken as synchronized:
+ * with a device layout and a SLOT save in the plan, the call waits for the snapshot's copy (the
+ * caller may change the state group as soon as it returns); it never waits for a tier. */
 int tier_worker_submit(tier_worker* worker, const tier_plan* plan);
+/* tier_worker_submit with the caller's GPU work the plan's transfers must follow, as runtime
+ * handles (cudaStream_t / hipStream_t, cudaEvent_t / hipEvent_t cast to void*): `event`, when
+ * not NULL, recorded after the step's forward; `stream`, the compute stream that wrote the KV.
+ * Every transfer of the plan follows them on the device, and with `stream` a SLOT snapshot is one
+ * kernel enqueued there (ahead of the caller's next kernels): the call waits for no transfer.
+ * Both NULL: tier_worker_submit. A layout in host memory refuses a non-NULL order: every
+ * operation of the plan is then reported failed ("device_order"). */
+int tier_worker_submit_after(tier_worker* worker, const tier_plan* plan, void* stream,
+                             void* event);
 /* Runs queued loads, then up to max_saves queued saves (SIZE_MAX: all); *finished (may be NULL)
  * receives the operations finished. */
 int tier_worker_progress(tier_worker* worker, size_t max_saves, size_t* finished);

@@ -132,8 +132,8 @@ Status PageCodec::decode(std::span<const std::byte> payload, RegionList dst) con
 Result<DirectPayload> PageCodec::direct(RegionList regions) const noexcept {
   try {
     TIER_ASSIGN_OR_RETURN(PagePlan p, plan(regions));
-    // A tier writes device regions on its own stream: first let the caller's order pass.
-    if (p.plan().engine_kind == MemoryKind::kDevice) TIER_RETURN_IF_ERROR(executor_->settle());
+    // A tier writes device regions on its own stream: it must follow this executor's order.
+    if (p.plan().engine_kind == MemoryKind::kDevice) TIER_RETURN_IF_ERROR(executor_->share_order());
     return DirectPayload{};
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "dsv4 PAGE: out of memory building the plan");

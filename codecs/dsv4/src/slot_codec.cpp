@@ -161,6 +161,18 @@ Result<std::size_t> SlotBoundaryCodec::encode(RegionList src,
                                          dst.size()));
     auto frame = dst.first(total);
     TIER_RETURN_IF_ERROR(slot_->executor().gather(cp, frame.subspan(kAos1HeaderBytes)));
+    return seal(frame);
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "dsv4 SLOT: out of memory building the plan");
+  }
+}
+
+Result<std::size_t> SlotBoundaryCodec::seal(std::span<std::byte> frame) const noexcept {
+  try {
+    if (boundary_.tokens == 0) return Status::invalid("dsv4 SLOT: boundary of 0 tokens");
+    if (frame.size() != kAos1HeaderBytes + slot_->slot_bytes())
+      return Status::invalid(fmt::format("dsv4 SLOT: a frame of {} bytes, not {}", frame.size(),
+                                         kAos1HeaderBytes + slot_->slot_bytes()));
     Aos1Header h;
     h.boundary_tokens = boundary_.tokens;
     h.boundary_block_hash = boundary_.block_hash;
@@ -169,9 +181,9 @@ Result<std::size_t> SlotBoundaryCodec::encode(RegionList src,
     h.tp_rank = slot_->identity().tp_rank;
     Aos1Error e = finalize_aos1(frame, h);
     if (e != Aos1Error::kNone) return aos1_status(e);
-    return total;
+    return frame.size();
   } catch (const std::bad_alloc&) {
-    return Status(Code::kNoSpace, "dsv4 SLOT: out of memory building the plan");
+    return Status(Code::kNoSpace, "dsv4 SLOT: out of memory");
   }
 }
 
@@ -190,9 +202,9 @@ Status SlotBoundaryCodec::decode(std::span<const std::byte> payload,
 Result<DirectPayload> SlotBoundaryCodec::direct(RegionList regions) const noexcept {
   try {
     TIER_ASSIGN_OR_RETURN(SlotPlan p, slot_->plan(regions));
-    // A tier writes device regions on its own stream: first let the caller's order pass.
+    // A tier writes device regions on its own stream: it must follow this executor's order.
     if (p.plan().engine_kind == MemoryKind::kDevice)
-      TIER_RETURN_IF_ERROR(slot_->executor().settle());
+      TIER_RETURN_IF_ERROR(slot_->executor().share_order());
     return DirectPayload{kAos1HeaderBytes, this};
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "dsv4 SLOT: out of memory building the plan");

@@ -28,6 +28,23 @@ class BoundSlotCodec final : public Codec {
   dsv4::SlotBoundaryCodec inner_;
 };
 
+// A snapshot gathered by the KV memory, framed by the boundary's codec once it landed.
+class FramedSnapshot final : public engine::SlotSnapshot {
+ public:
+  FramedSnapshot(dsv4::SlotBoundaryCodec codec, std::unique_ptr<detail::PendingImage> image)
+      : codec_(codec), image_(std::move(image)) {}
+  std::uint32_t format_id() const noexcept override { return codec_.format_id(); }
+  Result<std::span<const std::byte>> frame() override {
+    TIER_ASSIGN_OR_RETURN(std::span<std::byte> f, image_->wait());
+    TIER_ASSIGN_OR_RETURN(std::size_t n, codec_.seal(f));
+    return std::span<const std::byte>(f.first(n));
+  }
+
+ private:
+  dsv4::SlotBoundaryCodec codec_;
+  std::unique_ptr<detail::PendingImage> image_;
+};
+
 }  // namespace
 
 std::string_view kv_memory_name(KvMemoryKind k) noexcept {
@@ -127,6 +144,23 @@ std::array<std::byte, 16> Dsv4Layout::slot_fingerprint(std::uint32_t tp_rank) co
 Status Dsv4Layout::order_after(const engine::DeviceOrder& after) {
   if (after.empty()) return Status::ok();
   return memory_->order_after(after.stream, after.event);
+}
+
+Result<std::unique_ptr<engine::SlotSnapshot>> Dsv4Layout::snapshot_slot(
+    const engine::SlotIdentity& id, std::int32_t group, const engine::DeviceOrder& after) {
+  const auto& own = slot_->identity();
+  if (id.tp_size != own.tp_size || id.tp_rank != own.tp_rank)
+    return Status::invalid("dsv4 layout: SLOT identity of another rank");
+  if (id.boundary_tokens == 0) return Status::invalid("dsv4 SLOT: boundary of 0 tokens");
+  TIER_ASSIGN_OR_RETURN(auto regions, slot_regions(group));
+  TIER_ASSIGN_OR_RETURN(dsv4::SlotPlan plan, slot_->plan(regions));
+  TIER_ASSIGN_OR_RETURN(auto image, memory_->snapshot(plan.plan(), kAos1HeaderBytes, after.stream));
+  try {
+    return std::unique_ptr<engine::SlotSnapshot>(new FramedSnapshot(
+        slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash}), std::move(image)));
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "dsv4 layout: out of memory");
+  }
 }
 
 Status Dsv4Layout::visit_host(RegionList regions, HostAccess access,

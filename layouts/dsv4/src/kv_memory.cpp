@@ -3,6 +3,13 @@
 namespace tier::dsv4::detail {
 namespace {
 
+// A snapshot copied when it was taken.
+struct Ready final : PendingImage {
+  explicit Ready(std::size_t n) : bytes(n) {}
+  Result<std::span<std::byte>> wait() override { return std::span(bytes); }
+  std::vector<std::byte> bytes;
+};
+
 class HostMemory final : public KvMemory {
  public:
   explicit HostMemory(const dsv4::Geometry& g) {
@@ -15,6 +22,17 @@ class HostMemory final : public KvMemory {
   CopyExecutor* executor() noexcept override { return nullptr; }
   Status order_after(void*, void*) override {
     return Status(Code::kNotSupported, "dsv4 layout: host KV memory has no device work to order");
+  }
+  Result<std::unique_ptr<PendingImage>> snapshot(const CopyPlan& plan, std::size_t header_bytes,
+                                                 void*) override {
+    try {
+      auto image = std::make_unique<Ready>(header_bytes + plan.image_bytes);
+      TIER_RETURN_IF_ERROR(
+          host_copy_executor().gather(plan, std::span(image->bytes).subspan(header_bytes)));
+      return std::unique_ptr<PendingImage>(std::move(image));
+    } catch (const std::bad_alloc&) {
+      return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the snapshot");
+    }
   }
   Status visit(RegionList regions, Access, const std::function<void(RegionList)>& fn) override {
     for (const Region& r : regions)

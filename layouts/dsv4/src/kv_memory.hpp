@@ -5,14 +5,25 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
-#include "tier/dsv4/geometry.hpp"
 #include "tier/copy_plan.hpp"
+#include "tier/dsv4/geometry.hpp"
 #include "tier/region.hpp"
 #include "tier/status.hpp"
 
 namespace tier::dsv4::detail {
+
+// A gather of engine memory into host memory started by KvMemory::snapshot: the bytes as they
+// were when it was taken, `header_bytes` free bytes before them for the caller's framing.
+class PendingImage {
+ public:
+  virtual ~PendingImage() = default;
+  // The header bytes and the image, once the image is in host memory (waits for its copy).
+  // Errors: DeviceError.
+  virtual Result<std::span<std::byte>> wait() = 0;
+};
 
 class KvMemory {
  public:
@@ -35,6 +46,16 @@ class KvMemory {
   // Orders the executor's transfers after a caller's stream or event (KvLayout::order_after).
   // Host memory: NotSupported.
   virtual Status order_after(void* stream, void* event) = 0;
+  // Takes a snapshot of `plan`'s engine bytes now. Device memory with `stream` (a caller's
+  // stream): the gather is enqueued on that stream, behind the caller's work there and ahead of
+  // whatever it enqueues next, into a range of the GPU's staging ring, then copied to pinned host
+  // memory on the context's download lane; nothing waits on the host. Without `stream`, the
+  // gather runs on the executor's lane (after the orders given) and is waited for before this
+  // returns. Host memory: a copy made now. Thread-safe with the codecs' transfers.
+  // Errors: InvalidArgument (plan), DeviceError, NoSpace.
+  virtual Result<std::unique_ptr<PendingImage>> snapshot(const CopyPlan& plan,
+                                                         std::size_t header_bytes,
+                                                         void* stream) = 0;
 };
 
 // Errors: NoSpace.

@@ -1,5 +1,6 @@
-// Device KV memory: the backings are GPU allocations; the codecs move bytes through the GPU copy
-// executor, and host access (fill, zero, digest) copies through a pinned scratch.
+// Device KV memory: the backings are GPU allocations; the codecs move bytes through a copy
+// executor on the GPU's shared CopyContext, and host access (fill, zero, digest) copies through
+// a pinned scratch on the context's lanes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,11 +14,40 @@ namespace {
 
 constexpr std::size_t kZeroChunk = 4u << 20;
 
+// A snapshot on its way to pinned host memory: `done` is behind its last copy.
+class PendingCopy final : public PendingImage {
+ public:
+  PendingCopy(std::shared_ptr<gpu::CopyContext> ctx, gpu::PinnedStaging memory, gpu::Event done,
+              std::size_t bytes)
+      : ctx_(std::move(ctx)), memory_(std::move(memory)), done_(std::move(done)), bytes_(bytes) {}
+  ~PendingCopy() override { ctx_->give_event(std::move(done_)); }
+  Result<std::span<std::byte>> wait() override {
+    TIER_RETURN_IF_ERROR(done_.synchronize());
+    return memory_.bytes().first(bytes_);
+  }
+
+ private:
+  std::shared_ptr<gpu::CopyContext> ctx_;
+  gpu::PinnedStaging memory_;  // back to the pool on destruction, reused once `done_` completed
+  gpu::Event done_;
+  std::size_t bytes_;
+};
+
+// A snapshot already in host memory.
+class Copied final : public PendingImage {
+ public:
+  explicit Copied(std::vector<std::byte> bytes) : bytes_(std::move(bytes)) {}
+  Result<std::span<std::byte>> wait() override { return std::span(bytes_); }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
 class DeviceMemory final : public KvMemory {
  public:
   static Result<std::unique_ptr<DeviceMemory>> create(const dsv4::Geometry& g, int device) {
-    TIER_ASSIGN_OR_RETURN(gpu::Stream stream, gpu::Stream::create(device));
-    std::unique_ptr<DeviceMemory> m(new DeviceMemory(device, std::move(stream)));
+    TIER_ASSIGN_OR_RETURN(auto ctx, gpu::CopyContext::of(device));
+    std::unique_ptr<DeviceMemory> m(new DeviceMemory(device, std::move(ctx)));
     std::uint64_t largest = 0;
     for (const auto& b : g.backings) {
       TIER_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, gpu::DeviceBuffer::allocate(device, b.bytes));
@@ -36,6 +66,76 @@ class DeviceMemory final : public KvMemory {
   CopyExecutor* executor() noexcept override { return executor_.get(); }
   Status order_after(void* stream, void* event) override {
     return executor_->order_after(stream, event);
+  }
+
+  Result<std::unique_ptr<PendingImage>> snapshot(const CopyPlan& plan, std::size_t header_bytes,
+                                                 void* stream) override {
+    const std::size_t total = header_bytes + plan.image_bytes;
+    auto pinned = ctx_->take_pinned(total);
+    if (!pinned) {
+      if (pinned.status() != Code::kRejected) return pinned.status();
+      // The pinned pool holds its limit: a pageable copy, waited for (after the orders given).
+      try {
+        std::vector<std::byte> bytes(total);
+        TIER_RETURN_IF_ERROR(executor_->gather(plan, std::span(bytes).subspan(header_bytes)));
+        return std::unique_ptr<PendingImage>(new Copied(std::move(bytes)));
+      } catch (const std::bad_alloc&) {
+        return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the snapshot");
+      }
+    }
+    gpu::DeviceGuard guard(device_);
+    TIER_RETURN_IF_ERROR(guard.status());
+    TIER_ASSIGN_OR_RETURN(gpu::Event done, ctx_->take_event());
+    const Region image = pinned->region().slice(header_bytes, plan.image_bytes);
+    Status st;
+    if (stream == nullptr) {
+      // Into pinned memory on the lane that follows the orders given; waited for here, since the
+      // caller may change the memory as soon as this returns.
+      const gpu::Stream& lane = ctx_->stream(gpu::Lane::kFromDevice);
+      st = executor_->gather_async(plan, image, lane);
+      if (st) st = done.record(lane);
+      if (st) st = done.synchronize();
+      if (!st) lane.synchronize().ignore();
+    } else {
+      // One kernel on the caller's stream into the staging ring (HBM to HBM: the caller's next
+      // kernels wait microseconds), then the DMA to pinned memory on the download lane.
+      const gpu::Stream caller = gpu::Stream::view(stream, device_);
+      const gpu::Stream& down = ctx_->stream(gpu::Lane::kDownload);
+      auto range = ctx_->ring_acquire(plan.image_bytes, caller);
+      if (!range) {
+        ctx_->give_event(std::move(done));
+        if (range.status() != Code::kRejected) return range.status();
+        // The ring cannot take it: straight into pinned memory on the caller's stream.
+        TIER_RETURN_IF_ERROR(executor_->gather_async(plan, image, caller));
+        TIER_ASSIGN_OR_RETURN(done, ctx_->take_event());
+        st = done.record(caller);
+        if (st) st = pinned->in_use_until(caller);
+      } else {
+        st = executor_->gather_async(plan, range->region, caller);
+        if (st) st = done.record(caller);
+        if (st) st = gpu::stream_wait_event(down, done.handle());
+        if (st) st = gpu::copy_async(image, range->region.slice(0, plan.image_bytes), down);
+        if (st) st = done.record(down);
+        Status ret = ctx_->ring_retire(*range, down);
+        if (st) st = ret;
+        if (st) st = pinned->in_use_until(down);
+      }
+      if (!st) {
+        caller.synchronize().ignore();  // enqueued copies still use the memory
+        down.synchronize().ignore();
+      }
+    }
+    if (!st) {
+      ctx_->give_event(std::move(done));
+      return st;
+    }
+    try {
+      return std::unique_ptr<PendingImage>(
+          new PendingCopy(ctx_, std::move(*pinned), std::move(done), total));
+    } catch (const std::bad_alloc&) {
+      done.synchronize().ignore();
+      return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the snapshot");
+    }
   }
 
   Status visit(RegionList regions, Access access,
@@ -59,21 +159,33 @@ class DeviceMemory final : public KvMemory {
     gpu::DeviceGuard guard(device_);
     TIER_RETURN_IF_ERROR(guard.status());
     if (access == Access::kRead) {
+      const gpu::Stream& lane = ctx_->stream(gpu::Lane::kFromDevice);
       for (std::size_t i = 0; i < regions.size(); ++i)
-        TIER_RETURN_IF_ERROR(gpu::copy_async(views[i], regions[i], stream_));
-      TIER_RETURN_IF_ERROR(stream_.synchronize());
+        TIER_RETURN_IF_ERROR(gpu::copy_async(views[i], regions[i], lane));
+      TIER_RETURN_IF_ERROR(wait_for(lane));
     }
     fn(views);
     if (access == Access::kWrite) {
+      const gpu::Stream& lane = ctx_->stream(gpu::Lane::kToDevice);
       for (std::size_t i = 0; i < regions.size(); ++i)
-        TIER_RETURN_IF_ERROR(gpu::copy_async(regions[i], views[i], stream_));
-      TIER_RETURN_IF_ERROR(stream_.synchronize());
+        TIER_RETURN_IF_ERROR(gpu::copy_async(regions[i], views[i], lane));
+      TIER_RETURN_IF_ERROR(wait_for(lane));
     }
     return Status::ok();
   }
 
  private:
-  DeviceMemory(int device, gpu::Stream stream) : device_(device), stream_(std::move(stream)) {}
+  DeviceMemory(int device, std::shared_ptr<gpu::CopyContext> ctx)
+      : device_(device), ctx_(std::move(ctx)) {}
+
+  // Waits for what was enqueued on `lane` so far (an event behind it, not the lane itself).
+  Status wait_for(const gpu::Stream& lane) {
+    TIER_ASSIGN_OR_RETURN(gpu::Event e, ctx_->take_event());
+    Status st = e.record(lane);
+    st = st ? e.synchronize() : lane.synchronize();
+    ctx_->give_event(std::move(e));
+    return st;
+  }
 
   // Fresh device memory holds whatever was there: copy zeros over every backing.
   Status zero_all(std::size_t chunk) {
@@ -82,16 +194,17 @@ class DeviceMemory final : public KvMemory {
     std::memset(zeros.data(), 0, zeros.size());
     gpu::DeviceGuard guard(device_);
     TIER_RETURN_IF_ERROR(guard.status());
+    const gpu::Stream& lane = ctx_->stream(gpu::Lane::kToDevice);
     for (const Region& r : regions_)
       for (std::size_t off = 0; off < r.size; off += chunk) {
         const std::size_t n = std::min(chunk, r.size - off);
-        TIER_RETURN_IF_ERROR(gpu::copy_async(r.slice(off, n), zeros.region().slice(0, n), stream_));
+        TIER_RETURN_IF_ERROR(gpu::copy_async(r.slice(off, n), zeros.region().slice(0, n), lane));
       }
-    return stream_.synchronize();
+    return wait_for(lane);
   }
 
   int device_;
-  gpu::Stream stream_;
+  std::shared_ptr<gpu::CopyContext> ctx_;
   std::vector<gpu::DeviceBuffer> owned_;
   std::vector<Region> regions_;
   gpu::PinnedBuffer scratch_;

@@ -38,11 +38,12 @@ class CopyExecutor {
   virtual Status gather(const CopyPlan& plan, std::span<std::byte> image) noexcept = 0;
   // Image -> engine.
   virtual Status scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept = 0;
-  // Returns once every transfer this executor enqueued, and every ordering it was given (a
-  // caller's event its transfers follow), has passed: a host wait. A codec calls it before a tier
-  // moves the codec's engine memory by other means (Codec::direct), so that move keeps the
-  // order this executor's transfers would have kept. Errors: DeviceError.
-  virtual Status settle() noexcept { return Status::ok(); }
+  // Makes the writes that another user of this executor's memory enqueues from now on (a tier
+  // moving a codec's payload into its engine memory through Codec::direct) follow every transfer
+  // this executor enqueued and every order it was given. Device-side where the memory is a GPU's
+  // (an event wait on the stream the tier's copies run on), never a host wait; host memory has
+  // nothing to order. Errors: DeviceError.
+  virtual Status share_order() noexcept { return Status::ok(); }
 };
 
 // memcpy executor for host-kind plans. Errors: NotSupported for device plans.

@@ -100,7 +100,7 @@ enum class WorkerOutcome : std::uint8_t {
   kSidecarCorrupt = 5,           // the sidecar failed its checks; its key was invalidated
   // Saves.
   kMaxPendingSaves = 6,           // refused at submit(): too many saves queued
-  kSnapshot = 7,                  // the SLOT snapshot could not be taken at submit()
+  kSnapshot = 7,                  // the SLOT snapshot could not be taken, or its copy failed
   kPageStore = 8,                 // a PAGE chunk was not stored: the SLOT is not published
   kPageVisibility = 9,            // the PAGE visibility probe failed
   kPageVisibilityTimeout = 10,    // the PAGE prefix never showed through the boundary

@@ -16,7 +16,9 @@
 //
 // Saves: accepted only while fewer than `max_pending_saves` are queued or running (else rejected
 // at once with `max_pending_saves`, never waited for). A SLOT save snapshots the state group at
-// submit(), before the next forward can change it. At run time: PAGE chunks are stored (any
+// submit(), before the next forward can change it (KvLayout::snapshot_slot: with a DeviceOrder
+// naming the caller's stream, a copy enqueued on that stream, framed later by progress()). At
+// run time: PAGE chunks are stored (any
 // failure: `page_store`, and the SLOT is not published); the PAGE prefix must be visible through
 // the boundary; a key fenced by a failed invalidation must be removed first
 // (`sidecar_invalidation`); then the sidecar is stored and must be visible. Visibility is polled
@@ -42,16 +44,21 @@
 // submit() queues the load, and releases that lease when its load ends: with TP > 1 each rank's
 // copies are held too, from the plan's arrival on.
 //
-// Device transfers (KV in GPU memory, docs/engine.md): the layout moves bytes on its own stream,
-// ordered after the DeviceOrder given to submit() on the device (no host wait, no device-wide
-// synchronize); an operation is reported once an event behind its transfers has completed, so
-// the caller's next forward overlaps the previous step's saves when progress() runs on another
-// thread. A load is one unit: per-layer waits are not offered yet.
+// Device transfers (KV in GPU memory, docs/engine.md): the layout moves bytes on the streams of
+// its GPU's copy context, ordered after the DeviceOrder given to submit() on the device; an
+// operation is reported once an event behind its transfers has completed (progress() waits for
+// that event on its own thread), so the caller's next forward overlaps the previous step's saves
+// when progress() runs on another thread. A load is one unit: per-layer waits are not offered.
 //
 // Threads: every method may be called from any thread.
-//  - submit() never waits for an operation: it appends to the queues under a short lock. A SLOT
-//    snapshot is taken before it returns (the layout call may wait for another layout call of
-//    this worker to finish, an encode or a decode, never for a tier).
+//  - submit() waits for no operation and no transfer: it appends to the queues under a short
+//    lock. A SLOT snapshot is started before it returns. With a device layout and a DeviceOrder
+//    that names the caller's stream, it is one kernel enqueued on that stream (ahead of the next
+//    forward) and a copy to pinned host memory behind it: submit() waits for neither. With an
+//    empty order, or an event alone, nothing orders the caller's next write of the state group
+//    after the snapshot, so submit() waits for the snapshot's copy (and, with an event, for that
+//    event first). A layout without snapshot_slot() is encoded under the worker's layout lock,
+//    which may wait for an encode or decode of progress() in flight, never for a tier.
 //  - progress() runs the operations without that lock; two progress() calls run one after the
 //    other.
 //  - The TierView calls (lookup_prefix, has_commit, put_commit, remove_commit) go to the
@@ -100,6 +107,19 @@ struct DeviceOrder {
   bool empty() const noexcept { return stream == nullptr && event == nullptr; }
 };
 
+// A SLOT snapshot started by KvLayout::snapshot_slot: the state group's bytes as of submit(),
+// framed as the layout's slot codec frames them.
+class SlotSnapshot {
+ public:
+  virtual ~SlotSnapshot() = default;
+  // The layout id of the codec whose frame it is (stored in the object header).
+  virtual std::uint32_t format_id() const noexcept = 0;
+  // Waits until the copy has landed in host memory, frames it and returns the frame, valid until
+  // destruction (progress() calls it once, on its own thread). Errors: DeviceError, and the
+  // codec's encode() errors.
+  virtual Result<std::span<const std::byte>> frame() = 0;
+};
+
 // The model's KV memory on one rank and the codecs that move it. The DSV4 implementation binds
 // the DSV4 geometry and codecs; tests and tierbench use the same interface.
 class KvLayout {
@@ -135,6 +155,20 @@ class KvLayout {
     if (after.empty()) return Status::ok();
     return Status(Code::kNotSupported, "this KV layout has no device memory to order");
   }
+  // Starts a snapshot of state group `group` framed for `id`, as of now (order_after(after) was
+  // called just before): the bytes the caller's work up to `after` wrote, never a later write.
+  // With `after.stream` set, a device layout enqueues the copy on that stream (the caller's next
+  // kernels there follow it) and waits for nothing; otherwise it has the bytes before returning.
+  // Threads: the worker calls it without its layout lock, so it may run while another thread is
+  // inside this layout's codecs (progress()), and must not wait for them. Errors: NotSupported,
+  // the default: the worker encodes the snapshot with slot_codec() under its layout lock instead;
+  // InvalidArgument, DeviceError, NoSpace (the save then fails as `snapshot`).
+  virtual Result<std::unique_ptr<SlotSnapshot>> snapshot_slot(const SlotIdentity& id,
+                                                              std::int32_t group,
+                                                              const DeviceOrder& after) {
+    (void)id, (void)group, (void)after;
+    return Status(Code::kNotSupported, "this KV layout takes no asynchronous snapshots");
+  }
 };
 
 struct WorkerCounters {
@@ -155,9 +189,10 @@ class Worker final : public TierView {
 
   // Queues the plan's operations and snapshots its SLOT saves. `after`: the caller's GPU work
   // that wrote this step's KV; the layout's transfers of this plan (the snapshots taken here, the
-  // saves and loads progress() runs later) start after it on the layout's own stream, so the
-  // caller never synchronizes its compute stream and may enqueue the next forward at once. When
-  // the layout cannot order them, every operation of the plan fails (`device_order`).
+  // saves and loads progress() runs later) start after it on the device, so the caller never
+  // synchronizes its compute stream and may enqueue the next forward at once (on `after.stream`,
+  // where the snapshots were enqueued: Threads above says when submit() waits). When the layout
+  // cannot order them, every operation of the plan fails (`device_order`).
   void submit(const StepPlan& plan, const DeviceOrder& after = {});
   // Runs every queued load, then up to `max_saves` queued saves. Returns operations finished.
   std::size_t progress(std::size_t max_saves = SIZE_MAX);
@@ -203,7 +238,8 @@ class Worker final : public TierView {
   };
   struct QueuedSave {
     SaveOp op;
-    std::vector<std::byte> staging;  // the SLOT codec's payload, encoded at submit()
+    std::unique_ptr<SlotSnapshot> snapshot;  // the layout's snapshot, taken at submit()
+    std::vector<std::byte> staging;  // or the SLOT codec's payload, encoded at submit()
     std::uint32_t format_id = 0;     // that codec's layout id
     WorkerOutcome early_failure = WorkerOutcome::kOk;  // kSnapshot when the snapshot failed
   };
@@ -222,7 +258,7 @@ class Worker final : public TierView {
   bool invalidate(const ObjectKey& key, Counter& removed);
 
   // Snapshots the SLOT of `q.op` (submit(), no lock of the queues held).
-  void snapshot(QueuedSave& q);
+  void snapshot(QueuedSave& q, const DeviceOrder& after);
   bool is_fenced(const ObjectKey& key) const;
 
   EngineConfig config_;

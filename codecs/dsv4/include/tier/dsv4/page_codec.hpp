@@ -78,7 +78,8 @@ class PageCodec final : public Codec {
   // described blocks: the stored object is not what its key says).
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
   // The PAGE image is the blocks' spans concatenated in plan order: Ok for a list plan() accepts;
-  // for device regions, after the executor settled (the caller's order has passed).
+  // for device regions, the executor has shared its order (CopyExecutor::share_order), so the
+  // tier's copies into them follow the caller's order without a host wait.
   Result<DirectPayload> direct(RegionList regions) const noexcept override;
 
  private:

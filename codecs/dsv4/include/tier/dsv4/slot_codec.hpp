@@ -126,8 +126,13 @@ class SlotBoundaryCodec final : public Codec, public PayloadCheck {
   std::string_view name() const noexcept override { return "dsv4_slot"; }
   std::uint32_t format_id() const noexcept override { return kSlotLayoutId; }
   Result<std::size_t> encoded_size(RegionList src) const noexcept override;
-  // Gathers the slot straight behind the header, then finalizes the header in place.
+  // Gathers the slot straight behind the header, then finalizes the header in place (seal()).
   Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override;
+  // encode() without its gather: `frame` holds the slot image after kAos1HeaderBytes (gathered
+  // elsewhere, e.g. an asynchronous snapshot), and the header is written in front of it.
+  // Returns the frame's size. Errors: InvalidArgument (a boundary of 0 tokens, a frame of
+  // another size than the header and the slot image).
+  Result<std::size_t> seal(std::span<std::byte> frame) const noexcept;
   // Errors: InvalidArgument (regions), ChecksumMismatch "aos1 <error>" (the frame).
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
   // The AOS1 header is the framing: a tier may scatter the slot image itself after check()

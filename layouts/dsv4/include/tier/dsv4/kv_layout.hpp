@@ -1,6 +1,7 @@
 #pragma once
-// Dsv4Layout: the engine's KvLayout (tier::engine::KvLayout) over the DSV4 geometry and codecs (codecs/dsv4), with the
-// KV memory of one rank in host memory or in GPU memory (Dsv4LayoutOptions::memory).
+// Dsv4Layout: the engine's KvLayout (tier::engine::KvLayout) over the DSV4 geometry and codecs
+// (codecs/dsv4), with the KV memory of one rank in host memory or in GPU memory
+// (Dsv4LayoutOptions::memory).
 //
 //  - PAGE: dsv4::PageCodec; a chunk's regions are PageCodec::describe(block ids), so a chunk's
 //    payload is the reference's block-major, region-minor PAGE image.
@@ -11,8 +12,9 @@
 // Memory. `host`: every backing of the geometry is a host allocation and the codecs move bytes
 // with memcpy. `device`: every backing is a GPU allocation on `device` (MemoryKind::kDevice
 // regions) and both codecs move bytes through the GPU copy executor (hip/gpu.hpp
-// DeviceCopyExecutor: one kernel launch per PAGE chunk or SLOT image, zero-copy or staged as the
-// executor decides for the image's memory), so the worker saves PAGE chunks and SLOT sidecars
+// DeviceCopyExecutor over the GPU's shared CopyContext: one kernel launch per PAGE chunk or SLOT
+// image, zero-copy or staged as the executor decides for the image's memory), so the worker saves
+// PAGE chunks and SLOT sidecars
 // straight from GPU memory and restores into it, with the same all-or-nothing checks (a SLOT
 // frame is checked in host memory before the scatter writes a byte of the state group). This
 // header carries no GPU runtime type; a build without the GPU part (gpu=disabled, or no GPU
@@ -24,9 +26,10 @@
 // host scratch, one synchronized copy per region), so it is a test and benchmark tool, not a
 // data path.
 //
-// Threads: one caller at a time. The worker's calls run under its lock; visit_host() must not
-// overlap them (as a forward pass does not overlap the worker's save of the same layout in the
-// simulated engines).
+// Threads: one caller at a time, except snapshot_slot(), which may run beside the codecs' calls
+// (the device executor and the copy context are thread-safe). The worker's other calls run under
+// its lock; visit_host() must not overlap them (as a forward pass does not overlap the worker's
+// save of the same layout in the simulated engines).
 
 #include <array>
 #include <cstdint>
@@ -88,6 +91,15 @@ class Dsv4Layout final : public engine::KvLayout {
   // DeviceCopyExecutor::order_after), so every snapshot, save and load follows the caller's
   // forward without a host wait. Host memory: NotSupported for a non-empty order.
   Status order_after(const engine::DeviceOrder& after) override;
+  // The SLOT of `group` as of now, framed as slot_codec(id) frames it. Device memory with
+  // `after.stream`: one gather kernel on that stream into the GPU's staging ring, then a copy to
+  // pinned host memory on the copy context's download lane, framed (AOS1 header, CRC-32) when
+  // the worker asks for the frame; nothing waits on the host. Otherwise the bytes are copied
+  // before this returns. Thread-safe with the codecs' calls. Errors: InvalidArgument (group,
+  // identity of another rank), DeviceError, NoSpace.
+  Result<std::unique_ptr<engine::SlotSnapshot>> snapshot_slot(
+      const engine::SlotIdentity& id, std::int32_t group,
+      const engine::DeviceOrder& after) override;
 
   const Geometry& geometry() const noexcept { return geometry_; }
   const Dsv4LayoutOptions& options() const noexcept { return options_; }

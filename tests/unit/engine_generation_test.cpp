@@ -86,14 +86,14 @@ TEST_CASE("tp cross generation reports do not clear or commit until matched") {
   REQUIRE(p1.saves[0].slot);
   const auto g = p1.saves[0].id;
   // rank 0 reports the PAGE op, rank 1 the boundary op: nothing clears or commits.
-  std::vector<OpReport> crossed = {{Channel::kPageSave, g, 0, true, ""},
-                                   {Channel::kSlotSave, g, 1, true, ""}};
+  std::vector<OpReport> crossed = {{Channel::kPageSave, g, 0, WorkerOutcome::kOk},
+                                   {Channel::kSlotSave, g, 1, WorkerOutcome::kOk}};
   auto ev = sim.sched->process(crossed);
   CHECK(ev.terminals.empty());
   CHECK(sim.sched->saves_pending() == 1);
   CHECK_FALSE(sim.sched->is_committed(*p1.saves[0].slot));
-  std::vector<OpReport> matched = {{Channel::kPageSave, g, 1, true, ""},
-                                   {Channel::kSlotSave, g, 0, true, ""}};
+  std::vector<OpReport> matched = {{Channel::kPageSave, g, 1, WorkerOutcome::kOk},
+                                   {Channel::kSlotSave, g, 0, WorkerOutcome::kOk}};
   ev = sim.sched->process(matched);
   CHECK(ev.terminals.size() == 2);
   CHECK(sim.sched->is_committed(*p1.saves[0].slot));
@@ -117,8 +117,8 @@ TEST_CASE("earlier save completion clears only its page generation") {
   REQUIRE(p2.saves[0].slot);
   CHECK(sim.sched->saves_pending() == 2);
   const auto g1 = p1.saves[0].id;
-  std::vector<OpReport> done1 = {{Channel::kPageSave, g1, 0, true, ""},
-                                 {Channel::kPageSave, g1, 1, true, ""}};
+  std::vector<OpReport> done1 = {{Channel::kPageSave, g1, 0, WorkerOutcome::kOk},
+                                 {Channel::kPageSave, g1, 1, WorkerOutcome::kOk}};
   sim.sched->process(done1);
   CHECK(sim.sched->saves_pending() == 1);
   CHECK(sim.sched->should_defer_free(l.h));
@@ -139,8 +139,8 @@ TEST_CASE("abort during second load ignores first consumed generation") {
   auto [l2, o2] = sim.admit(3, a);
   sim.step(false);
   CHECK_FALSE(sim.sched->finish(l2.h));  // abort during the second load
-  std::vector<OpReport> late = {{Channel::kLoad, g1, 0, true, ""},
-                                {Channel::kLoad, g1, 1, true, ""}};
+  std::vector<OpReport> late = {{Channel::kLoad, g1, 0, WorkerOutcome::kOk},
+                                {Channel::kLoad, g1, 1, WorkerOutcome::kOk}};
   auto ev = sim.sched->process(late);
   CHECK(ev.terminals.empty());
   CHECK(ev.loaded.empty());

@@ -266,6 +266,7 @@ void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
       std::lock_guard<std::mutex> lock(mu_);
       if (op.lease != 0 && leases_.count(op.lease) != 0) continue;
     }
+    if (!page_destinations(op)) continue;  // malformed: its load refuses it, no tier is asked
     auto l = lease(op.chunk_keys, op.slot, std::chrono::milliseconds(config_.lease_timeout_ms));
     if (l) own_leases[i] = l->id;  // best effort: a tier that cannot lease holds nothing
   }
@@ -362,33 +363,35 @@ std::vector<std::uint64_t> Worker::loaded_bytes_by_tier() const {
   return loaded_by_tier_;
 }
 
-WorkerOutcome Worker::run_load(const LoadOp& op) {
+std::optional<std::vector<std::vector<Region>>> Worker::page_destinations(const LoadOp& op) {
   const std::uint64_t chunk = config_.chunk_tokens;
-  if (op.page_start % chunk != 0 || op.page_end <= op.page_start)
-    return WorkerOutcome::kPageUnavailable;
+  if (op.page_start % chunk != 0 || op.page_end <= op.page_start) return std::nullopt;
   const std::size_t blocks_per_chunk = chunk / config_.block_tokens;
-  if (op.block_ids.size() != op.chunk_keys.size() * blocks_per_chunk)
-    return WorkerOutcome::kPageUnavailable;
+  if (op.block_ids.size() != op.chunk_keys.size() * blocks_per_chunk) return std::nullopt;
   // Every destination block is distinct, across chunks too (the layout checks one chunk at a
   // time): a block named twice would end up holding the wrong chunk.
   std::vector<std::uint32_t> ids = op.block_ids;
   std::sort(ids.begin(), ids.end());
-  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
-    return WorkerOutcome::kPageUnavailable;
-  // PAGE first; the SLOT is fetched only when every chunk loaded.
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) return std::nullopt;
   std::vector<std::vector<Region>> regions(op.chunk_keys.size());
+  std::lock_guard<std::mutex> lock(layout_mu_);
+  for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
+    auto r = layout_.page_regions(
+        std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
+    if (!r) return std::nullopt;
+    regions[i] = std::move(r).value();
+  }
+  return regions;
+}
+
+WorkerOutcome Worker::run_load(const LoadOp& op) {
+  // PAGE first; the SLOT is fetched only when every chunk loaded.
+  auto regions = page_destinations(op);
+  if (!regions) return WorkerOutcome::kPageUnavailable;
   std::vector<LoadItem> items;
   items.reserve(op.chunk_keys.size());
-  {
-    std::lock_guard<std::mutex> lock(layout_mu_);
-    for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
-      auto r = layout_.page_regions(
-          std::span(op.block_ids).subspan(i * blocks_per_chunk, blocks_per_chunk));
-      if (!r) return WorkerOutcome::kPageUnavailable;
-      regions[i] = std::move(r).value();
-      items.push_back(LoadItem{page_key(op.chunk_keys[i]), regions[i]});
-    }
-  }
+  for (std::size_t i = 0; i < op.chunk_keys.size(); ++i)
+    items.push_back(LoadItem{page_key(op.chunk_keys[i]), (*regions)[i]});
   std::vector<LoadResult> results(items.size());
   if (!stack_.load(items, LockedCodec(layout_.page_codec(), layout_mu_), results).is_ok())
     return WorkerOutcome::kPageUnavailable;
@@ -405,7 +408,7 @@ WorkerOutcome Worker::run_load(const LoadOp& op) {
     }
     counters_.page_chunks_loaded.add();
     std::lock_guard<std::mutex> lock(mu_);
-    loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] += total_bytes(regions[i]);
+    loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] += total_bytes((*regions)[i]);
   }
   if (!all) return WorkerOutcome::kPageUnavailable;
   if (!op.slot) return WorkerOutcome::kOk;

@@ -1385,7 +1385,7 @@ PYBIND11_MODULE(_libtier, m) {
                              outcome};
            }),
            py::arg("channel"), py::arg("request"), py::arg("generation"), py::arg("rank"),
-           py::arg("ok"), py::arg("reason") = "")
+           py::arg("ok"), py::arg("reason") = "", doc("OpReport.__init__"))
       .def_readonly("channel", &OpReport::channel)
       .def_readonly("request", &OpReport::request)
       .def_readonly("generation", &OpReport::generation)

@@ -413,8 +413,8 @@ TEST_CASE("a profile checked without loading plugins loads none and lists what i
   REQUIRE_MESSAGE(p.is_ok(), errors.joined());
   REQUIRE(unchecked.size() == 1);
   CHECK(unchecked[0] ==
-        "/tiers/0/backend: backend \"mock\" is a plugin that is not loaded: its "
-        "options are not checked");
+        "/tiers/0/backend: backend \"mock\" is a plugin that is not loaded and has no option "
+        "schema beside it: its options are not checked");
   CHECK(p->tiers[0].backend_options == Json{{"bogus", 1}});  // as written
   CHECK(registry.find_registered(PluginKind::kBackend, "mock") == nullptr);
   // Loading checks the options.

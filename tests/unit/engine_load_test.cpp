@@ -95,15 +95,20 @@ TEST_CASE("page and slot load orders page retrieve before sidecar get, restore, 
   const auto& w1c = w1.counters();
   auto ev = sim.collect();
   REQUIRE(ev.loaded.size() == 1);
-  // Rank 1 fetched the 8 PAGE chunks in order, then the sidecar once, and nothing else.
+  // Rank 1 leased the 8 PAGE chunks and the sidecar when the plan arrived (submit), then
+  // fetched the chunks in order, then the sidecar once, and nothing else.
   const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
-  REQUIRE(trace.size() == 9);
-  for (std::size_t i = 0; i < 8; ++i) {
-    CHECK(trace[i].first == Op::kGet);
-    CHECK(trace[i].second == w1.page_key(keys[i]));
+  REQUIRE(trace.size() == 18);
+  for (std::size_t i = 0; i < 9; ++i) {
+    CHECK(trace[i].first != Op::kGet);
+    CHECK(trace[i].second == (i < 8 ? w1.page_key(keys[i]) : w1.slot_key(b)));
   }
-  CHECK(trace[8].first == Op::kGet);
-  CHECK(trace[8].second == w1.slot_key(b));
+  for (std::size_t i = 0; i < 8; ++i) {
+    CHECK(trace[9 + i].first == Op::kGet);
+    CHECK(trace[9 + i].second == w1.page_key(keys[i]));
+  }
+  CHECK(trace[17].first == Op::kGet);
+  CHECK(trace[17].second == w1.slot_key(b));
   CHECK(w1c.slot_restores.get() == 1);
   check_restored(sim, l.h, 8192);
 }

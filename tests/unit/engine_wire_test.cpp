@@ -481,11 +481,11 @@ TEST_CASE("reports with an unknown outcome, channel or ok value are refused") {
   const Bytes m = require_value(wire::encode_reports(sample_reports()));
   const std::size_t rec = 24 + 16;  // the first record
   Bytes e = m;
-  set(e, rec + 2, 16, 2);  // a reason code after the last one: a later version's
+  set(e, rec + 2, kWorkerOutcomeCount, 2);  // an outcome after the last one: a later version's
   e = reseal(e);
   CHECK(reports_error(e) == Code::kInvalidArgument);  // on a success
   e = m;
-  set(e, rec + 2 * 24 + 2, 16, 2);  // on a failure
+  set(e, rec + 2 * 24 + 2, kWorkerOutcomeCount, 2);  // on a failure
   CHECK(reports_error(reseal(e)) == Code::kNotSupported);
   e = m;
   set(e, rec, 3, 1);

@@ -246,6 +246,10 @@ class Worker final : public TierView {
   Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
          PluginPtr<Codec> identity);
   void report(Channel c, const OperationId& id, WorkerOutcome outcome);
+  // The destination regions of a load's PAGE chunks, one vector per chunk, or nullopt when the
+  // operation is malformed (unaligned, blocks not matching its chunks, a block named twice or
+  // outside the layout's pool). Takes layout_mu_.
+  std::optional<std::vector<std::vector<Region>>> page_destinations(const LoadOp& op);
   WorkerOutcome run_load(const LoadOp& op);
   void run_save(QueuedSave& q);
   WorkerOutcome save_slot(QueuedSave& q);

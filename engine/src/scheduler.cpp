@@ -198,9 +198,11 @@ Result<MatchResult> Scheduler::lookup(SeqHandle h) {
       found = cand;
       break;
     }
-    // Above the boundary used, the PAGE chunks are saved again (put-if-absent refreshes their
-    // recency), as a failed load would have them, so their sidecars can be published again.
-    if (sidecar_lost) s->saved = std::max(saved_before, found ? found->tokens : 0);
+    // Above the boundary used (all of them without one), the PAGE chunks are saved again
+    // (put-if-absent: a rank that holds one refreshes its recency), as a failed load would have
+    // them: the probe sees rank 0's chunks only, and a chunk another rank failed to store would
+    // otherwise keep every later SLOT of this prefix from showing its PAGE prefix there.
+    s->saved = std::max(saved_before, found ? found->tokens : 0);
     if (!found) {
       counters_.lookups_without_commit.add();
       return m;  // a PAGE-only stateful prefix is never a hit

@@ -342,3 +342,27 @@ TEST_CASE("same request saves serialize and release on all ops done") {
   // Released exactly once.
   CHECK(sim.step().freeable.empty());
 }
+
+// A PAGE chunk one rank failed to store while rank 0 stored it: the lookup probe sees rank 0's
+// chunks only, so a later request of the prefix must save the chunks above its committed boundary
+// again (all of them without one); else rank 1's SLOT of that boundary never sees its PAGE prefix
+// (`page_visibility_timeout`) and the prefix is never committed until eviction.
+TEST_CASE("a PAGE chunk one rank failed to store is saved again by the next request") {
+  FaultScope faults;
+  SimEngine sim(rank1_faulty());
+  const auto a = tokens(71, 8192 + 8);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, sim.o_.config.chunk_tokens);
+  const ObjectKey lost = w1.page_key(keys[3]);
+  fault_control().fail_put = [&](const ObjectKey& k) { return k == lost; };
+  sim.run(1, a);
+  CHECK_FALSE(sim.sched->is_committed(b));  // rank 1's PAGE save failed: no SLOT published
+  fault_control().fail_put = nullptr;
+  const auto saved_before = w1.counters().page_chunks_saved.get();
+  run_and_check(sim, 2, a, {.tokens = 0});  // no commit: recomputed, PAGE saved again
+  CHECK(w1.counters().page_chunks_saved.get() > saved_before);
+  CHECK(sim.sched->is_committed(b));
+  auto resumed = run_and_check(sim, 3, a, {.loaded = true});
+  CHECK(resumed.resumed_from == 8192);
+}

@@ -446,7 +446,8 @@ class Worker:
         .cuda_stream`, an event's `cuda_event`); with `stream` a SLOT snapshot is one kernel on
         it and the call waits for no transfer. Without them the caller's work is taken as
         synchronized and a device layout's SLOT snapshot is copied before the call returns
-        (tier_worker_submit_after). Never waits for a tier."""
+        (tier_worker_submit_after). Of the tiers it waits only for the lease of each load's
+        objects (no transfer)."""
     def progress(self, max_saves: Optional[int] = None) -> int:
         """Runs queued loads, then up to `max_saves` queued saves (GIL released); returns the
         number of operations finished."""

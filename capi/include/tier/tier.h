@@ -396,7 +396,8 @@ void tier_reports_free(tier_reports* reports);
 
 /* Queues the plan's operations on this rank. The caller's GPU work is taken as synchronized:
  * with a device layout and a SLOT save in the plan, the call waits for the snapshot's copy (the
- * caller may change the state group as soon as it returns); it never waits for a tier. */
+ * caller may change the state group as soon as it returns); of the tiers it waits only for the
+ * lease of each load's objects (a short request, no transfer: docs/engine.md "Lookup leases"). */
 int tier_worker_submit(tier_worker* worker, const tier_plan* plan);
 /* tier_worker_submit with the caller's GPU work the plan's transfers must follow, as runtime
  * handles (cudaStream_t / hipStream_t, cudaEvent_t / hipEvent_t cast to void*): `event`, when

@@ -212,7 +212,7 @@ class RankState:
         self.rank = spec["rank"]
         self.bt = spec["block_tokens"]
         ns = spec["namespace"]
-        self.store = libtier.Store.open(spec["profile"], rank=self.rank)
+        self.store = libtier.Store.open(spec["profile"], namespace=ns, rank=self.rank)
         memory = "device" if spec["device"] is not None else "host"
         self.layout = libtier.Dsv4Layout.create(spec["model"], ns, spec["tp"], self.rank,
                                                 memory=memory, device=spec["device"] or 0)
@@ -395,7 +395,8 @@ class Engine:
         if a.pinned:
             shm["pinned"] = True
         shared = {"name": "shm", "capacity": a.shm_capacity, "backend": shm}
-        view_store = libtier.Store.open({"tiers": [dict(shared, backend=dict(shm, pinned=False))]})
+        view_store = libtier.Store.open({"tiers": [dict(shared, backend=dict(shm, pinned=False))]},
+                                        namespace=self.ns)
         self.view_layout = libtier.Dsv4Layout.create(self.model(1, 1), self.ns, a.ranks, 0)
         bt = self.view_layout.block_tokens
         self.bt = bt

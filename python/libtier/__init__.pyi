@@ -14,10 +14,12 @@ Conventions used below:
   is their bytes concatenated in order).
 
 Threads: every transfer releases the GIL. The Store's calls may be made from several threads at
-once (they serialize on a lock per Store). Scheduler and Worker follow the engine's contract:
-one thread per Scheduler; a Worker's calls may come from its rank thread while the scheduler
-thread uses it as the view (they share its Store's lock). The key functions, the log calls and
-miss_ratio_curve may be called from any thread.
+once and their transfers run in parallel (no lock around a transfer: N threads on one Store move
+bytes at about N threads' copy speed on the cpu tier). Host arrays on the cpu tier are moved
+once, straight between the tier and the array (metrics()["stack"]["staging_copy_bytes"] stays
+0). Scheduler and Worker follow the engine's contract: one thread per Scheduler; a Worker's
+calls may come from its rank thread while the scheduler thread uses it as the view. The key
+functions, the log calls and miss_ratio_curve may be called from any thread.
 
 The extension's docstrings are made from this file at build time (gen_docs.py), so help() shows
 the same text; python/tests/test_docs.py checks that they agree.
@@ -193,8 +195,8 @@ class Store:
 
     Objects are stored under (namespace, key, rank): the namespace and rank are the Store's,
     set at open(). Puts are put-if-absent: saving a key that is stored already is OK.
-    Thread safety: every method may be called from several threads; calls serialize on the
-    Store's lock, and transfers release the GIL while they run."""
+    Thread safety: every method may be called from several threads at once; transfers release
+    the GIL and run in parallel (the Store holds no lock around them)."""
 
     @staticmethod
     def open(

@@ -21,14 +21,18 @@
  * Threads
  *  - Key functions, tier_code_name, tier_last_error, tier_version, tier_log_*, tier_curve_*:
  *    any thread, concurrently (a tier_curve is read-only once made).
- *  - tier_store_*: any thread, concurrently. Each store serializes its calls on one lock (the
- *    TierStack behind it has one owner at a time); an asynchronous submit queues the batch for
- *    the store's own transfer thread, which takes the same lock. A store must not be closed while
- *    another thread uses it.
+ *  - tier_store_*: any thread, concurrently, and their transfers run in parallel: a store holds
+ *    no lock around a transfer (its TierStack keeps only its bookkeeping under short locks, and
+ *    the cpu tier copies on the calling threads at once), so N threads saving or loading through
+ *    one store move bytes at N threads' speed. An asynchronous submit queues the batch for the
+ *    store's own transfer thread, which runs it the same way beside the callers' own calls.
+ *    Host regions on the cpu tier are moved once, between the tier and the caller's memory
+ *    (metrics: staging_copy_bytes stays 0). A store must not be closed while another thread
+ *    uses it.
  *  - tier_worker_* and tier_scheduler_*: the engine's contract (docs/engine.md). A scheduler is
- *    used by one thread at a time; a worker may be driven from its rank thread while the
- *    scheduler thread uses it as its view. Both take the lock of the worker's store around every
- *    call, so store calls on that store from other threads remain safe.
+ *    used by one thread at a time (its calls hold its own lock); a worker may be driven from its
+ *    rank thread while the scheduler thread uses it as its view, and store calls on its store
+ *    from other threads run beside both.
  *  - tier_dsv4_layout_*: the region getters may be called from any thread; the layout must
  *    outlive the workers made over it.
  */

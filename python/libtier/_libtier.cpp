@@ -451,26 +451,56 @@ class Store {
     }
   }
 
+  // Closes the store once every call in progress returned (new calls see it closed), so a
+  // thread may close it while others still save or load: they finish, later calls raise.
   void close() {
-    tier_store* h = h_;
+    tier_store* h;
+    {
+      std::lock_guard<std::mutex> lock(use_mu_);
+      h = h_;
+      h_ = nullptr;
+    }
     if (!h) return;
-    h_ = nullptr;
     {
       py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lock(use_mu_);
+      use_cv_.wait(lock, [&] { return users_ == 0; });
       tier_store_close(h);
     }
     pending_.clear();
   }
-  bool closed() const { return h_ == nullptr; }
-  tier_store* handle() const {
-    if (!h_) raise_code(TIER_BAD_STATE, "the store is closed");
-    return h_;
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(use_mu_);
+    return h_ == nullptr;
   }
+  // The open handle, held for one call (close() waits for it); BadState once closed.
+  class Use {
+   public:
+    explicit Use(const Store& s) : s_(s) {
+      std::lock_guard<std::mutex> lock(s.use_mu_);
+      if (!s.h_) raise_code(TIER_BAD_STATE, "the store is closed");
+      h = s.h_;
+      ++s.users_;
+    }
+    ~Use() {
+      std::lock_guard<std::mutex> lock(s_.use_mu_);
+      if (--s_.users_ == 0) s_.use_cv_.notify_all();
+    }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    tier_store* h = nullptr;
+
+   private:
+    const Store& s_;
+  };
+  // The handle for objects made over the store (registrations, workers), which keep it open.
+  tier_store* handle() const { return Use(*this).h; }
   const std::string& ns() const { return ns_; }
   std::uint32_t rank() const { return rank_; }
   std::vector<std::string> tier_names() const {
     std::vector<std::string> out;
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     for (std::size_t i = 0; i < tier_store_tier_count(h); ++i)
       out.emplace_back(tier_store_tier_name(h, i));
     return out;
@@ -478,7 +508,8 @@ class Store {
 
   std::size_t lookup_prefix(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::size_t n = 0;
     int rc;
     {
@@ -490,7 +521,8 @@ class Store {
   }
   std::vector<std::optional<ObjectStat>> stat(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::vector<tier_object_stat> st(k.size());
     int rc;
     {
@@ -510,13 +542,15 @@ class Store {
     return out;
   }
   std::optional<std::string> metrics_endpoint() const {
-    std::string e = tier_store_metrics_endpoint(handle());
+    Use use(*this);
+    std::string e = tier_store_metrics_endpoint(use.h);
     if (e.empty()) return std::nullopt;
     return e;
   }
   std::vector<bool> exists(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::vector<std::uint8_t> out(k.size());
     int rc;
     {
@@ -529,7 +563,8 @@ class Store {
   py::list save(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, false);
     std::vector<std::int32_t> codes(b.items.size());
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -544,7 +579,8 @@ class Store {
   py::tuple load_with_tiers(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, true);
     std::vector<std::int32_t> codes(b.items.size()), tiers(b.items.size());
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -556,7 +592,8 @@ class Store {
   }
   std::uint64_t submit(py::handle keys, py::handle buffers, bool load) {
     Batch b = make_batch(keys, buffers, load);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::uint64_t ticket = 0;
     int rc;
     {
@@ -591,13 +628,14 @@ class Store {
     std::vector<Completion> out;
     for (;;) {
       tier_completion* c = nullptr;
-      check(tier_store_poll(handle(), &c));
+      check(tier_store_poll(Use(*this).h, &c));
       if (!c) return out;
       out.push_back(convert(c));
     }
   }
   Completion wait(std::optional<std::uint64_t> ticket, std::optional<double> timeout) {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     tier_completion* c = nullptr;
     const std::int64_t ms = timeout ? static_cast<std::int64_t>(*timeout * 1000.0) : -1;
     int rc;
@@ -610,7 +648,8 @@ class Store {
   }
   py::list remove(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::vector<std::int32_t> codes(k.size());
     int rc;
     {
@@ -621,7 +660,8 @@ class Store {
     return codes_list(codes.data(), codes.size());
   }
   std::uint64_t clear() {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::uint64_t removed = 0;
     int rc;
     {
@@ -632,7 +672,8 @@ class Store {
     return removed;
   }
   void progress() {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -641,7 +682,8 @@ class Store {
     check(rc);
   }
   void flush(std::optional<double> timeout) {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -651,16 +693,19 @@ class Store {
   }
   py::object metrics() {
     char* text = nullptr;
-    check(tier_store_metrics_json(handle(), &text));
+    check(tier_store_metrics_json(Use(*this).h, &text));
     return json_loads(text);
   }
   std::string metrics_prometheus() {
     char* text = nullptr;
-    check(tier_store_metrics_prometheus(handle(), &text));
+    check(tier_store_metrics_prometheus(Use(*this).h, &text));
     return take_string(text);
   }
 
  private:
+  mutable std::mutex use_mu_;  // h_ and users_
+  mutable std::condition_variable use_cv_;
+  mutable std::size_t users_ = 0;  // calls holding a Use
   tier_store* h_ = nullptr;
   std::string ns_;
   std::uint32_t rank_ = 0;

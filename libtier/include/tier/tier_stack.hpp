@@ -192,7 +192,8 @@ class TierStack {
 
  private:
   class Impl;
-  explicit TierStack(std::unique_ptr<Impl> impl);
+  // Hidden: no private member of TierStack is exported from libtier.
+  __attribute__((visibility("hidden"))) explicit TierStack(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

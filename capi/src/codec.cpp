@@ -80,11 +80,15 @@ Status RegionCodec::decode(std::span<const std::byte> payload, RegionList dst) c
   return p.executor->scatter(p.plan, payload);
 }
 
-// The payload is the regions' bytes with no framing, so a tier may move them itself. The GPU
-// executor's transfers return only once they completed, so nothing of this codec is in flight
-// that such a move would have to be ordered after.
+// The payload is the regions' bytes with no framing, so a tier may move them itself. For device
+// regions the GPU's executor first shares its order (CopyExecutor::share_order), so the tier's
+// writes follow every transfer it enqueued.
 Result<DirectPayload> RegionCodec::direct(RegionList regions) const noexcept {
-  TIER_RETURN_IF_ERROR(check(regions).status());
+  TIER_ASSIGN_OR_RETURN(const std::int32_t ordinal, check(regions));
+  if (ordinal >= 0) {
+    TIER_ASSIGN_OR_RETURN(CopyExecutor * executor, gpu_executor(*gpu_, ordinal));
+    TIER_RETURN_IF_ERROR(executor->share_order());
+  }
   return DirectPayload{};
 }
 

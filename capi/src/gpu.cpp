@@ -24,9 +24,9 @@ class SharedExecutor final : public CopyExecutor {
     std::lock_guard lock(mu_);
     return e_->scatter(plan, image);
   }
-  Status settle() noexcept override {
+  Status share_order() noexcept override {
     std::lock_guard lock(mu_);
-    return e_->settle();
+    return e_->share_order();
   }
 
  private:

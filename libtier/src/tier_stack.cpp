@@ -446,7 +446,7 @@ Result<LeaseId> TierStack::Impl::lease(std::span<const ObjectKey> keys,
       it = leases_.erase(it);
     }
   }
-  for (auto [t, id] : ended) call(t, [&](Backend& b) { b.release(id); });
+  for (const auto& part : ended) call(part.first, [&](Backend& b) { b.release(part.second); });
   StackLease lease{now + ttl, {}};
   std::vector<ObjectKey> want;
   std::vector<std::size_t> where;  // want[j] is keys[where[j]]
@@ -495,7 +495,8 @@ void TierStack::Impl::release(LeaseId id) {
     lease = std::move(it->second);
     leases_.erase(it);
   }
-  for (auto [t, tid] : lease.parts) call(t, [&](Backend& b) { b.release(tid); });
+  for (const auto& part : lease.parts)
+    call(part.first, [&](Backend& b) { b.release(part.second); });
 }
 
 std::size_t TierStack::Impl::active_leases() {

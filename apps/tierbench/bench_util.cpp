@@ -65,25 +65,6 @@ std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t
   return {};
 }
 
-std::vector<std::uint64_t> parse_list(cli::Args& args, std::string_view name,
-                                      const std::string& fallback, bool sizes) {
-  std::vector<std::uint64_t> out;
-  std::stringstream in(args.get_or(name, fallback));
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::optional<std::uint64_t> v;
-    if (sizes) {
-      v = parse_size(Json(item));
-    } else if (!item.empty() && item.size() < 20 &&
-               item.find_first_not_of("0123456789") == std::string::npos) {
-      v = std::stoull(item);
-    }
-    if (!v || *v == 0) std::exit(cli::fail(fmt::format("--{}: bad value \"{}\"", name, item), 2));
-    out.push_back(*v);
-  }
-  return out;
-}
-
 double percentile_us(std::vector<double> samples, double pct) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());

@@ -403,8 +403,8 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
-                 "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] [--json] | "
-                 "micro --profile P --tier NAME --threads N[,N...] [--object-size SIZE] "
+                 "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] "
+                 "[--json] | micro --profile P --tier NAME --threads N[,N...] [--object-size SIZE] "
                  "[--objects PER-THREAD] [--rounds R] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "

@@ -9,7 +9,7 @@
 
 namespace tier {
 
-using Clock = TierStack::Impl::Clock;
+using Clock = std::chrono::steady_clock;
 
 std::string_view stack_op_name(StackOp op) noexcept {
   switch (op) {
@@ -48,7 +48,7 @@ void TierStack::Impl::note_usage() noexcept {
 }
 
 void TierStack::Impl::note_duration(StackOp op, int tier, Clock::time_point start,
-                              Clock::time_point end) noexcept {
+                                    Clock::time_point end) noexcept {
   if (!durations_) return;
   const std::size_t row = static_cast<std::size_t>(op) * (tiers_.size() + 1);
   durations_[row + static_cast<std::size_t>(tier + 1)].observe(end - start);

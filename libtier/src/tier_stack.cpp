@@ -14,6 +14,9 @@ namespace tier {
 
 using detail::kConcurrentSlice;
 using detail::kGatedSlice;
+using detail::Image;
+using detail::ImageBuffer;
+using Clock = std::chrono::steady_clock;
 
 Json StackCounters::to_json() const {
   return {{"saves", saves.get()},
@@ -27,18 +30,6 @@ Json StackCounters::to_json() const {
           {"demotions_dropped", demotions_dropped.get()},
           {"staging_copy_bytes", staging_copy_bytes.get()}};
 }
-
-class TierStack::Impl::EvictSink final : public EvictionHandler {
- public:
-  EvictSink(Impl* stack, int tier) : stack_(stack), tier_(tier) {}
-  void on_evict(const ObjectKey& key, std::span<const std::byte> image) noexcept override {
-    stack_->on_evict(tier_, key, image);
-  }
-
- private:
-  Impl* stack_;
-  int tier_;
-};
 
 TierStack::Impl::~Impl() {
   metrics_server_.reset();  // its thread reads the counters below

@@ -113,7 +113,7 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::string metrics_endpoint_;  // set once by start_metrics()
 
  private:
-  class MetricsServer;  // the profile's HTTP endpoint (libtier/src/metrics_http.cpp)
+  class MetricsServer;        // the profile's HTTP endpoint (libtier/src/metrics_http.cpp)
   struct MetricsServerStop {  // stops and joins its thread
     void operator()(MetricsServer* s) const noexcept;
   };
@@ -196,8 +196,7 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
                  LoadResult& out, char& unserved, Clock::time_point start);
   // InvalidArgument naming the sizes: tier `t` holds an image of `image_bytes` for `item`, which
   // its regions cannot take.
-  Status wrong_size(int t, const LoadItem& item, const Codec& codec,
-                    std::size_t image_bytes) const;
+  Status wrong_size(int t, const LoadItem& item, const Codec& codec, std::size_t image_bytes) const;
   // Decodes `image`, read from tier `t` for `item`, into item.dst and promotes its payload into
   // the faster writable tiers. Returns: Ok, or why the image cannot be served (a copy that
   // fails its checks is removed from tier `t`).
@@ -246,7 +245,7 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::unique_ptr<Histogram[]> durations_;  // [op * (tiers + 1) + tier + 1]; atomics
   std::unique_ptr<MetricsServer, MetricsServerStop> metrics_server_;
 
-  std::mutex mu_;  // the fields below
+  std::mutex mu_;                   // the fields below
   std::condition_variable routed_;  // a foreground request finished, or a waiting poll ended
   std::size_t waiting_ = 0;         // threads waiting on routed_
   std::unordered_map<std::uint64_t, Pending> pending_;
@@ -256,6 +255,18 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::deque<Evicted> evicted_;
   std::unordered_map<LeaseId, StackLease> leases_;
   LeaseId next_lease_ = 1;
+};
+
+class TierStack::Impl::EvictSink final : public EvictionHandler {
+ public:
+  EvictSink(Impl* stack, int tier) : stack_(stack), tier_(tier) {}
+  void on_evict(const ObjectKey& key, std::span<const std::byte> image) noexcept override {
+    stack_->on_evict(tier_, key, image);
+  }
+
+ private:
+  Impl* stack_;
+  int tier_;
 };
 
 }  // namespace tier

@@ -12,6 +12,7 @@
 
 #include "bench_util.hpp"
 #include "cli.hpp"
+#include "micro_threads.hpp"
 #include "tier/object.hpp"
 #include "tier/options.hpp"
 #include "tier/profile.hpp"
@@ -161,6 +162,27 @@ int run_group(const MicroOptions& o, ProcessGroup& group, GroupFigures& out) {
 int run_micro(cli::Args& args) {
   auto profile_path = args.get("profile");
   auto tier_name = args.get("tier");
+  if (args.get("threads")) {  // N threads on one TierStack (micro_threads.hpp)
+    ThreadsOptions t;
+    t.threads = parse_list(args, "threads", "1", false);
+    t.object_size = args.size("object-size").value_or(1 << 20);
+    t.objects = args.uint("objects").value_or(64);
+    t.rounds = args.uint("rounds").value_or(3);
+    t.json = args.flag("json");
+    args.finish();  // --depth, --processes and --seal belong to the tier-alone mode
+    if (!profile_path || !tier_name)
+      return cli::fail("usage: tierbench micro --profile P --tier NAME --threads N[,N...] "
+                       "[--object-size SIZE] [--objects PER-THREAD] [--rounds R] [--json]", 2);
+    if (t.objects == 0 || t.rounds == 0 || t.object_size == 0)
+      return cli::fail("--objects, --rounds and --object-size must be > 0", 2);
+    if (std::any_of(t.threads.begin(), t.threads.end(), [](auto n) { return n > 1024; }))
+      return cli::fail("--threads: at most 1024", 2);
+    if (t.object_size > (1ull << 40))
+      return cli::fail(fmt::format("--object-size {} is larger than 1TiB", t.object_size), 2);
+    t.profile_path = *profile_path;
+    t.tier_name = *tier_name;
+    return run_micro_threads(t);
+  }
   MicroOptions o;
   o.object_size = args.size("object-size").value_or(1 << 20);
   o.objects = args.uint("objects").value_or(256);
@@ -381,12 +403,17 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
-                 "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] [--json]",
+                 "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] "
+                 "[--json] | micro --profile P --tier NAME --threads N[,N...] [--object-size SIZE] "
+                 "[--objects PER-THREAD] [--rounds R] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
                  "warm the tier and are removed); --processes N runs N processes at once (keys of "
                  "rank 0..N-1, e.g. on a shared tier) and adds their figures up, and a list "
                  "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
                  "sealing each image (payload checksum, header) as part of its put, as a "
-                 "TierStack save of fresh bytes does",
+                 "TierStack save of fresh bytes does; --threads N,... runs N threads on one "
+                 "TierStack of that tier (saves, then loads, of their own host objects through "
+                 "the identity codec) beside N threads' memcpy in the same run, per N: median "
+                 "and min-max ratio of --rounds rounds, and the throughput against N/2's",
                  tier::bench::run_micro);

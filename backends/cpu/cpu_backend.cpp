@@ -22,7 +22,8 @@ CpuBackend::CpuBackend(std::string tier_name, std::unique_ptr<CpuMode> mode)
     : Backend(std::move(tier_name)),
       mode_(std::move(mode)),
       device_(mode_->device()),
-      capacity_(mode_->usage().capacity_bytes) {}
+      capacity_(mode_->usage().capacity_bytes),
+      concurrent_(device_ == nullptr && mode_->concurrent()) {}
 
 CpuBackend::~CpuBackend() {
   if (device_ != nullptr) device_->quiesce();  // no copy may read the storage once it is freed
@@ -36,6 +37,7 @@ Capabilities CpuBackend::capabilities() const noexcept {
   c.verifies_reads = true;  // every mode copies host images with copy_verified
   c.gather_puts = true;     // every put is copied inside submit
   c.scatter_gets = true;    // scatter_verified over the stored pieces
+  c.concurrent = concurrent_;
   return c;
 }
 
@@ -78,6 +80,7 @@ void CpuBackend::finish_copies(std::size_t min, bool wait) noexcept {
     auto done = device_->scatter_done(c.ticket, wait && min > 0);
     if (done && !*done) return;
     Completion out{c.user_data, done.status(), done ? static_cast<std::size_t>(c.bytes) : 0};
+    std::lock_guard lock(ready_mu_);
     ready_.push_back(std::move(out));
     copying_.pop_front();
     if (min > 0) --min;
@@ -158,24 +161,34 @@ Completion CpuBackend::contains(const IoRequest& r) {
 }
 
 Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
-  for (const IoRequest& r : reqs) {
-    switch (r.op) {
-      case Op::kPut:
-        ready_.push_back(put(r));
-        break;
-      case Op::kGet:
-        if (auto c = get(r)) ready_.push_back(std::move(*c));
-        break;
-      case Op::kContains:
-        ready_.push_back(contains(r));
-        break;
-      case Op::kRemove:
-        settle();
-        ready_.push_back({r.user_data, mode_->remove(r.key), 0});
-        break;
+  std::size_t n = 0;
+  try {
+    for (const IoRequest& r : reqs) {
+      std::optional<Completion> c;  // the request's work, without ready_mu_
+      switch (r.op) {
+        case Op::kPut:
+          c = put(r);
+          break;
+        case Op::kGet:
+          c = get(r);
+          break;
+        case Op::kContains:
+          c = contains(r);
+          break;
+        case Op::kRemove:
+          settle();
+          c = Completion{r.user_data, mode_->remove(r.key), 0};
+          break;
+      }
+      if (c) {
+        std::lock_guard lock(ready_mu_);
+        ready_.push_back(std::move(*c));
+      }
+      ++n;
     }
+  } catch (const std::bad_alloc&) {  // ready_ could not grow: the rest is not taken
   }
-  return reqs.size();
+  return n;
 }
 
 Result<std::size_t> CpuBackend::do_poll(std::span<Completion> out, std::size_t min,
@@ -184,6 +197,7 @@ Result<std::size_t> CpuBackend::do_poll(std::span<Completion> out, std::size_t m
   // completions that are not ready yet (a copy takes milliseconds at most).
   if (!copying_.empty())
     finish_copies(ready_.size() < min ? min - ready_.size() : 0, wait.count() > 0);
+  std::lock_guard lock(ready_mu_);
   std::size_t n = std::min(out.size(), ready_.size());
   for (std::size_t i = 0; i < n; ++i) out[i] = std::move(ready_[i]);
   ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));

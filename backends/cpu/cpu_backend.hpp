@@ -20,6 +20,8 @@
 // ChecksumMismatch and a zeroed destination header when the stored bytes are corrupt.
 //
 // Each mode is a CpuMode (cpu_mode.hpp); this class is the Backend around the one create() picks.
+// It is concurrent (Capabilities::concurrent) when its mode is and has no device path: the heap
+// mode's puts and gets then copy in parallel, each on its caller's thread.
 // Every request completes synchronously inside submit() (device copies included: submit waits
 // for their DMA), except a pinned heap tier's scattered get into device memory: it is verified
 // inside submit() and its copy kernel enqueued, and it completes in poll() once the copy
@@ -29,6 +31,7 @@
 
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -79,8 +82,10 @@ class CpuBackend final : public Backend {
   std::unique_ptr<CpuMode> mode_;
   DeviceTransfer* device_;  // mode_'s device path (pinned modes), or nullptr
   std::uint64_t capacity_;
+  bool concurrent_;         // mode_->concurrent() and no device path
+  std::mutex ready_mu_;     // ready_
   std::vector<Completion> ready_;
-  std::deque<Copying> copying_;
+  std::deque<Copying> copying_;  // pinned modes only (never concurrent)
 };
 
 }  // namespace tier::cpu

@@ -14,8 +14,8 @@
 // caller's function while the object is reserved (put) or held (get), so nothing else sees or
 // reuses them meanwhile.
 //
-// Errors: Status codes as Backend documents per op; nothing throws. Threads: the tier's owner
-// thread only.
+// Errors: Status codes as Backend documents per op; nothing throws. Threads: one at a time,
+// unless concurrent() says the mode takes calls from several threads at once (HeapMode).
 
 #include <chrono>
 #include <cstdint>
@@ -84,6 +84,9 @@ class CpuMode {
   virtual std::string describe(std::string_view tier_name) const = 0;
   // The device path of a pinned mode (requests whose buffer is device memory), or nullptr.
   virtual DeviceTransfer* device() noexcept = 0;
+  // Whether every call above may run on several threads at once, copies in parallel (the tier
+  // then declares Capabilities::concurrent). False, the default: one thread at a time.
+  virtual bool concurrent() const noexcept { return false; }
 };
 
 // The mode the options ask for ("mode", "pinned"; the capacity is > 0). Returns: NotSupported

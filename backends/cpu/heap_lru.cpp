@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "tier/object.hpp"
 
@@ -10,7 +12,38 @@ namespace tier::cpu {
 
 HeapLru::HeapLru(std::uint64_t capacity) : capacity_(capacity) {}
 
-bool HeapLru::make_room(std::size_t bytes, const EvictFn& on_evict) {
+HeapLru::SlotPtr HeapLru::detach(std::unordered_map<ObjectKey, SlotPtr>::iterator it) {
+  SlotPtr s = std::move(it->second);
+  map_.erase(it);
+  lru_.erase(s->lru);
+  used_ -= s->image.size;
+  return s;
+}
+
+void HeapLru::retire(SlotPtr s) {
+  if (s->readers > 0) {
+    s->parked = true;
+    gone_.push_back(std::move(s));
+    return;
+  }
+  release(std::move(s->image));
+}
+
+void HeapLru::unread(Slot* s) {
+  if (--s->readers > 0 || !s->parked) return;
+  auto it = std::find_if(gone_.begin(), gone_.end(), [&](const SlotPtr& g) { return g.get() == s; });
+  release(std::move(s->image));
+  gone_.erase(it);
+}
+
+void HeapLru::abandon(Slot* s) {
+  used_ -= s->image.size;
+  --filling_;
+  release(std::move(s->image));
+  map_.erase(s->key);  // destroys *s
+}
+
+bool HeapLru::make_room(std::size_t bytes, std::vector<SlotPtr>& victims) {
   if (used_ + bytes <= capacity_) return true;
   if (leases_.active() > 0) {
     const std::uint64_t expired = leases_.expire(LeaseTable::Clock::now());
@@ -20,14 +53,9 @@ bool HeapLru::make_room(std::size_t bytes, const EvictFn& on_evict) {
   while (used_ + bytes > capacity_ && it != lru_.begin()) {
     --it;
     if (leases_.held(*it)) continue;  // leased: skipped until its lease ends
-    ObjectKey victim = *it;
-    it = lru_.erase(it);
-    auto v = map_.find(victim);
-    Buffer image = std::move(v->second.image);
-    used_ -= image.size;
-    map_.erase(v);
-    on_evict(victim, {image.data, image.size}, image.size);
-    release(std::move(image));
+    auto victim = map_.find(*it);
+    it = std::next(it);  // detach() erases the victim's list node
+    victims.push_back(detach(victim));
   }
   return used_ + bytes <= capacity_;
 }
@@ -35,26 +63,75 @@ bool HeapLru::make_room(std::size_t bytes, const EvictFn& on_evict) {
 template <class Fill>
 CpuMode::Outcome HeapLru::insert(const ObjectKey& key, std::size_t bytes, Fill&& fill,
                                  const EvictFn& on_evict) {
-  auto it = map_.find(key);
-  if (it != map_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
-    return {Status(Code::kAlreadyExists, ""), it->second.image.size};
+  std::vector<SlotPtr> victims;
+  Slot* slot = nullptr;
+  Outcome refused;
+  auto take_storage = [&] {  // under the lock, with the slot reserved
+    Buffer b = allocate(bytes);
+    if (b.data) {
+      slot->image = std::move(b);
+      return;
+    }
+    abandon(slot);
+    slot = nullptr;
+    refused = {Status(Code::kNoSpace, "out of host memory"), 0};
+  };
+  {
+    std::unique_lock lock(mu_);
+    for (;;) {  // a put of the same key still writing: wait for it, then look again
+      auto it = map_.find(key);
+      if (it == map_.end()) break;
+      if (it->second->filled) {
+        lru_.splice(lru_.begin(), lru_, it->second->lru);
+        return {Status(Code::kAlreadyExists, ""), it->second->image.size};
+      }
+      filled_cv_.wait(lock);
+    }
+    if (bytes > capacity_)
+      return {Status(Code::kNoSpace, fmt::format("object of {} bytes exceeds the tier capacity {}",
+                                                 bytes, capacity_)),
+              0};
+    if (make_room(bytes, victims)) {
+      // Reserved: its bytes count from now on and the key is taken, invisible until filled.
+      auto s = std::make_unique<Slot>();
+      s->key = key;
+      s->image.size = bytes;
+      slot = s.get();
+      map_.emplace(key, std::move(s));
+      used_ += bytes;
+      ++filling_;
+      if (victims.empty()) take_storage();
+    } else {
+      refused = {Status(Code::kNoSpace, "the objects left to evict are leased"), 0};
+    }
   }
-  if (bytes > capacity_)
-    return {Status(Code::kNoSpace, fmt::format("object of {} bytes exceeds the tier capacity {}",
-                                               bytes, capacity_)),
-            0};
-  if (!make_room(bytes, on_evict))
-    return {Status(Code::kNoSpace, "the objects left to evict are leased"), 0};
-  Buffer b = allocate(bytes);
-  if (!b.data) return {Status(Code::kNoSpace, "out of host memory"), 0};
-  if (Status s = fill(Piece{b.data, bytes}); !s) {
-    release(std::move(b));
-    return {std::move(s), 0};
+  if (!victims.empty()) {
+    // Eviction reports (a stack copies the images it demotes) run without the lock; then the
+    // victims' storage goes back before this image takes its own (the pinned arena needs it).
+    for (const SlotPtr& v : victims)
+      on_evict(v->key, {v->image.data, v->image.size}, v->image.size);
+    std::lock_guard lock(mu_);
+    for (SlotPtr& v : victims) retire(std::move(v));
+    if (slot != nullptr) take_storage();
   }
-  lru_.push_front(key);
-  used_ += bytes;
-  map_.emplace(key, Entry{std::move(b), lru_.begin()});
+  if (slot == nullptr) {
+    filled_cv_.notify_all();
+    return refused;
+  }
+  Status s = fill(Piece{slot->image.data, bytes});
+  {
+    std::lock_guard lock(mu_);
+    if (s) {
+      lru_.push_front(key);
+      slot->lru = lru_.begin();
+      slot->filled = true;
+      --filling_;
+    } else {
+      abandon(slot);
+    }
+  }
+  filled_cv_.notify_all();
+  if (!s) return {std::move(s), 0};
   return {Status::ok(), bytes};
 }
 
@@ -77,15 +154,24 @@ CpuMode::Outcome HeapLru::put_with(const ObjectKey& key, std::uint64_t image_byt
 
 template <class Drain>
 CpuMode::Outcome HeapLru::read(const ObjectKey& key, std::uint64_t capacity, Drain&& drain) {
-  auto it = map_.find(key);
-  if (it == map_.end()) return {Status::not_found(), 0};
-  const Buffer& b = it->second.image;
-  if (capacity < b.size)
-    return {
-        Status::invalid(fmt::format("buffer of {} bytes is too small for {}", capacity, b.size)),
-        b.size};
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
-  return {drain(Piece{b.data, b.size}), b.size};
+  Slot* s = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end() || !it->second->filled) return {Status::not_found(), 0};
+    s = it->second.get();
+    if (capacity < s->image.size)
+      return {Status::invalid(fmt::format("buffer of {} bytes is too small for {}", capacity,
+                                          s->image.size)),
+              s->image.size};
+    lru_.splice(lru_.begin(), lru_, s->lru);
+    ++s->readers;
+  }
+  const std::size_t bytes = s->image.size;
+  Status st = drain(Piece{s->image.data, bytes});  // the copy, without the lock
+  std::lock_guard lock(mu_);
+  unread(s);
+  return {std::move(st), bytes};
 }
 
 CpuMode::Outcome HeapLru::get(const ObjectKey& key, std::span<std::byte> out) {
@@ -98,29 +184,30 @@ CpuMode::Outcome HeapLru::get_with(const ObjectKey& key, std::uint64_t capacity,
 }
 
 Result<std::uint64_t> HeapLru::contains(const ObjectKey& key) {
+  std::lock_guard lock(mu_);
   auto it = map_.find(key);
-  if (it == map_.end()) return Status::not_found();
-  return std::uint64_t{it->second.image.size};
+  if (it == map_.end() || !it->second->filled) return Status::not_found();
+  return std::uint64_t{it->second->image.size};
 }
 
 Status HeapLru::remove(const ObjectKey& key) {
+  std::lock_guard lock(mu_);
   auto it = map_.find(key);
-  if (it == map_.end()) return Status::not_found();
-  used_ -= it->second.image.size;
-  lru_.erase(it->second.lru);
-  release(std::move(it->second.image));
-  map_.erase(it);
+  if (it == map_.end() || !it->second->filled) return Status::not_found();
+  retire(detach(it));
   return Status::ok();
 }
 
 Result<LeaseId> HeapLru::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                                std::span<std::uint8_t> held, Counter& expiries) {
+  std::lock_guard lock(mu_);
   lease_expiries_ = &expiries;
   const auto now = LeaseTable::Clock::now();
   expiries.add(leases_.expire(now));
   std::vector<LeaseTable::Hold> holds;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (map_.count(keys[i]) == 0) continue;
+    auto it = map_.find(keys[i]);
+    if (it == map_.end() || !it->second->filled) continue;
     held[i] = 1;
     holds.push_back({keys[i], 0});
   }
@@ -128,16 +215,21 @@ Result<LeaseId> HeapLru::lease(std::span<const ObjectKey> keys, std::chrono::mil
 }
 
 LeaseEnd HeapLru::release_lease(LeaseId id, Counter& expiries) {
+  std::lock_guard lock(mu_);
   lease_expiries_ = &expiries;
   return leases_.end(id, LeaseTable::Clock::now());
 }
 
-Usage HeapLru::usage() const noexcept { return Usage{capacity_, used_, map_.size()}; }
+Usage HeapLru::usage() const noexcept {
+  std::lock_guard lock(mu_);
+  return Usage{capacity_, used_, map_.size() - filling_};
+}
 
 std::vector<HeapLru::Buffer*> HeapLru::buffers() {
   std::vector<Buffer*> out;
   out.reserve(map_.size());
-  for (auto& [key, e] : map_) out.push_back(&e.image);
+  for (auto& [key, s] : map_)
+    if (s->image.data != nullptr) out.push_back(&s->image);
   return out;
 }
 

@@ -7,13 +7,23 @@
 //
 // Evicted objects are reported with their image (so the stack can demote them), before their
 // storage is released. Leased objects (lease()) are skipped by eviction until their lease ends;
-// a put that finds only leased objects to evict fails with NoSpace. Threads: the tier's owner
-// thread only.
+// a put that finds only leased objects to evict fails with NoSpace.
+//
+// Threads: every method may be called from several threads at once. Only the index (map, LRU
+// list, byte counts, leases) is under a lock, held for a few instructions: a put reserves its
+// bytes and a slot under it, writes the image outside it, and publishes the slot (visible to
+// gets from then on; a get or contains of a key whose put is still writing misses, a second put
+// of that key waits for the first and then finds it stored); a get marks the slot read and copies
+// outside it. An image evicted or removed while a get copies it is freed by the last reader, so
+// the bytes a get copies never change under it. Eviction reports go out without the lock.
+// allocate() and release() are called with the lock held.
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -50,23 +60,29 @@ class HeapLru : public CpuMode {
 
   explicit HeapLru(std::uint64_t capacity);
 
-  // Storage for a new image of `bytes`; room was made first (used() + bytes <= capacity()).
-  // A Buffer without data when there is none.
+  // Storage for a new image of `bytes`; room was made first (used() + spare <= capacity()).
+  // A Buffer without data when there is none. Called with the index lock held.
   virtual Buffer allocate(std::size_t bytes) = 0;
-  // Takes back the storage of an image that left the index.
+  // Takes back the storage of an image that left the index. Called with the index lock held.
   virtual void release(Buffer b) = 0;
 
+  // Under the index lock (from allocate() or release()), or by a mode that is not concurrent.
   std::uint64_t capacity() const noexcept { return capacity_; }
   std::uint64_t used() const noexcept { return used_; }
-  std::size_t objects() const noexcept { return map_.size(); }
-  // The buffer of every stored image (the pinned arena moves them when it compacts).
+  // The buffer of every stored image (the pinned arena moves them when it compacts: a mode that
+  // does so is not concurrent, so no get copies out of them meanwhile). Under the index lock.
   std::vector<Buffer*> buffers();
 
  private:
-  struct Entry {
+  struct Slot {
+    ObjectKey key;
     Buffer image;
-    std::list<ObjectKey>::iterator lru;  // position in lru_ (front = most recent)
+    std::list<ObjectKey>::iterator lru;  // position in lru_ (front = most recent), once filled
+    std::uint32_t readers = 0;           // gets copying out of `image` without the lock
+    bool filled = false;                 // false while its put writes it: not stored yet
+    bool parked = false;                 // left the index while read: in gone_
   };
+  using SlotPtr = std::unique_ptr<Slot>;
 
   // The put of `bytes` whose fill(Piece) writes the image into its new storage.
   template <class Fill>
@@ -74,14 +90,26 @@ class HeapLru : public CpuMode {
   // The get whose drain(Piece) copies out the stored image, once `capacity` was found to hold it.
   template <class Drain>
   Outcome read(const ObjectKey& key, std::uint64_t capacity, Drain&& drain);
-  // Evicts least recently used objects that no lease holds until `bytes` more fit in the
-  // capacity. False when that is not possible (the rest is leased).
-  bool make_room(std::size_t bytes, const EvictFn& on_evict);
+  // Takes least recently used objects that no lease holds out of the index until `bytes` more
+  // fit in the capacity, into `victims`. False when that is not possible (the rest is leased).
+  bool make_room(std::size_t bytes, std::vector<SlotPtr>& victims);
+  // Takes the slot of `it` out of the index (and its bytes out of used_).
+  SlotPtr detach(std::unordered_map<ObjectKey, SlotPtr>::iterator it);
+  // Frees a slot that left the index, or parks it in gone_ while gets still read it.
+  void retire(SlotPtr s);
+  // Ends a get's read of `s` (under the lock): frees it when it was parked and this was the last.
+  void unread(Slot* s);
+  // Gives up the reservation of a put whose storage or fill failed (under the lock).
+  void abandon(Slot* s);
 
+  mutable std::mutex mu_;  // every field below
+  std::condition_variable filled_cv_;  // a slot was filled or abandoned
   std::uint64_t capacity_;
-  std::uint64_t used_ = 0;
-  std::unordered_map<ObjectKey, Entry> map_;
+  std::uint64_t used_ = 0;   // bytes of stored images and of puts still writing theirs
+  std::size_t filling_ = 0;  // slots whose put is still writing them
+  std::unordered_map<ObjectKey, SlotPtr> map_;
   std::list<ObjectKey> lru_;
+  std::vector<SlotPtr> gone_;  // evicted or removed while read; freed by their last reader
   LeaseTable leases_;
   Counter* lease_expiries_ = nullptr;  // the tier's, from the first lease() call
 };

@@ -15,8 +15,9 @@ Result<std::unique_ptr<CpuMode>> HeapMode::create(const BackendContext& ctx) {
 HeapMode::HeapMode(std::uint64_t capacity) : HeapLru(capacity) {}
 
 std::string HeapMode::describe(std::string_view tier_name) const {
+  const Usage u = usage();
   return fmt::format("cpu heap tier \"{}\": {} of {} used, {} objects", tier_name,
-                     format_size(used()), format_size(capacity()), objects());
+                     format_size(u.used_bytes), format_size(u.capacity_bytes), u.objects);
 }
 
 HeapLru::Buffer HeapMode::allocate(std::size_t bytes) {
@@ -27,8 +28,9 @@ HeapLru::Buffer HeapMode::allocate(std::size_t bytes) {
     spare_bytes_ -= bytes;
     return b;
   }
-  // Spare buffers of other sizes count against the capacity: give them back first.
-  while (!spare_.empty() && used() + spare_bytes_ + bytes > capacity()) {
+  // Spare buffers of other sizes count against the capacity (used() includes the bytes just
+  // reserved for this image): give them back first.
+  while (!spare_.empty() && used() + spare_bytes_ > capacity()) {
     spare_bytes_ -= spare_.begin()->first;
     spare_.erase(spare_.begin());
   }

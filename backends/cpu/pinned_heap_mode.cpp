@@ -27,8 +27,8 @@ std::string PinnedHeapMode::describe(std::string_view tier_name) const {
   return fmt::format(
       "cpu heap tier \"{}\" in pinned memory: {} of {} used, {} objects, {} free extents, {} "
       "compactions",
-      tier_name, format_size(used()), format_size(capacity()), objects(), extents_.free_extents(),
-      compactions_);
+      tier_name, format_size(usage().used_bytes), format_size(capacity()), usage().objects,
+      extents_.free_extents(), compactions_);
 }
 
 void PinnedHeapMode::compact() {
@@ -47,8 +47,8 @@ void PinnedHeapMode::compact() {
 }
 
 HeapLru::Buffer PinnedHeapMode::allocate(std::size_t bytes) {
-  // Room was made (used() + bytes <= capacity()), so the arena has the free bytes; when they are
-  // scattered, packing the live objects makes them one extent.
+  // Room was made (used(), these bytes included, <= capacity()), so the arena has the free bytes;
+  // when they are scattered, packing the live objects makes them one extent.
   auto offset = extents_.allocate(bytes);
   if (!offset && extents_.free_bytes() >= bytes) {
     compact();

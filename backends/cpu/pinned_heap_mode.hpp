@@ -5,7 +5,8 @@
 // Images are placed byte-exact by an ExtentAllocator (best fit); when an image's bytes are free
 // but scattered, the live objects are packed to the front of the arena (compaction) instead of
 // evicting more, so capacity stays exact in image bytes. Device-memory puts and gets go through
-// its PinnedTransfer. Threads: the tier's owner thread only.
+// its PinnedTransfer. Threads: one at a time (concurrent() is false: compaction moves stored
+// images, and device copies read them after a get returns).
 
 #include <cstddef>
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <new>
 #include <string>
 #include <thread>
@@ -59,7 +60,8 @@ inline tier_key from_key(const Key128& k) noexcept {
 }
 
 // The GPU floor's copy executors, one per device, created on first use (gpu.cpp); without the
-// GPU floor (no_gpu.cpp) every device region is refused with NotSupported.
+// GPU floor (no_gpu.cpp) every device region is refused with NotSupported. gpu_executor() may be
+// called from any thread; the executor it returns takes one transfer at a time (a lock each).
 struct GpuExecutors;
 struct GpuExecutorsDeleter {
   void operator()(GpuExecutors* g) const noexcept;
@@ -75,8 +77,11 @@ Status check_device_memory(const void* p, int device, std::size_t index) noexcep
 // Moves the bytes of a region list to and from a stored payload: the payload is the regions'
 // bytes concatenated (layout id kIdentityLayoutId, so host and device copies of one object are
 // interchangeable). A list is all host kinds, or all device memory of one GPU, which moves
-// through the GPU floor's copy executor (NotSupported in a build without it).
-// Threads: used under its store's lock only.
+// through the GPU floor's copy executor (NotSupported in a build without it). Its payload is
+// direct (Codec::direct, no framing): a tier that gathers puts or scatters gets moves the bytes
+// between its storage and the regions itself, the one copy (the cpu tier, host regions; a pinned
+// tier, device regions too), and encode()/decode() run only where a tier cannot.
+// Threads: any number at once (the GPU executors are shared under a lock each).
 class RegionCodec final : public Codec {
  public:
   RegionCodec();
@@ -86,9 +91,13 @@ class RegionCodec final : public Codec {
   Result<std::size_t> encoded_size(RegionList src) const noexcept override;
   Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override;
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
+  Result<DirectPayload> direct(RegionList regions) const noexcept override;
 
  private:
   struct Plan;
+  // The checks every use makes of a list: one side (host, or one GPU), no NULL region, device
+  // memory the GPU runtime knows. Returns the GPU's ordinal, or -1 for host memory.
+  static Result<std::int32_t> check(RegionList regions) noexcept;
   // The plan of `regions` and the executor that runs it.
   Status plan(RegionList regions, Plan& out) const noexcept;
   GpuExecutorsPtr gpu_;
@@ -114,17 +123,21 @@ struct tier_completion {
 struct tier_memory;
 
 struct tier_store {
-  // Guards everything below up to the async section: the TierStack has one owner at a time.
-  std::mutex mu;
+  // Set at open, read by every call: the TierStack takes calls from several threads at once and
+  // runs their transfers in parallel (its locks are the store's only locks around its data).
   std::unique_ptr<tier::TierStack> stack;
   tier::Key128 ns;
   std::uint32_t rank = 0;
   std::vector<std::string> tier_names;
   tier::capi::RegionCodec codec;
-  std::vector<tier_memory*> registrations;
   std::uint64_t op_timeout_ms = 10000;
 
-  // Asynchronous batches: queued by submit, run by `thread` under `mu`, handed out by poll/wait.
+  // Memory registrations: read (shared) while a call converts its regions, never during a
+  // transfer; written by tier_memory_register and tier_memory_release.
+  std::shared_mutex registrations_mu;
+  std::vector<tier_memory*> registrations;
+
+  // Asynchronous batches: queued by submit, run by `thread`, handed out by poll/wait.
   struct Job {
     std::uint64_t ticket = 0;
     std::int32_t op = TIER_OP_SAVE;
@@ -151,6 +164,6 @@ struct tier_memory {
 
 namespace tier::capi {
 // Converts a C region (checking kind, device and pointer) and applies pinned registrations.
-// Call under the store's lock.
+// Call with store.registrations_mu held (shared).
 Result<Region> to_region(tier_store& store, const tier_region& r);
 }  // namespace tier::capi

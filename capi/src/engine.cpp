@@ -1,6 +1,7 @@
 // The C API's offload engine calls (tier/tier.h): the DSV4 layout, workers, the scheduler and
-// its plans and events. Every worker and scheduler call holds the lock of the worker's store
-// (the scheduler's: its view's), then the worker's own lock inside the engine, in that order.
+// its plans and events. A worker is safe to call from any thread (the engine's own locks; its
+// transfers run in progress() without any lock of the store, whose TierStack takes concurrent
+// calls); a scheduler's calls hold its own lock (one call at a time, as the engine requires).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,7 @@ struct tier_dsv4_layout {
 struct tier_worker {
   tier_store* store = nullptr;
   std::unique_ptr<Worker> worker;
+  std::mutex reports_mu;         // reports
   std::deque<OpReport> reports;  // taken from the worker, not yet handed out
 };
 
@@ -46,6 +48,7 @@ struct tier_reports {
 };
 
 struct tier_scheduler {
+  std::mutex mu;  // held around every call: the scheduler has one caller at a time
   tier_worker* view = nullptr;
   std::unique_ptr<Scheduler> scheduler;
 };
@@ -100,18 +103,6 @@ Status copy_regions(const Result<std::vector<Region>>& regions, tier_region* out
   return Status::ok();
 }
 
-// The locks of the workers' stores, in address order (metrics read every worker).
-std::vector<std::unique_lock<std::mutex>> lock_stores(tier_scheduler* s, tier_worker* const* w,
-                                                      std::size_t n) {
-  std::vector<std::mutex*> mus{&s->view->store->mu};
-  for (std::size_t i = 0; i < n; ++i) mus.push_back(&w[i]->store->mu);
-  std::sort(mus.begin(), mus.end());
-  mus.erase(std::unique(mus.begin(), mus.end()), mus.end());
-  std::vector<std::unique_lock<std::mutex>> locks;
-  for (std::mutex* m : mus) locks.emplace_back(*m);
-  return locks;
-}
-
 Result<std::vector<Worker*>> workers_of(tier_worker* const* w, std::size_t n) {
   if (n && !w) return Status::invalid("workers is NULL");
   std::vector<Worker*> out;
@@ -122,17 +113,18 @@ Result<std::vector<Worker*>> workers_of(tier_worker* const* w, std::size_t n) {
   return out;
 }
 
-// Runs `fn(scheduler)` under the view's store lock, inside guarded().
+// Runs `fn(scheduler)` under the scheduler's lock, inside guarded().
 template <class F>
 int with_scheduler(tier_scheduler* s, F&& fn) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(s, "scheduler"));
-    std::lock_guard<std::mutex> lock(s->view->store->mu);
+    std::lock_guard<std::mutex> lock(s->mu);
     return fn(*s->scheduler);
   });
 }
 
-// The engine's counters as text made by `render`, under every store lock, into a malloc'ed *out.
+// The engine's counters as text made by `render`, under the scheduler's lock (the workers' are
+// thread-safe), into a malloc'ed *out.
 template <class Render>
 int engine_metrics(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
                    char** out, Render&& render) {
@@ -140,7 +132,7 @@ int engine_metrics(tier_scheduler* s, tier_worker* const* workers, size_t worker
     TIER_RETURN_IF_ERROR(need(s, "scheduler"));
     TIER_RETURN_IF_ERROR(need(out, "out"));
     TIER_ASSIGN_OR_RETURN(auto ws, workers_of(workers, worker_count));
-    auto locks = lock_stores(s, workers, worker_count);
+    std::lock_guard<std::mutex> lock(s->mu);
     *out = dup_string(render(*s->scheduler, ws));
     return Status::ok();
   });
@@ -284,7 +276,6 @@ int tier_worker_create(const char* config_json, const tier_key* page_ns, uint32_
     TIER_RETURN_IF_ERROR(need(out, "out"));
     *out = nullptr;
     TIER_ASSIGN_OR_RETURN(EngineConfig cfg, parse_config(config_json, page_ns));
-    std::lock_guard<std::mutex> lock(store->mu);
     TIER_ASSIGN_OR_RETURN(auto worker, Worker::create(cfg, rank, *store->stack, *layout->layout));
     auto w = std::make_unique<tier_worker>();
     w->store = store;
@@ -295,7 +286,6 @@ int tier_worker_create(const char* config_json, const tier_key* page_ns, uint32_
 }
 void tier_worker_destroy(tier_worker* worker) {
   if (!worker) return;
-  std::lock_guard<std::mutex> lock(worker->store->mu);
   worker->worker.reset();
   delete worker;
 }
@@ -396,7 +386,6 @@ int tier_worker_submit_after(tier_worker* worker, const tier_plan* plan, void* s
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(worker, "worker"));
     TIER_RETURN_IF_ERROR(need(plan, "plan"));
-    std::lock_guard<std::mutex> lock(worker->store->mu);
     worker->worker->submit(plan->plan, tier::engine::DeviceOrder{stream, event});
     return Status::ok();
   });
@@ -404,7 +393,6 @@ int tier_worker_submit_after(tier_worker* worker, const tier_plan* plan, void* s
 int tier_worker_progress(tier_worker* worker, size_t max_saves, size_t* finished) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(worker, "worker"));
-    std::lock_guard<std::mutex> lock(worker->store->mu);
     const std::size_t n = worker->worker->progress(max_saves);
     if (finished) *finished = n;
     return Status::ok();
@@ -416,7 +404,7 @@ int tier_worker_take_reports(tier_worker* worker, tier_op_report* out, size_t ca
     TIER_RETURN_IF_ERROR(need(worker, "worker"));
     TIER_RETURN_IF_ERROR(need(count, "count"));
     if (capacity && !out) return Status::invalid("out is NULL");
-    std::lock_guard<std::mutex> lock(worker->store->mu);
+    std::lock_guard<std::mutex> lock(worker->reports_mu);
     for (OpReport& r : worker->worker->take_reports()) worker->reports.push_back(r);
     std::size_t n = 0;
     while (n < capacity && !worker->reports.empty()) {
@@ -429,18 +417,15 @@ int tier_worker_take_reports(tier_worker* worker, tier_op_report* out, size_t ca
 }
 size_t tier_worker_queued_saves(tier_worker* worker) {
   if (!worker) return 0;
-  std::lock_guard<std::mutex> lock(worker->store->mu);
   return worker->worker->queued_saves();
 }
 size_t tier_worker_queued_loads(tier_worker* worker) {
   if (!worker) return 0;
-  std::lock_guard<std::mutex> lock(worker->store->mu);
   return worker->worker->queued_loads();
 }
 int tier_worker_release_lease(tier_worker* worker, uint64_t lease) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(worker, "worker"));
-    std::lock_guard<std::mutex> lock(worker->store->mu);
     worker->worker->release_lease(lease);
     return Status::ok();
   });
@@ -449,7 +434,6 @@ int tier_worker_metrics_json(tier_worker* worker, char** out) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(worker, "worker"));
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    std::lock_guard<std::mutex> lock(worker->store->mu);
     *out = dup_string(worker_metrics_json(*worker->worker).dump());
     return Status::ok();
   });
@@ -462,7 +446,6 @@ int tier_scheduler_create(const char* config_json, const tier_key* page_ns, tier
     TIER_RETURN_IF_ERROR(need(out, "out"));
     *out = nullptr;
     TIER_ASSIGN_OR_RETURN(EngineConfig cfg, parse_config(config_json, page_ns));
-    std::lock_guard<std::mutex> lock(view->store->mu);
     TIER_ASSIGN_OR_RETURN(auto sched, Scheduler::create(cfg, *view->worker));
     auto s = std::make_unique<tier_scheduler>();
     s->view = view;
@@ -494,7 +477,7 @@ int tier_scheduler_add_request_extra(tier_scheduler* s, uint64_t request_id,
 }
 uint32_t tier_scheduler_epoch(tier_scheduler* s) {
   if (!s) return 0;
-  std::lock_guard<std::mutex> lock(s->view->store->mu);
+  std::lock_guard<std::mutex> lock(s->mu);
   return s->scheduler->epoch();
 }
 int tier_scheduler_lookup(tier_scheduler* s, uint64_t handle, tier_match* out) {
@@ -593,12 +576,12 @@ int tier_scheduler_finish(tier_scheduler* s, uint64_t handle, int32_t* free_now)
 }
 uint64_t tier_scheduler_loads_pending(tier_scheduler* s) {
   if (!s) return 0;
-  std::lock_guard<std::mutex> lock(s->view->store->mu);
+  std::lock_guard<std::mutex> lock(s->mu);
   return s->scheduler->loads_pending();
 }
 uint64_t tier_scheduler_saves_pending(tier_scheduler* s) {
   if (!s) return 0;
-  std::lock_guard<std::mutex> lock(s->view->store->mu);
+  std::lock_guard<std::mutex> lock(s->mu);
   return s->scheduler->saves_pending();
 }
 int tier_engine_metrics_json(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,

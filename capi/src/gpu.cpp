@@ -3,14 +3,41 @@
 // GPU share: a DSV4 layout's device memory, a pinned cpu tier), and page-locking of registered
 // host memory.
 #include <map>
+#include <mutex>
 
 #include "capi_internal.hpp"
 #include "gpu.hpp"
 
 namespace tier::capi {
 
+namespace {
+// A device executor shared by every thread of the C API: one transfer at a time.
+class SharedExecutor final : public CopyExecutor {
+ public:
+  explicit SharedExecutor(std::unique_ptr<gpu::DeviceCopyExecutor> e) : e_(std::move(e)) {}
+  std::string_view name() const noexcept override { return e_->name(); }
+  Status gather(const CopyPlan& plan, std::span<std::byte> image) noexcept override {
+    std::lock_guard lock(mu_);
+    return e_->gather(plan, image);
+  }
+  Status scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept override {
+    std::lock_guard lock(mu_);
+    return e_->scatter(plan, image);
+  }
+  Status share_order() noexcept override {
+    std::lock_guard lock(mu_);
+    return e_->share_order();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<gpu::DeviceCopyExecutor> e_;
+};
+}  // namespace
+
 struct GpuExecutors {
-  std::map<int, std::unique_ptr<gpu::DeviceCopyExecutor>> by_device;
+  std::mutex mu;  // by_device
+  std::map<int, std::unique_ptr<SharedExecutor>> by_device;
 };
 
 GpuExecutorsPtr make_gpu_executors() { return GpuExecutorsPtr(new GpuExecutors); }
@@ -18,6 +45,7 @@ void GpuExecutorsDeleter::operator()(GpuExecutors* g) const noexcept { delete g;
 
 Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept {
   try {
+    std::lock_guard lock(g.mu);
     auto it = g.by_device.find(device);
     if (it != g.by_device.end()) return static_cast<CopyExecutor*>(it->second.get());
     if (device >= gpu::device_count())
@@ -25,8 +53,9 @@ Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept {
     gpu::ExecutorOptions opts;
     opts.device = device;
     TIER_ASSIGN_OR_RETURN(auto exec, gpu::DeviceCopyExecutor::create(opts));
-    CopyExecutor* p = exec.get();
-    g.by_device.emplace(device, std::move(exec));
+    auto shared = std::make_unique<SharedExecutor>(std::move(exec));
+    CopyExecutor* p = shared.get();
+    g.by_device.emplace(device, std::move(shared));
     return p;
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "out of memory");

@@ -37,11 +37,13 @@ Status need(const void* p, const char* what) {
 
 ObjectKey object_key(const tier_store& s, const tier_key& k) { return {s.ns, to_key(k), s.rank}; }
 
-// Item i's regions, converted; appended to `regions`.
+// Item i's regions, converted (registrations read under their shared lock); appended to
+// `regions`.
 Status convert_items(tier_store& s, const tier_item* items, std::size_t count,
                      std::vector<ObjectKey>& keys, std::vector<Region>& regions,
                      std::vector<std::size_t>& first) {
   if (count && !items) return Status::invalid("items is NULL");
+  std::shared_lock lock(s.registrations_mu);
   keys.clear();
   regions.clear();
   first.assign(1, 0);
@@ -62,13 +64,8 @@ Status convert_items(tier_store& s, const tier_item* items, std::size_t count,
   return Status::ok();
 }
 
-// The largest batch handed to the TierStack at once. The stack recycles at most 64 image
-// buffers; a larger batch allocates (and page-faults) fresh ones on every call, which made a
-// 256-object load of 64 KiB objects ~8x slower (python/bench/bench_store.py). Results are per
-// item, so splitting changes nothing else.
-constexpr std::size_t kSubBatch = 64;
-
-// Runs a save or load of converted items under the store's lock, in sub-batches.
+// Runs a save or load of converted items: one TierStack call, no lock of the store's own (the
+// stack runs concurrent calls' transfers in parallel).
 Status run_batch(tier_store& s, std::int32_t op, const std::vector<ObjectKey>& keys,
                  const std::vector<Region>& regions, const std::vector<std::size_t>& first,
                  std::int32_t* codes, std::int32_t* tiers) {
@@ -76,35 +73,25 @@ Status run_batch(tier_store& s, std::int32_t op, const std::vector<ObjectKey>& k
   auto list = [&](std::size_t i) {
     return RegionList(regions.data() + first[i], first[i + 1] - first[i]);
   };
-  Status result;
-  std::vector<SaveItem> saves;
-  std::vector<LoadItem> loads;
-  std::vector<Status> saved;
-  std::vector<LoadResult> loaded;
-  for (std::size_t begin = 0; begin < n; begin += kSubBatch) {
-    const std::size_t end = std::min(n, begin + kSubBatch);
-    Status st;
-    if (op == TIER_OP_SAVE) {
-      saves.clear();
-      for (std::size_t i = begin; i < end; ++i) saves.push_back({keys[i], list(i)});
-      saved.assign(end - begin, Status());
-      st = s.stack->save(saves, s.codec, saved);
-      for (std::size_t i = begin; i < end; ++i)
-        codes[i] = static_cast<std::int32_t>(saved[i - begin].code());
-    } else {
-      loads.clear();
-      for (std::size_t i = begin; i < end; ++i) loads.push_back({keys[i], list(i)});
-      loaded.assign(end - begin, LoadResult{});
-      st = s.stack->load(loads, s.codec, loaded);
-      for (std::size_t i = begin; i < end; ++i) {
-        const LoadResult& r = loaded[i - begin];
-        codes[i] = static_cast<std::int32_t>(r.status.code());
-        if (tiers) tiers[i] = r.status.is_ok() ? r.tier : -1;
-      }
-    }
-    if (result.is_ok()) result = st;
+  if (op == TIER_OP_SAVE) {
+    std::vector<SaveItem> saves;
+    saves.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) saves.push_back({keys[i], list(i)});
+    std::vector<Status> saved(n);
+    TIER_RETURN_IF_ERROR(s.stack->save(saves, s.codec, saved));
+    for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::int32_t>(saved[i].code());
+    return Status::ok();
   }
-  return result;
+  std::vector<LoadItem> loads;
+  loads.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) loads.push_back({keys[i], list(i)});
+  std::vector<LoadResult> loaded(n);
+  TIER_RETURN_IF_ERROR(s.stack->load(loads, s.codec, loaded));
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = static_cast<std::int32_t>(loaded[i].status.code());
+    if (tiers) tiers[i] = loaded[i].status.is_ok() ? loaded[i].tier : -1;
+  }
+  return Status::ok();
 }
 
 void transfer_thread(tier_store* s) {
@@ -126,7 +113,6 @@ void transfer_thread(tier_store* s) {
     if (job.op == TIER_OP_LOAD) c->tiers.assign(n, -1);
     Status st;
     try {
-      std::lock_guard<std::mutex> lock(s->mu);
       st = run_batch(*s, job.op, job.keys, job.regions, job.first, c->codes.data(),
                      job.op == TIER_OP_LOAD ? c->tiers.data() : nullptr);
     } catch (const std::exception& e) {
@@ -148,10 +134,7 @@ Status submit(tier_store* s, std::int32_t op, const tier_item* items, std::size_
   TIER_RETURN_IF_ERROR(need(ticket, "ticket"));
   tier_store::Job job;
   job.op = op;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    TIER_RETURN_IF_ERROR(convert_items(*s, items, count, job.keys, job.regions, job.first));
-  }
+  TIER_RETURN_IF_ERROR(convert_items(*s, items, count, job.keys, job.regions, job.first));
   std::lock_guard<std::mutex> lock(s->qmu);
   if (s->stopping) return Status(Code::kBadState, "the store is closing");
   if (!s->thread.joinable()) s->thread = std::thread(transfer_thread, s);
@@ -348,10 +331,10 @@ void tier_store_close(tier_store* store) {
   }
   store->work_cv.notify_all();
   if (store->thread.joinable()) store->thread.join();
+  store->stack->flush(std::chrono::milliseconds(store->op_timeout_ms)).ignore();
   {
-    std::lock_guard<std::mutex> lock(store->mu);
-    store->stack->flush(std::chrono::milliseconds(store->op_timeout_ms)).ignore();
     // Registrations the caller did not release end with the store.
+    std::lock_guard lock(store->registrations_mu);
     for (tier_memory* m : store->registrations) m->store = nullptr;
     store->registrations.clear();
   }
@@ -368,7 +351,6 @@ int tier_store_metrics_json(tier_store* store, char** out) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    std::lock_guard<std::mutex> lock(store->mu);
     *out = dup_string(store->stack->metrics_json().dump());
     return Status::ok();
   });
@@ -377,7 +359,6 @@ int tier_store_metrics_prometheus(tier_store* store, char** out) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    std::lock_guard<std::mutex> lock(store->mu);
     *out = dup_string(store->stack->metrics_prometheus());
     return Status::ok();
   });
@@ -405,7 +386,7 @@ int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kin
     }
     m->region = Region{static_cast<std::byte*>(ptr), bytes, static_cast<MemoryKind>(kind),
                        kind == TIER_MEMORY_DEVICE ? device : -1};
-    std::lock_guard<std::mutex> lock(store->mu);
+    std::lock_guard lock(store->registrations_mu);
     store->registrations.push_back(m.get());
     *out = m.release();
     return Status::ok();
@@ -416,7 +397,7 @@ int tier_memory_release(tier_memory* memory) {
     if (!memory) return Status::ok();
     std::unique_ptr<tier_memory> m(memory);
     if (m->store) {
-      std::lock_guard<std::mutex> lock(m->store->mu);
+      std::lock_guard lock(m->store->registrations_mu);
       auto& regs = m->store->registrations;
       regs.erase(std::remove(regs.begin(), regs.end(), memory), regs.end());
     }
@@ -433,7 +414,6 @@ int tier_store_lookup_prefix(tier_store* store, const tier_key* keys, size_t cou
     std::vector<ObjectKey> k;
     k.reserve(count);
     for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(*store, keys[i]));
-    std::lock_guard<std::mutex> lock(store->mu);
     TIER_ASSIGN_OR_RETURN(*prefix, store->stack->lookup_prefix(k));
     return Status::ok();
   });
@@ -446,7 +426,6 @@ int tier_store_stat(tier_store* store, const tier_key* keys, size_t count, tier_
     k.reserve(count);
     for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(*store, keys[i]));
     std::vector<ObjectStat> stats(count);
-    std::lock_guard<std::mutex> lock(store->mu);
     TIER_RETURN_IF_ERROR(store->stack->stat(k, stats));
     for (std::size_t i = 0; i < count; ++i)
       out[i] = tier_object_stat{stats[i].tier, stats[i].payload_bytes, stats[i].stored_bytes};
@@ -457,7 +436,6 @@ int tier_store_exists(tier_store* store, const tier_key* keys, size_t count, uin
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
     if (count && (!keys || !out)) return Status::invalid("keys or out is NULL");
-    std::lock_guard<std::mutex> lock(store->mu);
     for (std::size_t i = 0; i < count; ++i) {
       TIER_ASSIGN_OR_RETURN(int t, store->stack->locate(object_key(*store, keys[i])));
       out[i] = t >= 0 ? 1 : 0;
@@ -467,7 +445,7 @@ int tier_store_exists(tier_store* store, const tier_key* keys, size_t count, uin
 }
 
 namespace {
-// The blocking save and load: the items converted and run as one batch under the store's lock.
+// The blocking save and load: the items converted and run as one batch on the calling thread.
 int blocking_batch(tier_store* store, int op, const tier_item* items, size_t count,
                    int32_t* codes, int32_t* tiers) {
   return guarded([&]() -> Status {
@@ -476,7 +454,6 @@ int blocking_batch(tier_store* store, int op, const tier_item* items, size_t cou
     std::vector<ObjectKey> keys;
     std::vector<Region> regions;
     std::vector<std::size_t> first;
-    std::lock_guard<std::mutex> lock(store->mu);
     TIER_RETURN_IF_ERROR(convert_items(*store, items, count, keys, regions, first));
     return run_batch(*store, op, keys, regions, first, codes, tiers);
   });
@@ -494,7 +471,6 @@ int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
     if (count && (!keys || !codes)) return Status::invalid("keys or codes is NULL");
-    std::lock_guard<std::mutex> lock(store->mu);
     for (std::size_t i = 0; i < count; ++i)
       codes[i] = static_cast<std::int32_t>(
           store->stack->remove(object_key(*store, keys[i])).code());
@@ -505,7 +481,6 @@ int tier_store_clear(tier_store* store, const tier_key* ns, uint64_t* removed) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
     if (removed) *removed = 0;
-    std::lock_guard<std::mutex> lock(store->mu);
     TIER_ASSIGN_OR_RETURN(std::uint64_t n, store->stack->clear(ns ? to_key(*ns) : store->ns));
     if (removed) *removed = n;
     return Status::ok();
@@ -514,7 +489,6 @@ int tier_store_clear(tier_store* store, const tier_key* ns, uint64_t* removed) {
 int tier_store_progress(tier_store* store) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
-    std::lock_guard<std::mutex> lock(store->mu);
     store->stack->progress();
     return Status::ok();
   });
@@ -522,7 +496,6 @@ int tier_store_progress(tier_store* store) {
 int tier_store_flush(tier_store* store, int64_t timeout_ms) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(store, "store"));
-    std::lock_guard<std::mutex> lock(store->mu);
     const std::uint64_t ms = timeout_ms < 0 ? store->op_timeout_ms
                                             : static_cast<std::uint64_t>(timeout_ms);
     return store->stack->flush(std::chrono::milliseconds(ms));

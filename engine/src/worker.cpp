@@ -601,7 +601,7 @@ void Worker::release_lease(std::uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     if (id == 0 || leases_.erase(id) == 0) return;
   }
-  stack_.release(id);  // outside mu_: the lock order puts the TierStack's before it
+  stack_.release(id);  // outside mu_, which is held for a few instructions only
 }
 
 std::size_t Worker::active_leases() const {

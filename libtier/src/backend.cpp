@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <new>
 
 #include "tier/object.hpp"
 
@@ -101,83 +103,124 @@ bool tail_on_one_side(RegionList tail) noexcept {
   return !(host && device);
 }
 
+std::uint32_t Backend::take_id(const IoRequest& r, bool verified) {
+  std::uint32_t id;
+  if (!free_pending_.empty()) {
+    id = free_pending_.back();
+    free_pending_.pop_back();
+  } else {
+    id = static_cast<std::uint32_t>(pending_.size());
+    pending_.emplace_back();
+    free_pending_.reserve(pending_.size());  // poll() gives ids back without allocating
+  }
+  pending_[id] = Pending{r.user_data,
+                         r.key,
+                         r.buf,
+                         r.op == Op::kGet && !r.tail.empty() ? r.skip + total_bytes(r.tail) : 0,
+                         r.op,
+                         verified,
+                         true};
+  pending_in_use_.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+void Backend::give_back(std::span<const IoRequest> unaccepted) noexcept {
+  for (const IoRequest& r : unaccepted) {
+    pending_[r.user_data].used = false;
+    free_pending_.push_back(static_cast<std::uint32_t>(r.user_data));
+    pending_in_use_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   const Capabilities caps = capabilities();
-  verified_reads_ = caps.verifies_reads;
-  scratch_.clear();
-  std::vector<std::size_t>& origin = origin_;  // scratch index -> index in reqs
-  std::vector<std::size_t>& early_origin = early_origin_;
-  origin.clear();
-  early_origin.clear();
-  std::size_t early_before = early_.size();
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    Status s = check_request(reqs[i], caps);
-    if (!s) {
-      early_.push_back(Completion{reqs[i].user_data, std::move(s), 0});
-      early_origin.push_back(i);
-      continue;
+  // Requests go to do_submit in windows of kWindow (no allocation on the data path); a window
+  // the backend does not take whole ends the call.
+  constexpr std::size_t kWindow = 16;
+  std::array<IoRequest, kWindow> window;
+  std::array<std::size_t, kWindow> origin;  // window index -> index in reqs
+  std::size_t consumed = 0;
+  while (consumed < reqs.size()) {
+    std::size_t n = 0, i = consumed;
+    std::array<Completion, kWindow> early;  // checked out: (completion, index in reqs)
+    std::array<std::size_t, kWindow> early_at;
+    std::size_t early_n = 0;
+    try {
+      std::lock_guard lock(mu_);
+      for (; i < reqs.size() && n < kWindow && early_n < kWindow; ++i) {
+        Status s = check_request(reqs[i], caps);
+        if (!s) {
+          early[early_n] = Completion{reqs[i].user_data, std::move(s), 0};
+          early_at[early_n++] = i;
+          continue;
+        }
+        window[n] = reqs[i];
+        window[n].user_data = take_id(reqs[i], caps.verifies_reads);
+        origin[n++] = i;
+      }
+    } catch (const std::bad_alloc&) {  // the pending table could not grow: nothing more taken
+      if (n == 0 && early_n == 0) {
+        if (consumed > 0) return consumed;
+        return Status(Code::kNoSpace, "submit: out of memory");
+      }
+      i = n > 0 ? origin[n - 1] + 1 : early_at[early_n - 1] + 1;
     }
-    std::uint32_t id;
-    if (!free_pending_.empty()) {
-      id = free_pending_.back();
-      free_pending_.pop_back();
-    } else {
-      id = static_cast<std::uint32_t>(pending_.size());
-      pending_.emplace_back();
+    std::size_t accepted = 0;
+    Status failed;
+    if (n > 0) {
+      auto r = do_submit(std::span(window.data(), n));
+      if (r) accepted = std::min(*r, n);
+      else failed = r.status();
+      if (accepted < n) {
+        std::lock_guard lock(mu_);
+        give_back(std::span(window.data() + accepted, n - accepted));
+      }
     }
-    pending_[id] = Pending{reqs[i].user_data, reqs[i].key, reqs[i].buf,
-                           reqs[i].op == Op::kGet && !reqs[i].tail.empty()
-                               ? reqs[i].skip + total_bytes(reqs[i].tail)
-                               : 0,
-                           reqs[i].op,
-                           true};
-    IoRequest inner = reqs[i];
-    inner.user_data = id;
-    scratch_.push_back(inner);
-    origin.push_back(i);
-    ++pending_in_use_;
+    // Requests consumed: up to the first one not accepted; rejected ones before it fail early.
+    const std::size_t end = accepted < n ? origin[accepted] : i;
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t e = 0; e < early_n; ++e)
+        if (early_at[e] < end) early_.push_back(std::move(early[e]));
+    }
+    if (!failed.is_ok() && end == consumed) {
+      if (consumed > 0) return consumed;
+      return failed;
+    }
+    consumed = end;
+    if (accepted < n) break;
   }
-  std::size_t accepted = 0;
-  if (!scratch_.empty()) {
-    auto r = do_submit(scratch_);
-    if (r) accepted = *r;
-    for (std::size_t k = accepted; k < scratch_.size(); ++k) {  // give back unaccepted entries
-      pending_[scratch_[k].user_data].used = false;
-      free_pending_.push_back(static_cast<std::uint32_t>(scratch_[k].user_data));
-      --pending_in_use_;
-    }
-    if (!r && accepted == 0 && early_origin.empty()) {
-      early_.resize(early_before);
-      return r.status();
-    }
-  }
-  std::size_t consumed = accepted < origin.size() ? origin[accepted] : reqs.size();
-  // Early failures after the first unaccepted request were not consumed either.
-  std::size_t keep = early_before;
-  for (std::size_t e = 0; e < early_origin.size(); ++e)
-    if (early_origin[e] < consumed) ++keep;
-  early_.resize(keep);
   return consumed;
 }
 
 void Backend::finish(const Pending& p, Completion& c) noexcept {
   c.user_data = p.user_data;
   if (p.op == Op::kGet && c.status.is_ok() && p.tail_bytes > 0) {
-    // A scattered get: the backend verified the payload before writing it; the header is in buf.
-    auto h = parse_object_header(p.buf.bytes());
-    if (!h || !(h->key == p.key) || h->payload_bytes != p.tail_bytes ||
-        c.bytes != kObjectHeaderBytes + p.tail_bytes) {
+    // A scattered get: the backend verified the payload and the stored header (key, layout,
+    // length) before writing it, and wrote that header into buf. A backend that verifies its
+    // reads (scatter_verified) parsed it already; only the length is checked again here.
+    Status bad;
+    if (c.bytes != kObjectHeaderBytes + p.tail_bytes) {
+      bad = Status(Code::kChecksumMismatch,
+                   fmt::format("tier {}: scattered object of {} bytes, {} expected", tier_name_,
+                               c.bytes, kObjectHeaderBytes + p.tail_bytes));
+    } else if (!p.verified) {
+      auto h = parse_object_header(p.buf.bytes());
+      if (!h || !(h->key == p.key) || h->payload_bytes != p.tail_bytes)
+        bad = Status(Code::kChecksumMismatch,
+                     fmt::format("tier {}: scattered object header does not match", tier_name_));
+    }
+    if (!bad.is_ok()) {
       scrub_object(p.buf.bytes());
       metrics_.checksum_failures.add();
-      c.status = Status(Code::kChecksumMismatch,
-                        fmt::format("tier {}: scattered object header does not match", tier_name_));
+      c.status = std::move(bad);
     }
   } else if (p.op == Op::kGet && c.status.is_ok() && p.buf.host_accessible()) {
     if (c.bytes > p.buf.size) {
       c.status = Status(Code::kBadState, "backend reported more bytes than the buffer holds");
     } else {
       auto image = p.buf.bytes().first(c.bytes);
-      Status v = verified_reads_ ? verify_header(image, p.key) : verify_object(image, p.key);
+      Status v = p.verified ? verify_header(image, p.key) : verify_object(image, p.key);
       if (!v) {
         scrub_object(image);
         metrics_.checksum_failures.add();
@@ -205,28 +248,36 @@ void Backend::finish(const Pending& p, Completion& c) noexcept {
 Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
                                   std::chrono::microseconds wait) noexcept {
   std::size_t n = 0;
-  while (n < out.size() && !early_.empty()) {
-    // Early failures keep submission order.
-    out[n] = std::move(early_.front());
-    early_.erase(early_.begin());
-    ++n;
+  {
+    std::lock_guard lock(mu_);
+    while (n < out.size() && !early_.empty()) {  // early failures keep submission order
+      out[n++] = std::move(early_.front());
+      early_.pop_front();
+    }
   }
-  if (n == out.size() || pending_in_use_ == 0) return n;
-  std::size_t want = min > n ? std::min(min - n, pending_in_use_) : 0;
+  const std::size_t in_flight = pending_in_use_.load(std::memory_order_relaxed);
+  if (n == out.size() || in_flight == 0) return n;
+  std::size_t want = min > n ? std::min(min - n, in_flight) : 0;
   auto r = do_poll(out.subspan(n), want, n > 0 ? std::chrono::microseconds(0) : wait);
   if (!r) return n > 0 ? Result<std::size_t>(n) : r;
   for (std::size_t i = n; i < n + *r; ++i) {
     Completion& c = out[i];
     auto idx = static_cast<std::size_t>(c.user_data);
-    if (idx >= pending_.size() || !pending_[idx].used) {
+    Pending p;
+    {
+      std::lock_guard lock(mu_);
+      if (idx < pending_.size() && pending_[idx].used) {
+        p = pending_[idx];
+        pending_[idx].used = false;
+        free_pending_.push_back(static_cast<std::uint32_t>(idx));  // reserved: never throws
+        pending_in_use_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    if (!p.used) {
       c.status = Status(Code::kBadState, "backend returned an unknown completion");
       continue;
     }
-    Pending& s = pending_[idx];
-    finish(s, c);
-    s.used = false;
-    free_pending_.push_back(static_cast<std::uint32_t>(idx));
-    --pending_in_use_;
+    finish(p, c);  // verification outside the lock: several pollers verify in parallel
   }
   return n + *r;
 }

@@ -8,6 +8,7 @@
 
 #include "tier/log.hpp"
 #include "tier/tier_stack.hpp"
+#include "tier_stack_impl.hpp"
 
 #if TIER_METRICS_HTTP
 #include <boost/asio/ip/tcp.hpp>
@@ -32,7 +33,7 @@ namespace {
 constexpr std::size_t kMaxRequestBytes = 8192;
 }  // namespace
 
-class TierStack::MetricsServer {
+class TierStack::Impl::MetricsServer {
  public:
   MetricsServer(const MetricsEndpoint& cfg, const TierStack& stack) : cfg_(cfg), stack_(stack) {}
   ~MetricsServer() {  // the sessions left end with ioc_, after the thread
@@ -93,7 +94,7 @@ class TierStack::MetricsServer {
 };
 
 // One connection: read one request within the deadline, answer it, close.
-class TierStack::MetricsServer::Session : public std::enable_shared_from_this<Session> {
+class TierStack::Impl::MetricsServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(MetricsServer& server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {
     ++server_.open_;
@@ -154,7 +155,7 @@ class TierStack::MetricsServer::Session : public std::enable_shared_from_this<Se
   http::response<http::string_body> res_;
 };
 
-void TierStack::MetricsServer::accept() {
+void TierStack::Impl::MetricsServer::accept() {
   acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;  // stopping
     if (ec) {  // out of descriptors, say: try again a little later rather than spin
@@ -176,11 +177,11 @@ void TierStack::MetricsServer::accept() {
   });
 }
 
-void TierStack::MetricsServerStop::operator()(MetricsServer* s) const noexcept { delete s; }
+void TierStack::Impl::MetricsServerStop::operator()(MetricsServer* s) const noexcept { delete s; }
 
-Status TierStack::start_endpoint(const MetricsEndpoint& endpoint) {
+Status TierStack::Impl::start_endpoint(const MetricsEndpoint& endpoint, const TierStack& self) {
   auto server =
-      std::unique_ptr<MetricsServer, MetricsServerStop>(new MetricsServer(endpoint, *this));
+      std::unique_ptr<MetricsServer, MetricsServerStop>(new MetricsServer(endpoint, self));
   TIER_RETURN_IF_ERROR(server->start());
   metrics_endpoint_ = server->endpoint();
   metrics_server_ = std::move(server);
@@ -189,11 +190,11 @@ Status TierStack::start_endpoint(const MetricsEndpoint& endpoint) {
 
 #else  // built without Boost's headers: a profile's "metrics" section cannot be served
 
-class TierStack::MetricsServer {};
+class TierStack::Impl::MetricsServer {};
 
-void TierStack::MetricsServerStop::operator()(MetricsServer* s) const noexcept { delete s; }
+void TierStack::Impl::MetricsServerStop::operator()(MetricsServer* s) const noexcept { delete s; }
 
-Status TierStack::start_endpoint(const MetricsEndpoint&) {
+Status TierStack::Impl::start_endpoint(const MetricsEndpoint&, const TierStack&) {
   return Status(Code::kNotSupported,
                 "metrics: this libtier was built without the metrics endpoint (Boost.Beast "
                 "headers, Meson option metrics_http)");

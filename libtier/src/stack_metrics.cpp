@@ -5,6 +5,7 @@
 
 #include "tier/log.hpp"
 #include "tier/tier_stack.hpp"
+#include "tier_stack_impl.hpp"
 
 namespace tier {
 
@@ -24,52 +25,50 @@ std::string_view stack_op_name(StackOp op) noexcept {
   return "unknown";
 }
 
-Status TierStack::start_metrics(const Profile& profile) {
+Status TierStack::Impl::start_metrics(const Profile& profile, const TierStack& self) {
   gauges_ = std::make_unique<TierGauges[]>(tiers_.size());
   durations_ = std::make_unique<Histogram[]>(kStackOpCount * (tiers_.size() + 1));
   note_usage();
   if (profile.log_level) set_default_log_level(*profile.log_level);
   if (!profile.metrics.enabled) return Status::ok();
-  TIER_RETURN_IF_ERROR(start_endpoint(profile.metrics));
+  TIER_RETURN_IF_ERROR(start_endpoint(profile.metrics, self));
   log(LogLevel::kInfo,
       fmt::format("{}: metrics at http://{}/metrics", profile.source, metrics_endpoint_));
   return Status::ok();
 }
 
-const std::string& TierStack::metrics_endpoint() const noexcept { return metrics_endpoint_; }
-
-void TierStack::note_usage() noexcept {
+void TierStack::Impl::note_usage() noexcept {
   if (!gauges_) return;  // a stack whose open() failed before start_metrics, being destroyed
   for (std::size_t i = 0; i < tiers_.size(); ++i) {
-    const Usage u = tiers_[i].backend->usage();
+    const Usage u = call(static_cast<int>(i), [](Backend& b) { return b.usage(); });
     gauges_[i].capacity_bytes.store(u.capacity_bytes, std::memory_order_relaxed);
     gauges_[i].used_bytes.store(u.used_bytes, std::memory_order_relaxed);
     gauges_[i].objects.store(u.objects, std::memory_order_relaxed);
   }
 }
 
-void TierStack::note_duration(StackOp op, int tier, Clock::time_point start,
-                              Clock::time_point end) noexcept {
+void TierStack::Impl::note_duration(StackOp op, int tier, Clock::time_point start,
+                                    Clock::time_point end) noexcept {
   if (!durations_) return;
   const std::size_t row = static_cast<std::size_t>(op) * (tiers_.size() + 1);
   durations_[row + static_cast<std::size_t>(tier + 1)].observe(end - start);
 }
 
-Usage TierStack::usage(std::size_t i) const noexcept {
+Usage TierStack::Impl::usage(std::size_t i) const noexcept {
   const TierGauges& g = gauges_[i];
   return Usage{g.capacity_bytes.load(std::memory_order_relaxed),
                g.used_bytes.load(std::memory_order_relaxed),
                g.objects.load(std::memory_order_relaxed)};
 }
 
-const Histogram& TierStack::op_duration(StackOp op, int tier) const noexcept {
+const Histogram& TierStack::Impl::op_duration(StackOp op, int tier) const noexcept {
   return durations_[static_cast<std::size_t>(op) * (tiers_.size() + 1) +
                     static_cast<std::size_t>(tier + 1)];
 }
 
 std::vector<NamedMetrics> TierStack::metrics() const {
   std::vector<NamedMetrics> m;
-  for (const auto& t : tiers_) m.push_back({t.spec.name, &t.backend->metrics()});
+  for (const auto& t : impl_->tiers_) m.push_back({t->spec.name, &t->backend->metrics()});
   return m;
 }
 
@@ -116,6 +115,10 @@ constexpr StackField kStackFields[] = {
      &StackCounters::writethrough_dropped},
     {"demotions_dropped", "Evicted objects not demoted (in-flight bound, no memory).",
      &StackCounters::demotions_dropped},
+    {"staging_copy_bytes",
+     "Payload bytes copied through the stack's own image buffers beyond the one move into or "
+     "out of a tier.",
+     &StackCounters::staging_copy_bytes},
 };
 
 }  // namespace
@@ -123,17 +126,17 @@ constexpr StackField kStackFields[] = {
 Json TierStack::metrics_json() const {
   Json j;
   j["tiers"] = tier::metrics_json(metrics());
-  for (std::size_t i = 0; i < tiers_.size(); ++i) {
+  for (std::size_t i = 0; i < tier_count(); ++i) {
     const Usage u = usage(i);
-    j["tiers"][tiers_[i].spec.name]["usage"] = {
+    j["tiers"][spec(i).name]["usage"] = {
         {"capacity_bytes", u.capacity_bytes}, {"used_bytes", u.used_bytes}, {"objects", u.objects}};
   }
-  j["stack"] = counters_.to_json();
+  j["stack"] = counters().to_json();
   Json d = Json::object();
   for (StackOp op : kStackOps) {
     Json per_tier = Json::object();
-    for (int t : duration_tiers(op, tiers_.size()))
-      per_tier[t < 0 ? std::string("none") : tiers_[static_cast<std::size_t>(t)].spec.name] =
+    for (int t : duration_tiers(op, tier_count()))
+      per_tier[t < 0 ? std::string("none") : spec(static_cast<std::size_t>(t)).name] =
           histogram_json(op_duration(op, t));
     d[std::string(stack_op_name(op))] = per_tier;
   }

@@ -1,32 +1,22 @@
 #include "tier/tier_stack.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "tier/log.hpp"
-#include "tier/object.hpp"
+#include "tier_stack_impl.hpp"
 
 namespace tier {
 
+using detail::kConcurrentSlice;
+using detail::kGatedSlice;
+using detail::Image;
+using detail::ImageBuffer;
 using Clock = std::chrono::steady_clock;
-
-class TierStack::EvictSink final : public EvictionHandler {
- public:
-  EvictSink(TierStack* stack, int tier) : stack_(stack), tier_(tier) {}
-  void on_evict(const ObjectKey& key, std::span<const std::byte> image) noexcept override {
-    stack_->on_evict(tier_, key, image);
-  }
-
- private:
-  TierStack* stack_;
-  int tier_;
-};
 
 Json StackCounters::to_json() const {
   return {{"saves", saves.get()},
@@ -37,155 +27,91 @@ Json StackCounters::to_json() const {
           {"load_misses", load_misses.get()},
           {"decode_failures", decode_failures.get()},
           {"writethrough_dropped", writethrough_dropped.get()},
-          {"demotions_dropped", demotions_dropped.get()}};
+          {"demotions_dropped", demotions_dropped.get()},
+          {"staging_copy_bytes", staging_copy_bytes.get()}};
 }
 
-TierStack::TierStack(const Profile& profile)
-    : max_inflight_bytes_(profile.max_inflight_bytes),
-      op_timeout_(std::chrono::microseconds(profile.op_timeout_us)) {}
-
-TierStack::Entry::Entry(TierStack& s) : stack_(s) { s.lock_counted(); }
-
-TierStack::Entry::~Entry() {
-  stack_.note_usage();
-  stack_.mu_.unlock();
-}
-
-void TierStack::lock_counted() {
-  entering_.fetch_add(1);
-  mu_.lock();
-  entering_.fetch_sub(1);
-  entries_.fetch_add(1);
-}
-
-void TierStack::let_others_in() {
-  if (entering_.load() == 0) return;
-  const std::uint64_t seen = entries_.load();
-  mu_.unlock();
-  while (entering_.load() > 0 && entries_.load() == seen) std::this_thread::yield();
-  lock_counted();  // counted: the thread that got in hands mu_ back the same way
-}
-
-TierStack::~TierStack() {
+TierStack::Impl::~Impl() {
   metrics_server_.reset();  // its thread reads the counters below
   flush(std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout_)).ignore();
   // Backends go first: after their destructors no request can touch a pending image.
-  for (auto& t : tiers_) t.backend.reset();
+  for (auto& t : tiers_) t->backend.reset();
   pending_.clear();
 }
 
-Result<std::unique_ptr<TierStack>> TierStack::open(const Profile& profile, Registry& registry) {
-  std::unique_ptr<TierStack> stack(new TierStack(profile));
+Status TierStack::Impl::open(const Profile& profile, Registry& registry) {
   for (std::size_t i = 0; i < profile.tiers.size(); ++i) {
     const TierSpec& spec = profile.tiers[i];
-    Tier t;
-    t.spec = spec;
+    auto t = std::make_unique<Tier>();
+    t->spec = spec;
     BackendContext ctx{spec.name, spec.capacity_bytes, spec.backend_options};
     auto backend = registry.create_backend(spec.backend_type, ctx);
     if (!backend && spec.optional && backend.status().code() == Code::kNotSupported) {
-      stack->skipped_.push_back(fmt::format("{}: {}", spec.name, backend.status().message()));
+      skipped_.push_back(fmt::format("{}: {}", spec.name, backend.status().message()));
       continue;
     }
     if (!backend)
       return Status(backend.status().code(),
                     fmt::format("/tiers/{}/backend: {}", i, backend.status().message()));
-    t.backend = std::move(backend).value();
+    t->backend = std::move(backend).value();
+    t->caps = t->backend->capabilities();
     if (!spec.stage_type.empty()) {
       auto stage = registry.create_stage(spec.stage_type, spec.stage_options);
       if (!stage)
         return Status(stage.status().code(),
                       fmt::format("/tiers/{}/stage: {}", i, stage.status().message()));
-      t.stage = std::move(stage).value();
+      t->stage = std::move(stage).value();
     }
-    t.sink = std::make_unique<EvictSink>(stack.get(), static_cast<int>(stack->tiers_.size()));
-    t.backend->set_eviction_handler(t.sink.get());
-    stack->tiers_.push_back(std::move(t));
+    t->sink = std::make_unique<EvictSink>(this, static_cast<int>(tiers_.size()));
+    t->backend->set_eviction_handler(t->sink.get());
+    tiers_.push_back(std::move(t));
   }
-  if (std::none_of(stack->tiers_.begin(), stack->tiers_.end(),
-                   [](const Tier& t) { return t.spec.write; }))
+  const auto writable = std::count_if(tiers_.begin(), tiers_.end(),
+                                      [](const auto& t) { return t->spec.write; });
+  if (writable == 0)
     return Status(Code::kNotSupported,
-                  fmt::format("no writable tier can run here ({})", fmt::join(stack->skipped_, "; ")));
-  for (const std::string& why : stack->skipped_)
+                  fmt::format("no writable tier can run here ({})", fmt::join(skipped_, "; ")));
+  for (const std::string& why : skipped_)
     log(LogLevel::kInfo, fmt::format("{}: optional tier left out: {}", profile.source, why));
-  for (std::size_t i = 0; i < stack->tiers_.size(); ++i) {
-    if (stack->tiers_[i].spec.on_evict != EvictPolicy::kDemote) continue;
-    for (std::size_t j = i + 1; j < stack->tiers_.size(); ++j) {
-      if (stack->tiers_[j].spec.write) {
-        stack->tiers_[i].demote_to = static_cast<int>(j);
+  for (std::size_t i = 0; i < tiers_.size(); ++i) {
+    if (first_writable_ < 0 && tiers_[i]->spec.write) first_writable_ = static_cast<int>(i);
+    if (tiers_[i]->spec.on_evict != EvictPolicy::kDemote) continue;
+    for (std::size_t j = i + 1; j < tiers_.size(); ++j) {
+      if (tiers_[j]->spec.write) {
+        tiers_[i]->demote_to = static_cast<int>(j);
         break;
       }
     }
   }
-  TIER_RETURN_IF_ERROR(stack->start_metrics(profile));
-  return stack;
+  // The first tier stores straight from the caller's regions when it copies puts inside submit
+  // (gather_puts, any alignment), keeps raw payloads and no other tier needs an image.
+  const Tier& first = at(first_writable_);
+  gather_saves_ = first.caps.gather_puts && first.caps.io_alignment <= 1 && !first.stage &&
+                  writable == 1;
+  return Status::ok();
 }
 
-int TierStack::find_tier(std::string_view name) const {
-  for (std::size_t i = 0; i < tiers_.size(); ++i)
-    if (tiers_[i].spec.name == name) return static_cast<int>(i);
-  return -1;
-}
-
-std::uint64_t TierStack::image_bytes(std::uint64_t payload_bytes) noexcept {
-  return kObjectHeaderBytes + payload_bytes;
-}
-
-std::size_t TierStack::max_image_bytes(int t, std::size_t raw_bytes) const {
-  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+std::size_t TierStack::Impl::max_image_bytes(int t, std::size_t raw_bytes) const {
+  const auto& stage = at(t).stage;
   return kObjectHeaderBytes + (stage ? stage->max_encoded_size(raw_bytes) : raw_bytes);
 }
 
-TierStack::Buffer::Buffer(std::size_t bytes) : size_(bytes), cap_(bytes) {
-  const std::size_t padded = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
-  auto* p = static_cast<std::byte*>(std::aligned_alloc(kPage, padded));
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p + bytes, 0, padded - bytes);  // the padding a rounded-up region writes out
-  data_.reset(p);
-}
-
-void TierStack::Buffer::Free::operator()(std::byte* p) const noexcept { std::free(p); }
-
-Region TierStack::io_region(int t, Buffer& image) const {
-  const std::size_t align = std::min<std::size_t>(
-      tiers_[static_cast<std::size_t>(t)].backend->capabilities().io_alignment, Buffer::kPage);
+Region TierStack::Impl::io_region(int t, ImageBuffer& image) const {
+  const std::size_t align = std::min<std::size_t>(at(t).caps.io_alignment, ImageBuffer::kPage);
   const std::size_t n = align > 1 ? (image.size() + align - 1) / align * align : image.size();
   return Region{image.data(), n, MemoryKind::kHost, -1};
 }
 
-TierStack::Image TierStack::acquire(std::size_t bytes) {
-  for (std::size_t i = pool_.size(); i-- > 0;) {
-    if (pool_[i].capacity() >= bytes && pool_[i].capacity() <= 2 * bytes + 4096) {
-      auto b = std::make_shared<Buffer>(std::move(pool_[i]));
-      pool_bytes_ -= b->capacity();
-      pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
-      b->resize(bytes);
-      return b;
-    }
-  }
-  return std::make_shared<Buffer>(bytes);
-}
-
-void TierStack::recycle(Image& image) noexcept {
-  constexpr std::size_t kMaxPooled = 64;
-  if (image && image.use_count() == 1 && pool_.size() < kMaxPooled &&
-      pool_bytes_ + image->capacity() <= max_inflight_bytes_) {
-    pool_bytes_ += image->capacity();
-    pool_.push_back(std::move(*image));
-  }
-  image.reset();
-}
-
-Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
-                                               std::uint32_t format_id,
-                                               std::span<const std::byte> raw) {
-  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+Result<Image> TierStack::Impl::make_image(int t, const ObjectKey& key, std::uint32_t format_id,
+                                          std::span<const std::byte> raw) {
+  const auto& stage = at(t).stage;
   if (!stage) {
-    Image img = acquire(kObjectHeaderBytes + raw.size());
+    Image img = pool_.acquire(kObjectHeaderBytes + raw.size());
     std::memcpy(img->data() + kObjectHeaderBytes, raw.data(), raw.size());
     seal_object(img->span(), format_id, 0, key);
     return img;
   }
-  Image img = acquire(kObjectHeaderBytes + stage->max_encoded_size(raw.size()));
+  Image img = pool_.acquire(kObjectHeaderBytes + stage->max_encoded_size(raw.size()));
   auto n = stage->encode(format_id, raw, img->span().subspan(kObjectHeaderBytes));
   if (!n) return n.status();
   img->resize(kObjectHeaderBytes + *n);
@@ -193,20 +119,21 @@ Result<TierStack::Image> TierStack::make_image(int t, const ObjectKey& key,
   return img;
 }
 
-Result<TierStack::RawPayload> TierStack::raw_payload(int t, std::span<const std::byte> image) {
+Result<TierStack::Impl::RawPayload> TierStack::Impl::raw_payload(
+    int t, std::span<const std::byte> image) {
   auto h = parse_object_header(image);
   if (!h) return h.status();
   RawPayload raw{.bytes = image.subspan(kObjectHeaderBytes, h->payload_bytes),
                  .format_id = h->format_id};
   if (h->stage_id == 0) return raw;
-  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+  const auto& stage = at(t).stage;
   if (!stage || stage->stage_id() != h->stage_id)
     return Status(Code::kChecksumMismatch,
                   fmt::format("object was written by stage {}, which tier {} does not use",
-                              h->stage_id, tiers_[static_cast<std::size_t>(t)].spec.name));
+                              h->stage_id, at(t).spec.name));
   auto size = stage->decoded_size(raw.bytes, h->format_id);
   if (!size) return size.status();
-  raw.holder = acquire(*size);
+  raw.holder = pool_.acquire(*size);
   auto n = stage->decode(raw.bytes, h->format_id, raw.holder->span());
   if (!n) {
     recycle(raw.holder);
@@ -216,99 +143,160 @@ Result<TierStack::RawPayload> TierStack::raw_payload(int t, std::span<const std:
   return raw;
 }
 
-Result<std::uint64_t> TierStack::submit_one(int t, Op op, const ObjectKey& key, Region buf,
-                                            Pending p, RegionList tail, std::size_t skip,
-                                            const PayloadCheck* check) {
-  Backend& b = *tiers_[static_cast<std::size_t>(t)].backend;
-  std::uint64_t id = next_id_++;
-  IoRequest req{op, key, buf, id, tail, skip, check};
+Result<std::uint64_t> TierStack::Impl::submit_one(int t, Op op, const ObjectKey& key, Region buf,
+                                                  Pending p, RegionList tail, std::size_t skip,
+                                                  const PayloadCheck* check,
+                                                  const ObjectHeader* expect) {
   p.tier = t;
   p.op = op;
   p.submitted = Clock::now();
-  pending_.emplace(id, std::move(p));
+  std::uint64_t id;
+  Pending* entry;
+  {
+    std::lock_guard lock(mu_);
+    id = next_id_++;
+    entry = &pending_.emplace(id, std::move(p)).first->second;
+  }
+  if (expect != nullptr) {
+    write_object_header(entry->header, *expect);
+    buf = host_region(std::span<std::byte>(entry->header));
+  }
+  IoRequest req{op, key, buf, id, tail, skip, check};
   const auto deadline = Clock::now() + op_timeout_;
   for (;;) {
-    auto r = b.submit(std::span(&req, 1));
+    auto r = call(t, [&](Backend& b) { return b.submit(std::span(&req, 1)); });
     if (r && *r == 1) break;
     if (!r || Clock::now() > deadline) {
+      std::lock_guard lock(mu_);
       pending_.erase(id);
       return r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
     }
-    reap(t, 1, std::chrono::microseconds(1000));  // queue full: make room
-    let_others_in();
+    std::unique_lock lock(mu_);  // queue full: make room
+    wait_once(t, kGatedSlice, lock);
   }
   drain_evictions();
   return id;
 }
 
-void TierStack::reap(int t, std::size_t min, std::chrono::microseconds wait) {
-  Backend& b = *tiers_[static_cast<std::size_t>(t)].backend;
+bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::microseconds wait) {
+  Tier& tier = at(t);
   Completion batch[64];
-  auto r = b.poll(batch, std::min<std::size_t>(min, 64), wait);
-  if (!r) return;
-  const auto now = Clock::now();
-  for (std::size_t i = 0; i < *r; ++i) {
-    auto it = pending_.find(batch[i].user_data);
-    if (it == pending_.end()) continue;
-    Pending& p = it->second;
-    p.reaped = now;
-    if (p.op == Op::kPut || p.op == Op::kGet)
-      note_duration(p.op == Op::kPut ? StackOp::kPut : StackOp::kGet, t, p.submitted, now);
-    if (!p.background) {
-      p.done = std::move(batch[i]);
-      p.finished = true;
-      // A reaped put no longer reads its image: back to the pool now, while still in cache.
-      if (p.op == Op::kPut) recycle(p.image);
-      continue;
-    }
-    bg_bytes_ -= p.charged;
-    --bg_count_;
-    if (p.op == Op::kPut && !batch[i].status.is_ok() && !(batch[i].status == Code::kAlreadyExists))
-      b.metrics().dropped_saves.add();
-    recycle(p.image);
-    pending_.erase(it);
+  Result<std::size_t> r = std::size_t{0};
+  const std::size_t want = std::min<std::size_t>(min, 64);
+  if (tier.caps.concurrent) {
+    r = tier.backend->poll(batch, want, wait);
+  } else {
+    tier.gate.enter();
+    r = tier.backend->poll(batch, want, wait);
+    if (wait.count() > 0) tier.gate.leave_and_let_in();
+    else tier.gate.leave();
   }
+  if (!r || *r == 0) return false;
+  std::array<Image, 64> done;  // images free now: recycled without the lock
+  bool foreground = false;
+  std::size_t waiting;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < *r; ++i) {
+      auto it = pending_.find(batch[i].user_data);
+      if (it == pending_.end()) continue;
+      Pending& p = it->second;
+      p.reaped = now;
+      if (p.op == Op::kPut || p.op == Op::kGet)
+        note_duration(p.op == Op::kPut ? StackOp::kPut : StackOp::kGet, t, p.submitted, now);
+      if (!p.background) {
+        p.done = std::move(batch[i]);
+        p.finished = true;
+        foreground = true;
+        // A reaped put no longer reads its image: back to the pool now, while still in cache.
+        if (p.op == Op::kPut) done[i] = std::move(p.image);
+        continue;
+      }
+      bg_bytes_ -= p.charged;
+      --bg_count_;
+      if (p.op == Op::kPut && !batch[i].status.is_ok() &&
+          !(batch[i].status == Code::kAlreadyExists))
+        tier.backend->metrics().dropped_saves.add();
+      done[i] = std::move(p.image);
+      pending_.erase(it);
+    }
+    waiting = waiting_;
+  }
+  for (std::size_t i = 0; i < *r; ++i) recycle(done[i]);
+  if (foreground && waiting > 0) routed_.notify_all();
+  return foreground;
+}
+
+void TierStack::Impl::reap(int t, std::size_t min, std::chrono::microseconds wait) {
+  poll_and_route(t, min, wait);
   drain_evictions();
 }
 
-void TierStack::on_evict(int t, const ObjectKey& key, std::span<const std::byte> image) noexcept {
-  const Tier& tier = tiers_[static_cast<std::size_t>(t)];
+void TierStack::Impl::wait_once(int t, std::chrono::microseconds wait,
+                                std::unique_lock<std::mutex>& lock) {
+  Tier& tier = at(t);
+  if (tier.polling) {  // its poller routes what it reaps (ours too) and wakes us
+    ++waiting_;
+    routed_.wait_for(lock, wait);
+    --waiting_;
+    return;
+  }
+  tier.polling = true;
+  lock.unlock();
+  poll_and_route(t, 1,
+                 tier.caps.concurrent ? wait : std::min<std::chrono::microseconds>(wait, kGatedSlice));
+  lock.lock();
+  tier.polling = false;
+  if (waiting_ > 0) routed_.notify_all();  // another waiter may poll now
+}
+
+void TierStack::Impl::on_evict(int t, const ObjectKey& key,
+                               std::span<const std::byte> image) noexcept {
+  const Tier& tier = at(t);
   if (tier.demote_to < 0 || image.empty()) return;
   try {
-    Image copy = acquire(image.size());
+    Image copy = pool_.acquire(image.size());
     std::memcpy(copy->data(), image.data(), image.size());
-    evicted_.push_back({t, {key, std::move(copy)}});
+    std::lock_guard lock(mu_);
+    evicted_.push_back(Evicted{t, key, std::move(copy)});
   } catch (...) {
     counters_.demotions_dropped.add();
   }
 }
 
-void TierStack::drain_evictions() {
-  while (!evicted_.empty()) {
-    auto [t, entry] = std::move(evicted_.back());
-    evicted_.pop_back();
-    auto& [key, bytes] = entry;
-    Tier& from = tiers_[static_cast<std::size_t>(t)];
-    int to = from.demote_to;
-    if (bg_bytes_ + bytes->size() > max_inflight_bytes_) {
+void TierStack::Impl::drain_evictions() {
+  for (;;) {
+    Evicted e;
+    {
+      std::lock_guard lock(mu_);
+      if (evicted_.empty()) return;
+      e = std::move(evicted_.front());
+      evicted_.pop_front();
+    }
+    const Tier& from = at(e.tier);
+    const int to = from.demote_to;
+    if (bg_bytes_ + e.image->size() > max_inflight_bytes_) {
       counters_.demotions_dropped.add();
-      tiers_[static_cast<std::size_t>(to)].backend->metrics().dropped_saves.add();
+      at(to).backend->metrics().dropped_saves.add();
+      recycle(e.image);
       continue;
     }
     Image image;
-    bool same_stage = (from.stage ? from.stage->stage_id() : 0) ==
-                      (tiers_[static_cast<std::size_t>(to)].stage
-                           ? tiers_[static_cast<std::size_t>(to)].stage->stage_id() : 0);
+    const bool same_stage = (from.stage ? from.stage->stage_id() : 0) ==
+                            (at(to).stage ? at(to).stage->stage_id() : 0);
     if (same_stage) {
-      image = std::move(bytes);
+      image = std::move(e.image);
     } else {
-      auto raw = raw_payload(t, bytes->span());
+      auto raw = raw_payload(e.tier, e.image->span());
       if (!raw) {
         counters_.demotions_dropped.add();
+        recycle(e.image);
         continue;
       }
-      auto img = make_image(to, key, raw->format_id, raw->bytes);
+      auto img = make_image(to, e.key, raw->format_id, raw->bytes);
       recycle(raw->holder);
+      recycle(e.image);
       if (!img) {
         counters_.demotions_dropped.add();
         continue;
@@ -316,33 +304,38 @@ void TierStack::drain_evictions() {
       image = std::move(img).value();
     }
     from.backend->metrics().demotions.add();
-    put_background(to, key, std::move(image), true);
+    put_background(to, e.key, std::move(image), true);
   }
 }
 
-void TierStack::put_background(int t, const ObjectKey& key, Image image, bool demotion) {
-  std::uint64_t bytes = image->size();
-  if (bg_bytes_ + bytes > max_inflight_bytes_) {
-    (demotion ? counters_.demotions_dropped : counters_.writethrough_dropped).add();
-    tiers_[static_cast<std::size_t>(t)].backend->metrics().dropped_saves.add();
-    return;
+void TierStack::Impl::put_background(int t, const ObjectKey& key, Image image, bool demotion) {
+  const std::uint64_t bytes = image->size();
+  {
+    std::lock_guard lock(mu_);
+    if (bg_bytes_ + bytes > max_inflight_bytes_) {
+      (demotion ? counters_.demotions_dropped : counters_.writethrough_dropped).add();
+      at(t).backend->metrics().dropped_saves.add();
+      return;
+    }
+    bg_bytes_ += bytes;
+    ++bg_count_;
   }
   Region buf = io_region(t, *image);
   Pending p;
   p.background = true;
   p.image = std::move(image);
   p.charged = bytes;
-  bg_bytes_ += bytes;
-  ++bg_count_;
   if (!submit_one(t, Op::kPut, key, buf, std::move(p))) {
+    std::lock_guard lock(mu_);
     bg_bytes_ -= bytes;
     --bg_count_;
-    tiers_[static_cast<std::size_t>(t)].backend->metrics().dropped_saves.add();
+    at(t).backend->metrics().dropped_saves.add();
   }
 }
 
-void TierStack::wait_for(const std::vector<std::uint64_t>& ids) {
+void TierStack::Impl::wait_for(std::span<const std::uint64_t> ids) {
   const auto deadline = Clock::now() + op_timeout_;
+  std::unique_lock lock(mu_);
   for (;;) {
     int waiting_tier = -1;
     for (std::uint64_t id : ids) {
@@ -352,44 +345,60 @@ void TierStack::wait_for(const std::vector<std::uint64_t>& ids) {
         break;
       }
     }
-    if (waiting_tier < 0) return;
+    if (waiting_tier < 0) break;
     auto now = Clock::now();
-    if (now >= deadline) break;
+    if (now >= deadline) {
+      // Timed out: the tier still owns the buffers, so the requests become background work
+      // whose late completions are discarded; the caller sees TimedOut.
+      for (std::uint64_t id : ids) {
+        auto it = pending_.find(id);
+        if (it == pending_.end() || it->second.finished) continue;
+        it->second.background = true;
+        it->second.charged = 0;
+        ++bg_count_;
+        timed_out_.insert(id);
+      }
+      break;
+    }
     auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-    reap(waiting_tier, 1, std::min(left, std::chrono::microseconds(10'000)));
-    let_others_in();
+    wait_once(waiting_tier, std::min(left, kConcurrentSlice), lock);
   }
-  // Timed out: the tier still owns the buffers, so the requests become background work whose
-  // late completions are discarded; the caller sees TimedOut.
-  for (std::uint64_t id : ids) {
-    auto it = pending_.find(id);
-    if (it == pending_.end() || it->second.finished) continue;
-    it->second.background = true;
-    it->second.charged = 0;
-    ++bg_count_;
-    timed_out_.insert(id);
-  }
+  lock.unlock();
+  drain_evictions();
 }
 
-Completion TierStack::take(std::uint64_t id, Clock::time_point* reaped) {
-  if (reaped != nullptr) *reaped = Clock::now();
-  if (timed_out_.erase(id) > 0)
-    return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
+bool TierStack::Impl::finished(std::uint64_t id) {
+  if (id == 0) return true;
+  std::lock_guard lock(mu_);
   auto it = pending_.find(id);
-  if (it == pending_.end() || !it->second.finished)
-    return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
-  if (reaped != nullptr) *reaped = it->second.reaped;
-  Completion c = std::move(it->second.done);
-  recycle(it->second.image);
-  pending_.erase(it);
+  return it != pending_.end() && it->second.finished;
+}
+
+Completion TierStack::Impl::take(std::uint64_t id, Clock::time_point* reaped) {
+  if (reaped != nullptr) *reaped = Clock::now();
+  Image image;
+  Completion c;
+  {
+    std::lock_guard lock(mu_);
+    if (timed_out_.erase(id) > 0)
+      return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
+    auto it = pending_.find(id);
+    if (it == pending_.end() || !it->second.finished)
+      return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
+    if (reaped != nullptr) *reaped = it->second.reaped;
+    c = std::move(it->second.done);
+    image = std::move(it->second.image);
+    pending_.erase(it);
+  }
+  recycle(image);
   return c;
 }
 
-Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
-  Entry entry(*this);
+Result<std::size_t> TierStack::Impl::lookup_prefix(std::span<const ObjectKey> keys) {
+  Call call_{*this};
   std::vector<char> found(keys.size(), 0);
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    if (!tiers_[t].spec.read) continue;
+    if (!tiers_[t]->spec.read) continue;
     std::vector<std::uint64_t> ids(keys.size(), 0);
     bool any = false;
     for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -399,6 +408,7 @@ Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
       any |= ids[i] != 0;
     }
     if (!any) continue;
+    reap(static_cast<int>(t), 0, {});
     wait_for(ids);
     for (std::size_t i = 0; i < keys.size(); ++i)
       if (ids[i] != 0 && take(ids[i]).status.is_ok()) found[i] = 1;
@@ -408,26 +418,33 @@ Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
   return n;
 }
 
-Result<LeaseId> TierStack::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
-                                 std::span<std::uint8_t> held) {
+Result<LeaseId> TierStack::Impl::lease(std::span<const ObjectKey> keys,
+                                       std::chrono::milliseconds ttl,
+                                       std::span<std::uint8_t> held) {
+  Call call_{*this};
   if (held.size() != keys.size()) return Status::invalid("lease: held.size() != keys.size()");
-  Entry entry(*this);
   std::fill(held.begin(), held.end(), std::uint8_t{0});
   const auto now = Clock::now();
-  for (auto it = leases_.begin(); it != leases_.end();) {  // end leases past their deadline
-    if (it->second.deadline > now) {
-      ++it;
-      continue;
+  std::vector<std::pair<int, LeaseId>> ended;  // parts of leases past their deadline
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      if (it->second.deadline > now) {
+        ++it;
+        continue;
+      }
+      ended.insert(ended.end(), it->second.parts.begin(), it->second.parts.end());
+      it = leases_.erase(it);
     }
-    for (auto [t, id] : it->second.parts) tiers_[static_cast<std::size_t>(t)].backend->release(id);
-    it = leases_.erase(it);
   }
+  for (const auto& part : ended) call(part.first, [&](Backend& b) { b.release(part.second); });
   StackLease lease{now + ttl, {}};
   std::vector<ObjectKey> want;
   std::vector<std::size_t> where;  // want[j] is keys[where[j]]
   std::vector<std::uint8_t> got;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    if (!tiers_[t].spec.read) continue;
+    if (!tiers_[t]->spec.read) continue;
+    const int tier = static_cast<int>(t);
     want.clear();
     where.clear();
     for (std::size_t i = 0; i < keys.size(); ++i)
@@ -437,55 +454,62 @@ Result<LeaseId> TierStack::lease(std::span<const ObjectKey> keys, std::chrono::m
       }
     if (want.empty()) break;
     got.assign(want.size(), 0);
-    auto id = tiers_[t].backend->lease(want, ttl, got);
+    auto id = call(tier, [&](Backend& b) { return b.lease(want, ttl, got); });
     if (!id && id.status() == Code::kNotSupported) {
       // Best effort: present now, not held.
       std::vector<std::uint64_t> ids(want.size(), 0);
       for (std::size_t j = 0; j < want.size(); ++j)
-        ids[j] = submit_one(static_cast<int>(t), Op::kContains, want[j], Region{}, Pending{})
-                     .value_or(0);
+        ids[j] = submit_one(tier, Op::kContains, want[j], Region{}, Pending{}).value_or(0);
       wait_for(ids);
       for (std::size_t j = 0; j < want.size(); ++j)
         if (ids[j] != 0 && take(ids[j]).status.is_ok()) got[j] = 1;
     } else if (id && *id != 0) {
-      lease.parts.emplace_back(static_cast<int>(t), *id);
+      lease.parts.emplace_back(tier, *id);
     }
     for (std::size_t j = 0; j < want.size(); ++j)
       if (got[j]) held[where[j]] = 1;
   }
   if (lease.parts.empty()) return LeaseId{0};
+  std::lock_guard lock(mu_);
   const LeaseId id = next_lease_++;
   leases_.emplace(id, std::move(lease));
   return id;
 }
 
-void TierStack::release(LeaseId id) {
-  Entry entry(*this);
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return;
-  for (auto [t, tid] : it->second.parts) tiers_[static_cast<std::size_t>(t)].backend->release(tid);
-  leases_.erase(it);
+void TierStack::Impl::release(LeaseId id) {
+  Call call_{*this};
+  StackLease lease;
+  {
+    std::lock_guard lock(mu_);
+    auto it = leases_.find(id);
+    if (it == leases_.end()) return;
+    lease = std::move(it->second);
+    leases_.erase(it);
+  }
+  for (const auto& part : lease.parts)
+    call(part.first, [&](Backend& b) { b.release(part.second); });
 }
 
-std::size_t TierStack::active_leases() {
-  Entry entry(*this);
+std::size_t TierStack::Impl::active_leases() {
+  std::lock_guard lock(mu_);
   return leases_.size();
 }
 
-Result<int> TierStack::locate(const ObjectKey& key) {
-  Entry entry(*this);
+Result<int> TierStack::Impl::locate(const ObjectKey& key) {
+  Call call_{*this};
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    if (!tiers_[t].spec.read) continue;
+    if (!tiers_[t]->spec.read) continue;
     auto id = submit_one(static_cast<int>(t), Op::kContains, key, Region{}, Pending{});
     if (!id) continue;
-    wait_for({*id});
+    reap(static_cast<int>(t), 0, {});
+    wait_for(std::span(&*id, 1));
     if (take(*id).status.is_ok()) return static_cast<int>(t);
   }
   return -1;
 }
 
-void TierStack::save_gathered(int first, const SaveItem& item, const Codec& codec,
-                              std::uint64_t& id, Status& out) {
+void TierStack::Impl::save_gathered(int first, const SaveItem& item, const Codec& codec,
+                                    std::uint64_t& id, Status& out) {
   auto size = codec.encoded_size(item.src);  // host regions only
   if (!size) {
     out = size.status();
@@ -500,28 +524,29 @@ void TierStack::save_gathered(int first, const SaveItem& item, const Codec& code
   else out = r.status();
 }
 
-void TierStack::save_one(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
-                         Status& out) {
+void TierStack::Impl::save_one(int first, const SaveItem& item, const Codec& codec,
+                               std::uint64_t& id, Status& out) {
   auto size = codec.encoded_size(item.src);
   if (!size) {
     out = size.status();
     return;
   }
   // Encode once into a raw image; stage tiers transcode from its payload.
-  Image raw = acquire(kObjectHeaderBytes + *size);
+  Image raw = pool_.acquire(kObjectHeaderBytes + *size);
   auto n = codec.encode(item.src, raw->span().subspan(kObjectHeaderBytes));
   if (!n) {
     out = n.status();
     recycle(raw);
     return;
   }
+  counters_.staging_copy_bytes.add(*n);
   raw->resize(kObjectHeaderBytes + *n);
   seal_object(raw->span(), codec.format_id(), 0, item.key);
   std::span<const std::byte> payload(raw->data() + kObjectHeaderBytes, *n);
   for (std::size_t t = static_cast<std::size_t>(first); t < tiers_.size(); ++t) {
-    if (!tiers_[t].spec.write) continue;
+    if (!tiers_[t]->spec.write) continue;
     Image image = raw;
-    if (tiers_[t].stage) {
+    if (tiers_[t]->stage) {
       auto img = make_image(static_cast<int>(t), item.key, codec.format_id(), payload);
       if (!img) {
         if (static_cast<int>(t) == first) out = img.status();
@@ -542,26 +567,15 @@ void TierStack::save_one(int first, const SaveItem& item, const Codec& codec, st
   }
 }
 
-Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
-                       std::span<Status> out) {
+Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec,
+                             std::span<Status> out) {
   if (out.size() != items.size()) return Status::invalid("save: out.size() != items.size()");
-  Entry entry(*this);
+  Call call_{*this};
   const auto start = Clock::now();
-  int first = -1;
-  for (std::size_t t = 0; t < tiers_.size(); ++t)
-    if (tiers_[t].spec.write) {
-      first = static_cast<int>(t);
-      break;
-    }
-  // The first tier stores straight from the caller's regions when it copies puts inside submit
-  // (gather_puts, any alignment, host regions of kinds it takes), keeps raw payloads, the
-  // payload is the regions' bytes (Codec::direct) and no other tier needs an image: only the
-  // header is built here.
-  const Tier& to = tiers_[static_cast<std::size_t>(first)];
-  const Capabilities caps = to.backend->capabilities();
-  const bool gather =
-      caps.gather_puts && caps.io_alignment <= 1 && !to.stage &&
-      std::count_if(tiers_.begin(), tiers_.end(), [](const Tier& t) { return t.spec.write; }) == 1;
+  const int first = first_writable_;
+  const Capabilities& caps = at(first).caps;
+  // Gathered when the payload is the regions' bytes (Codec::direct, no framing) and the regions
+  // are host memory of kinds the tier takes: only the header is built here.
   auto direct = [&](RegionList src) {
     if (!std::all_of(src.begin(), src.end(), [&](const Region& r) {
           return r.host_accessible() && (caps.memory_kinds & kind_bit(r.kind)) != 0;
@@ -573,7 +587,7 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.saves.add();
-    if (gather && direct(items[i].src))
+    if (gather_saves_ && direct(items[i].src))
       save_gathered(first, items[i], codec, ids[i], out[i]);
     else
       save_one(first, items[i], codec, ids[i], out[i]);
@@ -603,10 +617,10 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
   return Status::ok();
 }
 
-Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
-                       std::span<LoadResult> out) {
+Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec,
+                             std::span<LoadResult> out) {
   if (out.size() != items.size()) return Status::invalid("load: out.size() != items.size()");
-  Entry entry(*this);
+  Call call_{*this};
   const auto start = Clock::now();
   std::vector<std::size_t> raw_size(items.size(), 0);
   std::vector<char> unserved(items.size(), 1);
@@ -622,16 +636,18 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
     raw_size[i] = *size;
   }
   bool above_writable = false;  // a faster writable tier that a hit would be promoted into
+  std::vector<std::uint64_t> ids(items.size());
+  std::vector<Image> bufs(items.size());
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    if (t > 0 && tiers_[t - 1].spec.write) above_writable = true;
-    if (!tiers_[t].spec.read) continue;
+    if (t > 0 && tiers_[t - 1]->spec.write) above_writable = true;
+    if (!tiers_[t]->spec.read) continue;
     const int tier = static_cast<int>(t);
     // A tier that takes scattered gets writes the payload straight into the caller's regions
     // (host or device memory) when that is all a hit needs: a codec whose payload is the regions'
     // bytes (Codec::direct), no stage, nothing to promote into.
-    const Capabilities caps = tiers_[t].backend->capabilities();
+    const Capabilities& caps = tiers_[t]->caps;
     const bool scatter =
-        caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t].stage && !above_writable;
+        caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t]->stage && !above_writable;
     // The codec's direct form for `dst` when this tier can take it: the framing plus the regions
     // make the whole payload.
     auto direct = [&](RegionList dst, std::size_t raw) -> std::optional<DirectPayload> {
@@ -644,44 +660,33 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
       if (!form || form->framing + total_bytes(dst) != raw) return std::nullopt;
       return *form;
     };
-    std::vector<std::uint64_t> ids(items.size(), 0);
-    std::vector<Image> bufs(items.size());
+    std::fill(ids.begin(), ids.end(), 0);
     // Gets are served in item order as they finish: a tier that completes inside submit (the
     // cpu tier) has its image decoded while still in cache and the buffer reused by the next get.
     std::size_t served = 0;
-    auto finished = [&](std::size_t i) {
-      auto it = pending_.find(ids[i]);
-      return ids[i] == 0 || (it != pending_.end() && it->second.finished);
-    };
     for (std::size_t i = 0; i < items.size(); ++i) {
       std::optional<DirectPayload> form;
       if (unserved[i] && scatter && raw_size[i] > 0) form = direct(items[i].dst, raw_size[i]);
       if (form) {
-        // The header of what this load accepts; the tier overwrites it with the stored one. It
-        // is the pending request's image, so it lives as long as the request (poll reads it),
-        // also when the get times out and turns into background work; bufs[i] stays null.
-        Pending p;
-        p.image = acquire(kObjectHeaderBytes);
-        write_object_header(p.image->span(), ObjectHeader{codec.format_id(), 0, items[i].key,
-                                                          raw_size[i], 0});
-        const Region head = host_region(p.image->span());
-        ids[i] = submit_one(tier, Op::kGet, items[i].key, head, std::move(p), items[i].dst,
-                            form->framing, form->check)
+        // The header of what this load accepts; the tier overwrites it with the stored one.
+        const ObjectHeader expect{codec.format_id(), 0, items[i].key, raw_size[i], 0};
+        ids[i] = submit_one(tier, Op::kGet, items[i].key, Region{}, Pending{}, items[i].dst,
+                            form->framing, form->check, &expect)
                      .value_or(0);
         reap(tier, 0, {});
       } else if (unserved[i]) {
-        bufs[i] = acquire(max_image_bytes(tier, raw_size[i]));
+        bufs[i] = pool_.acquire(max_image_bytes(tier, raw_size[i]));
         Pending p;
         p.image = bufs[i];
         ids[i] = submit_one(tier, Op::kGet, items[i].key, io_region(tier, *bufs[i]), std::move(p))
                      .value_or(0);
         reap(tier, 0, {});
       }
-      for (; served <= i && finished(served); ++served)
+      for (; served <= i && finished(ids[served]); ++served)
         serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
                   unserved[served], start);
     }
-    wait_for({ids.begin() + static_cast<std::ptrdiff_t>(served), ids.end()});
+    wait_for(std::span(ids).subspan(served));
     for (; served < items.size(); ++served)
       serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
                 unserved[served], start);
@@ -702,22 +707,23 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
   return Status::ok();
 }
 
-Status TierStack::wrong_size(int t, const LoadItem& item, const Codec& codec,
-                             std::size_t image_bytes) const {
+Status TierStack::Impl::wrong_size(int t, const LoadItem& item, const Codec& codec,
+                                   std::size_t image_bytes) const {
   const std::size_t want = codec.encoded_size(item.dst).value_or(0);
-  const auto& stage = tiers_[static_cast<std::size_t>(t)].stage;
+  const auto& stage = at(t).stage;
   if (stage)
     return Status::invalid(fmt::format(
         "tier {} stores an image of {} bytes (stage {}), more than a payload of {} bytes takes: "
         "the regions do not match the stored object; nothing written",
-        tiers_[static_cast<std::size_t>(t)].spec.name, image_bytes, stage->name(), want));
+        at(t).spec.name, image_bytes, stage->name(), want));
   return Status::invalid(
       fmt::format("stored payload is {} bytes, these regions take {}: nothing written",
                   image_bytes - kObjectHeaderBytes, want));
 }
 
-void TierStack::serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id,
-                          Image& buf, LoadResult& out, char& unserved, Clock::time_point start) {
+void TierStack::Impl::serve_get(int t, const LoadItem& item, const Codec& codec,
+                                std::uint64_t id, Image& buf, LoadResult& out, char& unserved,
+                                Clock::time_point start) {
   if (id == 0) return;
   Completion c = take(id);
   if (!c.status.is_ok()) {
@@ -725,9 +731,8 @@ void TierStack::serve_get(int t, const LoadItem& item, const Codec& codec, std::
     // of another size): say both sizes.
     const bool wrong_sized =
         c.status == Code::kInvalidArgument && c.bytes > kObjectHeaderBytes &&
-        (tiers_[static_cast<std::size_t>(t)].stage
-             ? buf && c.bytes > buf->size()
-             : c.bytes - kObjectHeaderBytes != codec.encoded_size(item.dst).value_or(0));
+        (at(t).stage ? buf && c.bytes > buf->size()
+                     : c.bytes - kObjectHeaderBytes != codec.encoded_size(item.dst).value_or(0));
     if (c.status == Code::kChecksumMismatch) {
       // Never served; drop the corrupt copy so a recomputed object can be stored again.
       remove_background(t, item.key);
@@ -756,8 +761,8 @@ void TierStack::serve_get(int t, const LoadItem& item, const Codec& codec, std::
   note_duration(StackOp::kLoad, t, start, Clock::now());
 }
 
-Status TierStack::serve_load(int t, const LoadItem& item, const Codec& codec,
-                             std::span<const std::byte> image) {
+Status TierStack::Impl::serve_load(int t, const LoadItem& item, const Codec& codec,
+                                   std::span<const std::byte> image) {
   auto raw = raw_payload(t, image);
   Status st = raw ? Status::ok() : raw.status();
   if (st && raw->format_id != codec.format_id())
@@ -772,31 +777,38 @@ Status TierStack::serve_load(int t, const LoadItem& item, const Codec& codec,
     return st;
   }
   counters_.loaded_bytes.add(raw->bytes.size());
+  counters_.staging_copy_bytes.add(raw->bytes.size());
   promote(t, item.key, raw->format_id, raw->bytes);
   recycle(raw->holder);
   return Status::ok();
 }
 
-void TierStack::promote(int t, const ObjectKey& key, std::uint32_t format_id,
-                        std::span<const std::byte> raw) {
+void TierStack::Impl::promote(int t, const ObjectKey& key, std::uint32_t format_id,
+                              std::span<const std::byte> raw) {
   for (int u = 0; u < t; ++u) {
-    if (!tiers_[static_cast<std::size_t>(u)].spec.write) continue;
+    if (!at(u).spec.write) continue;
     auto img = make_image(u, key, format_id, raw);
     if (!img) continue;
-    tiers_[static_cast<std::size_t>(t)].backend->metrics().promotions.add();
+    at(t).backend->metrics().promotions.add();
     put_background(u, key, std::move(img).value(), false);
   }
 }
 
-void TierStack::remove_background(int t, const ObjectKey& key) {
+void TierStack::Impl::remove_background(int t, const ObjectKey& key) {
+  {
+    std::lock_guard lock(mu_);
+    ++bg_count_;
+  }
   Pending p;
   p.background = true;
-  ++bg_count_;
-  if (!submit_one(t, Op::kRemove, key, Region{}, std::move(p))) --bg_count_;
+  if (!submit_one(t, Op::kRemove, key, Region{}, std::move(p))) {
+    std::lock_guard lock(mu_);
+    --bg_count_;
+  }
 }
 
-Status TierStack::remove(const ObjectKey& key) {
-  Entry entry(*this);
+Status TierStack::Impl::remove(const ObjectKey& key) {
+  Call call_{*this};
   std::vector<std::uint64_t> ids;
   Status result;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
@@ -806,6 +818,7 @@ Status TierStack::remove(const ObjectKey& key) {
       continue;
     }
     ids.push_back(*id);
+    reap(static_cast<int>(t), 0, {});
   }
   wait_for(ids);
   for (std::uint64_t id : ids) {
@@ -815,12 +828,13 @@ Status TierStack::remove(const ObjectKey& key) {
   return result;
 }
 
-Result<std::uint64_t> TierStack::clear(const Key128& ns) {
-  Entry entry(*this);
+Result<std::uint64_t> TierStack::Impl::clear(const Key128& ns) {
+  Call call_{*this};
   Status result;
   std::uint64_t removed = 0;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    auto keys = tiers_[t].backend->list_keys(ns);
+    const int tier = static_cast<int>(t);
+    auto keys = call(tier, [&](Backend& b) { return b.list_keys(ns); });
     if (!keys) {
       if (result.is_ok()) result = keys.status();
       continue;
@@ -828,12 +842,13 @@ Result<std::uint64_t> TierStack::clear(const Key128& ns) {
     std::vector<std::uint64_t> ids;
     for (const ObjectKey& k : *keys) {
       if (!(k.ns == ns)) continue;
-      auto id = submit_one(static_cast<int>(t), Op::kRemove, k, Region{}, Pending{});
+      auto id = submit_one(tier, Op::kRemove, k, Region{}, Pending{});
       if (!id) {
         if (result.is_ok()) result = id.status();
         continue;
       }
       ids.push_back(*id);
+      reap(tier, 0, {});
     }
     wait_for(ids);
     for (std::uint64_t id : ids) {
@@ -849,26 +864,98 @@ Result<std::uint64_t> TierStack::clear(const Key128& ns) {
   return removed;
 }
 
-void TierStack::progress() {
-  Entry entry(*this);
+void TierStack::Impl::progress() {
+  Call call_{*this};
   for (std::size_t t = 0; t < tiers_.size(); ++t)
-    if (tiers_[t].backend->in_flight() > 0) reap(static_cast<int>(t), 0, {});
+    if (tiers_[t]->backend->in_flight() > 0) poll_and_route(static_cast<int>(t), 0, {});
   drain_evictions();
 }
 
-Status TierStack::flush(std::chrono::milliseconds timeout) {
-  Entry entry(*this);
+Status TierStack::Impl::flush(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  while (bg_count_ > 0) {
+  for (;;) {
+    std::size_t left;
+    {
+      std::lock_guard lock(mu_);
+      left = bg_count_ + evicted_.size();
+    }
+    if (left == 0) return Status::ok();
     if (Clock::now() >= deadline)
-      return Status(Code::kTimedOut, fmt::format("{} background requests still in flight",
-                                                 bg_count_));
-    for (std::size_t t = 0; t < tiers_.size(); ++t)
-      if (tiers_[t].backend->in_flight() > 0) reap(static_cast<int>(t), 1, std::chrono::microseconds(1000));
+      return Status(Code::kTimedOut, fmt::format("{} background requests still in flight", left));
+    bool polled = false;
+    for (std::size_t t = 0; t < tiers_.size(); ++t) {
+      if (tiers_[t]->backend->in_flight() == 0) continue;
+      std::unique_lock lock(mu_);
+      wait_once(static_cast<int>(t), kGatedSlice, lock);
+      polled = true;
+    }
     drain_evictions();
-    let_others_in();
+    if (!polled) std::this_thread::yield();  // in flight on another thread's submit
   }
-  return Status::ok();
 }
+
+TierStack::TierStack(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TierStack::~TierStack() = default;
+
+Result<std::unique_ptr<TierStack>> TierStack::open(const Profile& profile, Registry& registry) {
+  auto impl = std::make_unique<Impl>(profile);
+  TIER_RETURN_IF_ERROR(impl->open(profile, registry));
+  auto stack = std::unique_ptr<TierStack>(new TierStack(std::move(impl)));
+  TIER_RETURN_IF_ERROR(stack->impl_->start_metrics(profile, *stack));
+  return stack;
+}
+
+std::size_t TierStack::tier_count() const noexcept { return impl_->tiers_.size(); }
+Backend& TierStack::tier(std::size_t i) noexcept { return *impl_->tiers_[i]->backend; }
+const TierSpec& TierStack::spec(std::size_t i) const noexcept { return impl_->tiers_[i]->spec; }
+const std::vector<std::string>& TierStack::skipped_tiers() const noexcept {
+  return impl_->skipped_;
+}
+std::uint64_t TierStack::background_bytes() const noexcept { return impl_->bg_bytes_.load(); }
+StackCounters& TierStack::counters() noexcept { return impl_->counters_; }
+const StackCounters& TierStack::counters() const noexcept { return impl_->counters_; }
+Usage TierStack::usage(std::size_t i) const noexcept { return impl_->usage(i); }
+const Histogram& TierStack::op_duration(StackOp op, int tier) const noexcept {
+  return impl_->op_duration(op, tier);
+}
+const std::string& TierStack::metrics_endpoint() const noexcept {
+  return impl_->metrics_endpoint_;
+}
+
+int TierStack::find_tier(std::string_view name) const {
+  for (std::size_t i = 0; i < impl_->tiers_.size(); ++i)
+    if (impl_->tiers_[i]->spec.name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::uint64_t TierStack::image_bytes(std::uint64_t payload_bytes) noexcept {
+  return kObjectHeaderBytes + payload_bytes;
+}
+
+Result<std::size_t> TierStack::lookup_prefix(std::span<const ObjectKey> keys) {
+  return impl_->lookup_prefix(keys);
+}
+Result<LeaseId> TierStack::lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                                 std::span<std::uint8_t> held) {
+  return impl_->lease(keys, ttl, held);
+}
+void TierStack::release(LeaseId id) { impl_->release(id); }
+std::size_t TierStack::active_leases() { return impl_->active_leases(); }
+Result<int> TierStack::locate(const ObjectKey& key) { return impl_->locate(key); }
+Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
+                       std::span<Status> out) {
+  return impl_->save(items, codec, out);
+}
+Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
+                       std::span<LoadResult> out) {
+  return impl_->load(items, codec, out);
+}
+Status TierStack::remove(const ObjectKey& key) { return impl_->remove(key); }
+Result<std::uint64_t> TierStack::clear(const Key128& ns) { return impl_->clear(ns); }
+Status TierStack::stat(std::span<const ObjectKey> keys, std::span<ObjectStat> out) {
+  return impl_->stat(keys, out);
+}
+void TierStack::progress() { impl_->progress(); }
+Status TierStack::flush(std::chrono::milliseconds timeout) { return impl_->flush(timeout); }
 
 }  // namespace tier

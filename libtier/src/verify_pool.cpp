@@ -128,7 +128,16 @@ void VerifyPool::worker(std::uint32_t generation) noexcept {
 
 void VerifyPool::run(std::size_t count, ChunkFn fn, void* ctx) noexcept {
   if (count == 0) return;
-  if (count == 1 || workers_wanted_.load(std::memory_order_relaxed) == 0) {
+  struct Caller {  // counted in callers_ while it runs
+    std::atomic<unsigned>& n;
+    const unsigned before = n.fetch_add(1, std::memory_order_relaxed);
+    ~Caller() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } caller{callers_};
+  // Alone when as many callers as verification threads are at work already: each thread then
+  // has a caller of its own, and chunks handed to a worker would only be read into another
+  // core's cache before the caller copies them.
+  if (count == 1 || workers_wanted_.load(std::memory_order_relaxed) == 0 ||
+      caller.before + 1 >= threads()) {
     for (std::size_t i = 0; i < count; ++i) fn(ctx, i);
     return;
   }

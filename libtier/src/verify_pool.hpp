@@ -5,7 +5,9 @@
 //
 // run() spreads `count` independent calls over the calling thread and the pool's workers and
 // returns when every call has returned: the caller always works too, so a pool without workers
-// (or with all of them busy on other callers' jobs) runs everything on the caller. Workers start
+// (or with all of them busy on other callers' jobs) runs everything on the caller; so does a
+// run() that finds as many callers at work as the pool has threads (many threads of a stack
+// verifying at once: each keeps its chunks in its own core's cache). Workers start
 // on the first run() that can use them, spin for a short while after each job (so back-to-back
 // gets find them awake) and then sleep on a futex. They run only the chunk functions of object.cpp,
 // never user code. A child process after fork() starts its own workers on first use.
@@ -73,6 +75,7 @@ class VerifyPool {
   std::atomic<std::uint32_t> generation_{0};  // workers of older generations exit
   std::atomic<std::uint32_t> epoch_{0};       // bumped for each job and each stop
   std::atomic<std::uint32_t> sleepers_{0};
+  std::atomic<unsigned> callers_{0};  // run() calls in progress
 };
 
 }  // namespace tier::detail

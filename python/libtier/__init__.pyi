@@ -13,11 +13,21 @@ Conventions used below:
 - ``Regions``: one ``BufferLike`` or a sequence of them (a scatter/gather list: the stored object
   is their bytes concatenated in order).
 
-Threads: every transfer releases the GIL. The Store's calls may be made from several threads at
-once (they serialize on a lock per Store). Scheduler and Worker follow the engine's contract:
-one thread per Scheduler; a Worker's calls may come from its rank thread while the scheduler
-thread uses it as the view (they share its Store's lock). The key functions, the log calls and
-miss_ratio_curve may be called from any thread.
+Threads: every transfer releases the GIL. Each class and method below says which of these holds:
+
+- *any thread*: may be called from several threads at once, also on the same object;
+- *serialized*: may be called from any thread, but calls on one object run one after the other;
+- *one caller*: no other call on the object may run at the same time (``close()`` of a Layout,
+  Worker or Scheduler; a Store's ``close()`` is *any thread*: it waits for the calls in progress).
+
+The Store's transfers run in parallel (no lock around a transfer: N threads on one Store move
+bytes at about N threads' copy speed on the cpu tier). Host arrays on the cpu tier are moved
+once, straight between the tier and the array (metrics()["stack"]["staging_copy_bytes"] stays
+0). Scheduler and Worker follow the engine's contract: a Scheduler's calls are serialized; a
+Worker's calls may come from its rank thread while the scheduler thread uses it as the view.
+Module-level functions (keys, versions) and Completion, Region, StepPlan, OpReport, StepEvents
+objects (read only) are *any thread*.
+The log calls and miss_ratio_curve are *any thread* too.
 
 The extension's docstrings are made from this file at build time (gen_docs.py), so help() shows
 the same text; python/tests/test_docs.py checks that they agree.
@@ -162,7 +172,8 @@ class Completion:
         """Every key succeeded."""
 
 class Registration:
-    """Memory registered with a Store (Store.register); released by release() or `with`."""
+    """Memory registered with a Store (Store.register); released by release() or `with`.
+    *any thread*; released once, not while a batch that uses its memory is in flight."""
 
     @property
     def region(self) -> Region:
@@ -193,8 +204,9 @@ class Store:
 
     Objects are stored under (namespace, key, rank): the namespace and rank are the Store's,
     set at open(). Puts are put-if-absent: saving a key that is stored already is OK.
-    Thread safety: every method may be called from several threads; calls serialize on the
-    Store's lock, and transfers release the GIL while they run."""
+    Threads: every method is *any thread*; transfers release the GIL and run in parallel (the
+    Store holds no lock around them). Saves of one key from several threads at once store one of
+    them whole (put-if-absent); a load beside a save of its key finds it whole or not at all."""
 
     @staticmethod
     def open(
@@ -212,8 +224,10 @@ class Store:
         (metrics_endpoint). Raises InvalidArgument (bad profile, with every problem and its JSON
         path), NotFound (no such file), IoError (a tier, or the metrics endpoint's address)..."""
     def close(self) -> None:
-        """Waits for background work (write-through, demotion) and closes the tiers.
-        Later calls raise BadState. Idempotent."""
+        """Waits for the calls in progress on other threads to return, then for background work
+        (write-through, demotion), and closes the tiers. Later calls raise BadState. Idempotent;
+        *any thread*. Registrations, Workers and Schedulers made over the Store must be
+        closed before it."""
     def __enter__(self) -> "Store": ...
     def __exit__(self, *exc: object) -> None: ...
     @property
@@ -260,10 +274,12 @@ class Store:
     def load_async(self, keys: Sequence[KeyLike], buffers: Sequence[Regions]) -> int:
         """Queues a load and returns its ticket at once (buffers as for save_async)."""
     def poll(self) -> list[Completion]:
-        """Completions finished so far, without blocking. No library thread ever calls back."""
+        """Completions finished so far, without blocking. No library thread ever calls back.
+        With several threads polling and waiting, each Completion goes to one of them."""
     def wait(self, ticket: Optional[int] = None, timeout: Optional[float] = None) -> Completion:
         """Blocks (GIL released) until `ticket` (or any ticket when None) completes and returns
-        its Completion. Raises TimedOut after `timeout` seconds, NotFound for an unknown ticket."""
+        its Completion. Raises TimedOut after `timeout` seconds, NotFound for an unknown ticket
+        (or one another thread took while this one waited)."""
     def remove(self, keys: Sequence[KeyLike]) -> list[Code]:
         """Removes each key from every tier."""
     def clear(self) -> int:
@@ -394,7 +410,8 @@ class StepEvents:
     freeable: list[int]
 
 class Dsv4Layout:
-    """The DSV4 KV layout of one rank (layouts/dsv4): owns the rank's KV memory."""
+    """The DSV4 KV layout of one rank (layouts/dsv4): owns the rank's KV memory.
+    Its getters are *any thread*; close() is *one caller*, after the Workers made over it."""
 
     @staticmethod
     def create(
@@ -425,7 +442,9 @@ class Dsv4Layout:
 
 class Worker:
     """One TP rank's worker: moves PAGE chunks and SLOT sidecars between its layout and Store.
-    Its calls may be made from its rank thread while the scheduler thread uses it as the view."""
+    Its calls are *any thread* (its rank thread drives it while the scheduler thread uses it
+    as the view; two progress() calls run one after the other); close() is *one caller*, also
+    against the Scheduler that uses it as its view."""
 
     @staticmethod
     def create(
@@ -470,7 +489,8 @@ class Worker:
         """Destroys the worker; later calls raise BadState."""
 
 class Scheduler:
-    """The scheduler half of the offload engine; one thread at a time."""
+    """The scheduler half of the offload engine: its calls are *serialized* (one at a time,
+    from any thread; its lock enforces it); close() is *one caller*."""
 
     @staticmethod
     def create(config: Mapping[str, Any], view: Worker, page_namespace: KeyLike) -> "Scheduler":

@@ -148,10 +148,37 @@ py::tuple take_logs(double timeout) {
 
 // ---- keys ---------------------------------------------------------------------------------
 
+// 32 hex digits (the high 64 bits first, as tier_key_to_hex writes them) into `k`, read in place
+// from the str's UTF-8 (a key per item of every batch: no copy, no call into C). False when it
+// is not such a str; the caller then asks tier_key_from_hex for the error.
+bool parse_hex_key(py::handle h, tier_key& k) {
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+  if (p == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  if (n != 32) return false;
+  std::uint64_t word[2] = {0, 0};  // hi, lo
+  for (int i = 0; i < 32; ++i) {
+    const char c = p[i];
+    const int d = (c >= '0' && c <= '9') ? c - '0'
+                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    if (d < 0) return false;
+    word[i / 16] = (word[i / 16] << 4) | static_cast<std::uint64_t>(d);
+  }
+  for (int i = 0; i < 8; ++i) {
+    k.bytes[i] = static_cast<std::uint8_t>(word[1] >> (8 * i));
+    k.bytes[8 + i] = static_cast<std::uint8_t>(word[0] >> (8 * i));
+  }
+  return true;
+}
+
 tier_key to_key(py::handle h) {
   tier_key k{};
   if (py::isinstance<py::str>(h)) {
-    check(tier_key_from_hex(h.cast<std::string>().c_str(), &k));
+    if (!parse_hex_key(h, k)) check(tier_key_from_hex(h.cast<std::string>().c_str(), &k));
   } else if (py::isinstance<py::bytes>(h)) {
     std::string b = h.cast<std::string>();
     if (b.size() != 16) raise_invalid("a key in bytes is 16 bytes, got " + std::to_string(b.size()));
@@ -424,26 +451,56 @@ class Store {
     }
   }
 
+  // Closes the store once every call in progress returned (new calls see it closed), so a
+  // thread may close it while others still save or load: they finish, later calls raise.
   void close() {
-    tier_store* h = h_;
+    tier_store* h;
+    {
+      std::lock_guard<std::mutex> lock(use_mu_);
+      h = h_;
+      h_ = nullptr;
+    }
     if (!h) return;
-    h_ = nullptr;
     {
       py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lock(use_mu_);
+      use_cv_.wait(lock, [&] { return users_ == 0; });
       tier_store_close(h);
     }
     pending_.clear();
   }
-  bool closed() const { return h_ == nullptr; }
-  tier_store* handle() const {
-    if (!h_) raise_code(TIER_BAD_STATE, "the store is closed");
-    return h_;
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(use_mu_);
+    return h_ == nullptr;
   }
+  // The open handle, held for one call (close() waits for it); BadState once closed.
+  class Use {
+   public:
+    explicit Use(const Store& s) : s_(s) {
+      std::lock_guard<std::mutex> lock(s.use_mu_);
+      if (!s.h_) raise_code(TIER_BAD_STATE, "the store is closed");
+      h = s.h_;
+      ++s.users_;
+    }
+    ~Use() {
+      std::lock_guard<std::mutex> lock(s_.use_mu_);
+      if (--s_.users_ == 0) s_.use_cv_.notify_all();
+    }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    tier_store* h = nullptr;
+
+   private:
+    const Store& s_;
+  };
+  // The handle for objects made over the store (registrations, workers), which keep it open.
+  tier_store* handle() const { return Use(*this).h; }
   const std::string& ns() const { return ns_; }
   std::uint32_t rank() const { return rank_; }
   std::vector<std::string> tier_names() const {
     std::vector<std::string> out;
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     for (std::size_t i = 0; i < tier_store_tier_count(h); ++i)
       out.emplace_back(tier_store_tier_name(h, i));
     return out;
@@ -451,7 +508,8 @@ class Store {
 
   std::size_t lookup_prefix(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::size_t n = 0;
     int rc;
     {
@@ -463,7 +521,8 @@ class Store {
   }
   std::vector<std::optional<ObjectStat>> stat(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::vector<tier_object_stat> st(k.size());
     int rc;
     {
@@ -483,13 +542,15 @@ class Store {
     return out;
   }
   std::optional<std::string> metrics_endpoint() const {
-    std::string e = tier_store_metrics_endpoint(handle());
+    Use use(*this);
+    std::string e = tier_store_metrics_endpoint(use.h);
     if (e.empty()) return std::nullopt;
     return e;
   }
   std::vector<bool> exists(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::vector<std::uint8_t> out(k.size());
     int rc;
     {
@@ -502,7 +563,8 @@ class Store {
   py::list save(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, false);
     std::vector<std::int32_t> codes(b.items.size());
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -517,7 +579,8 @@ class Store {
   py::tuple load_with_tiers(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, true);
     std::vector<std::int32_t> codes(b.items.size()), tiers(b.items.size());
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -529,7 +592,8 @@ class Store {
   }
   std::uint64_t submit(py::handle keys, py::handle buffers, bool load) {
     Batch b = make_batch(keys, buffers, load);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::uint64_t ticket = 0;
     int rc;
     {
@@ -564,13 +628,14 @@ class Store {
     std::vector<Completion> out;
     for (;;) {
       tier_completion* c = nullptr;
-      check(tier_store_poll(handle(), &c));
+      check(tier_store_poll(Use(*this).h, &c));
       if (!c) return out;
       out.push_back(convert(c));
     }
   }
   Completion wait(std::optional<std::uint64_t> ticket, std::optional<double> timeout) {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     tier_completion* c = nullptr;
     const std::int64_t ms = timeout ? static_cast<std::int64_t>(*timeout * 1000.0) : -1;
     int rc;
@@ -583,7 +648,8 @@ class Store {
   }
   py::list remove(py::handle keys) {
     auto k = to_keys(keys);
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::vector<std::int32_t> codes(k.size());
     int rc;
     {
@@ -594,7 +660,8 @@ class Store {
     return codes_list(codes.data(), codes.size());
   }
   std::uint64_t clear() {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     std::uint64_t removed = 0;
     int rc;
     {
@@ -605,7 +672,8 @@ class Store {
     return removed;
   }
   void progress() {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -614,7 +682,8 @@ class Store {
     check(rc);
   }
   void flush(std::optional<double> timeout) {
-    tier_store* h = handle();
+    Use use(*this);
+    tier_store* h = use.h;
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -624,16 +693,19 @@ class Store {
   }
   py::object metrics() {
     char* text = nullptr;
-    check(tier_store_metrics_json(handle(), &text));
+    check(tier_store_metrics_json(Use(*this).h, &text));
     return json_loads(text);
   }
   std::string metrics_prometheus() {
     char* text = nullptr;
-    check(tier_store_metrics_prometheus(handle(), &text));
+    check(tier_store_metrics_prometheus(Use(*this).h, &text));
     return take_string(text);
   }
 
  private:
+  mutable std::mutex use_mu_;  // h_ and users_
+  mutable std::condition_variable use_cv_;
+  mutable std::size_t users_ = 0;  // calls holding a Use
   tier_store* h_ = nullptr;
   std::string ns_;
   std::uint32_t rank_ = 0;

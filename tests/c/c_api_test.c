@@ -1,9 +1,9 @@
 /* The C API (tier/tier.h) compiled and driven as C: status codes and errors, keys (golden
  * vectors of docs/keys.md), the store (blocking and asynchronous batches, scatter/gather,
- * registration, metrics, stat, several threads at once), the log (levels, a sink), the metrics
- * endpoint, the sizing curve, and the offload engine over a small DSV4 layout (a save of
- * PAGE+SLOT, then a resume that restores the bytes). Needs TIER_PLUGIN_DIR for the cpu plugin.
- * Exit 0 when every check passed, 1 otherwise. */
+ * registration, metrics, stat, one copy of host regions, several threads at once), the log
+ * (levels, a sink), the metrics endpoint, the sizing curve, and the offload engine over a small
+ * DSV4 layout (a save of PAGE+SLOT, then a resume that restores the bytes). Needs
+ * TIER_PLUGIN_DIR for the cpu plugin. Exit 0 when every check passed, 1 otherwise. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -256,6 +256,51 @@ static void test_store(void) {
   tier_free(text);
   REQUIRE_OK(tier_store_progress(s));
   REQUIRE_OK(tier_store_flush(s, -1));
+  tier_store_close(s);
+}
+
+/* One copy (issue 24): host regions saved to and loaded from the cpu tier are moved once, by the
+ * tier (the C API's codec is direct: gathered puts, scattered gets), so the stack's
+ * staging_copy_bytes stays 0; a store written through to two tiers encodes each save into an
+ * image, which the counter counts. Fails when the one-copy path is lost. */
+static void test_one_copy(void) {
+  tier_store* s = NULL;
+  REQUIRE_OK(tier_store_open_json(kProfile, NULL, 0, &s));
+  enum { kN = 6, kBytes = 20000 };
+  static uint8_t src[kN][kBytes], dst[kN][kBytes];
+  tier_region src_r[kN], dst_r[kN][2];
+  tier_item saves[kN], loads[kN];
+  for (uint32_t i = 0; i < kN; ++i) {
+    fill(src[i], kBytes, 50 + i);
+    src_r[i] = (tier_region){src[i], kBytes, TIER_MEMORY_HOST, -1};
+    dst_r[i][0] = (tier_region){dst[i], 7000, TIER_MEMORY_HOST, -1};
+    dst_r[i][1] = (tier_region){dst[i] + 7000, kBytes - 7000, TIER_MEMORY_HOST, -1};
+    saves[i] = (tier_item){key_n(500 + i), &src_r[i], 1};
+    loads[i] = (tier_item){key_n(500 + i), dst_r[i], 2};
+  }
+  int32_t codes[kN], tiers[kN];
+  REQUIRE_OK(tier_store_save(s, saves, kN, codes));
+  REQUIRE_OK(tier_store_load(s, loads, kN, codes, tiers));
+  for (uint32_t i = 0; i < kN; ++i) CHECK(codes[i] == TIER_OK && same(dst[i], kBytes, 50 + i));
+  char* text = NULL;
+  REQUIRE_OK(tier_store_metrics_json(s, &text));
+  CHECK(strstr(text, "\"staging_copy_bytes\":0") != NULL);
+  CHECK(strstr(text, "\"loaded_bytes\":120000") != NULL);
+  tier_free(text);
+  REQUIRE_OK(tier_store_metrics_prometheus(s, &text));
+  CHECK(strstr(text, "libtier_stack_staging_copy_bytes_total 0\n") != NULL);
+  tier_free(text);
+  tier_store_close(s);
+
+  REQUIRE_OK(tier_store_open_json(
+      "{\"tiers\": [{\"name\": \"a\", \"capacity\": \"4MiB\", \"backend\": \"cpu\"},"
+      " {\"name\": \"b\", \"capacity\": \"4MiB\", \"backend\": \"cpu\"}]}",
+      NULL, 0, &s));
+  REQUIRE_OK(tier_store_save(s, saves, 1, codes));
+  CHECK(codes[0] == TIER_OK);
+  REQUIRE_OK(tier_store_metrics_json(s, &text));
+  CHECK(strstr(text, "\"staging_copy_bytes\":20000") != NULL);
+  tier_free(text);
   tier_store_close(s);
 }
 
@@ -625,6 +670,7 @@ int main(void) {
   test_status();
   test_keys();
   test_store();
+  test_one_copy();
   test_threads();
   test_log_stat_metrics();
   test_curve();

@@ -17,10 +17,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/test_util.hpp"
@@ -205,6 +208,78 @@ TEST_CASE_FIXTURE(Fixture, "a batch of requests completes exactly once each") {
     REQUIRE(g.status.is_ok());
     CHECK(std::memcmp(hold.get(), imgs[i].data(), imgs[i].size()) == 0);
   }
+}
+
+// Capabilities::concurrent: several threads submit and poll at once; every request completes
+// exactly once, in whichever thread polls it, with its own bytes. A tier that does not declare
+// it is used by one thread at a time, and this case has nothing to prove.
+TEST_CASE_FIXTURE(Fixture, "a concurrent backend serves several threads at once") {
+  if (!b().capabilities().concurrent) {
+    MESSAGE("not concurrent: one thread at a time");
+    return;
+  }
+  constexpr std::size_t kThreads = 4, kPerThread = 24, kPayload = 20000;
+  const std::size_t n = kThreads * kPerThread;
+  std::vector<std::vector<std::byte>> imgs(n);
+  std::vector<std::shared_ptr<std::byte[]>> puts(n), gets(n);
+  for (std::size_t i = 0; i < n; ++i) imgs[i] = make_image(key_of(3000 + i), kPayload, i);
+  std::mutex mu;
+  std::map<std::uint64_t, Completion> done;  // user_data -> completion, whoever polled it
+  auto poll_some = [&] {
+    Completion out[8];
+    auto r = b().poll(out, 0, std::chrono::microseconds(0));
+    REQUIRE(r.is_ok());
+    std::lock_guard lock(mu);
+    for (std::size_t i = 0; i < *r; ++i) CHECK(done.emplace(out[i].user_data, out[i]).second);
+  };
+  // Runs one request (user_data `id`) and returns its completion, polled by any thread.
+  auto one = [&](const IoRequest& req) {
+    for (;;) {
+      auto r = b().submit(std::span(&req, 1));
+      REQUIRE(r.is_ok());
+      if (*r == 1) break;
+      poll_some();
+    }
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);;) {
+      {
+        std::lock_guard lock(mu);
+        auto it = done.find(req.user_data);
+        if (it != done.end()) return it->second;
+      }
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      poll_some();
+      std::this_thread::yield();
+    }
+  };
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(kThreads, 0);
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (std::size_t j = 0; j < kPerThread; ++j) {
+        const std::size_t i = t * kPerThread + j;
+        const ObjectKey k = key_of(3000 + i);
+        const std::size_t cap = round(imgs[i].size());
+        Region pr;
+        {
+          std::lock_guard lock(mu);  // the fixture's allocation helpers are not shared
+          pr = put_region(imgs[i], puts[i]);
+          gets[i] = aligned(cap);
+        }
+        if (!one(IoRequest{Op::kPut, k, pr, 4 * i}).status.is_ok()) ++wrong[t];
+        Completion g = one(IoRequest{Op::kGet, k, Region{gets[i].get(), cap, MemoryKind::kHost, -1},
+                                     4 * i + 1});
+        if (!g.status.is_ok() || std::memcmp(gets[i].get(), imgs[i].data(), imgs[i].size()) != 0)
+          ++wrong[t];
+        if (!one(IoRequest{Op::kContains, k, Region{}, 4 * i + 2}).status.is_ok()) ++wrong[t];
+        if (j % 3 == 0 && !one(IoRequest{Op::kRemove, k, Region{}, 4 * i + 3}).status.is_ok())
+          ++wrong[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (std::size_t t = 0; t < kThreads; ++t) CHECK(wrong[t] == 0);
+  CHECK(done.size() == n * 3 + (kPerThread + 2) / 3 * kThreads);
+  CHECK(b().in_flight() == 0);
 }
 
 TEST_CASE_FIXTURE(Fixture, "a put whose image does not match its key is refused") {

@@ -64,7 +64,11 @@ class FaultInjectingBackend final : public Backend {
   FaultInjectingBackend(std::string name, PluginPtr<Backend> inner)
       : Backend(std::move(name)), inner_(std::move(inner)) {}
 
-  Capabilities capabilities() const noexcept override { return inner_->capabilities(); }
+  Capabilities capabilities() const noexcept override {
+    Capabilities c = inner_->capabilities();
+    c.concurrent = false;  // its own queues are one thread's
+    return c;
+  }
   Usage usage() const noexcept override { return inner_->usage(); }
 
  protected:

@@ -19,18 +19,25 @@
  *    which receives libtier's messages on whichever thread logs them.
  *
  * Threads
- *  - Key functions, tier_code_name, tier_last_error, tier_version, tier_log_*, tier_curve_*:
- *    any thread, concurrently (a tier_curve is read-only once made).
- *  - tier_store_*: any thread, concurrently. Each store serializes its calls on one lock (the
- *    TierStack behind it has one owner at a time); an asynchronous submit queues the batch for
- *    the store's own transfer thread, which takes the same lock. A store must not be closed while
- *    another thread uses it.
- *  - tier_worker_* and tier_scheduler_*: the engine's contract (docs/engine.md). A scheduler is
- *    used by one thread at a time; a worker may be driven from its rank thread while the
- *    scheduler thread uses it as its view. Both take the lock of the worker's store around every
- *    call, so store calls on that store from other threads remain safe.
- *  - tier_dsv4_layout_*: the region getters may be called from any thread; the layout must
- *    outlive the workers made over it.
+ *  Each call below (or the comment over its group) names one of these contracts:
+ *  - [any thread]: callable from any thread, concurrently with any other call, also on the same
+ *    handle (except that handle's close/destroy/free).
+ *  - [serialized]: callable from any thread; calls on the same handle take its lock and run one
+ *    after the other (never in parallel).
+ *  - [exclusive]: no other call on the same handle may run while it runs, nor start after it
+ *    (the close/destroy/free of a handle; creating a handle touches no other caller's state).
+ *  The store's calls run their transfers in parallel: a store holds no lock around a transfer
+ *  (its TierStack keeps only its bookkeeping under short locks, and the cpu tier copies on the
+ *  calling threads at once), so N threads saving or loading through one store move bytes at
+ *  about N threads' copy speed. An asynchronous submit queues the batch for the store's own
+ *  transfer thread, which runs it the same way beside the callers' own calls. Host regions on
+ *  the cpu tier are moved once, between the tier and the caller's memory (metrics:
+ *  staging_copy_bytes stays 0). A worker may be driven from its rank thread while the scheduler
+ *  thread uses it as its view, and store calls on its store from other threads run beside both
+ *  (docs/engine.md, Threads).
+ *  Key functions, tier_code_name, tier_last_error, tier_version, tier_log_* and tier_curve_*
+ *  are [any thread] (a tier_curve is read-only once made); the tier_dsv4_layout_* region getters
+ *  are [any thread], and a layout must outlive the workers made over it.
  */
 #ifndef TIER_TIER_H_
 #define TIER_TIER_H_
@@ -64,6 +71,7 @@ enum {
   TIER_NO_SPACE = 13
 };
 
+/* Every call of this section and of "Keys": [any thread]. */
 /* "ok", "not_found", ... (tier::code_name); "unknown" for a number that is not a code. */
 const char* tier_code_name(int code);
 /* The message of the last failing call on this thread ("" when none failed yet). */
@@ -158,12 +166,14 @@ typedef struct tier_store tier_store;
  * model (docs/integration.md, "Namespaces"). A profile's "metrics" section starts its HTTP
  * endpoint (tier_store_metrics_endpoint). Errors: INVALID_ARGUMENT (every problem with its JSON
  * path), NOT_FOUND (no such file), IO_ERROR (the metrics endpoint cannot listen), the tiers'
- * errors. */
+ * errors. Unless marked otherwise, the tier_store_* and tier_completion_* calls are [any
+ * thread]. */
 int tier_store_open(const char* profile_path, const tier_key* ns, uint32_t rank, tier_store** out);
 int tier_store_open_json(const char* profile_json, const tier_key* ns, uint32_t rank,
                          tier_store** out);
 /* Waits for queued asynchronous batches and background work (bounded by the profile's timeout),
- * then closes the tiers. Completions not yet taken are discarded. */
+ * then closes the tiers. Completions not yet taken are discarded. [exclusive]: every other call
+ * on the store (and its registrations, workers and pending waits) must have returned. */
 void tier_store_close(tier_store* store);
 
 size_t tier_store_tier_count(tier_store* store);
@@ -182,7 +192,9 @@ const char* tier_store_metrics_endpoint(tier_store* store);
  * host range through the GPU runtime (NOT_SUPPORTED in a build without it, or with no GPU);
  * host regions inside a registered pinned range are then moved as pinned. HOST and DEVICE record
  * the range (DEVICE: INVALID_ARGUMENT for device < 0). The registration must be released before
- * its store is closed. */
+ * its store is closed. [any thread] (a shared lock of the store's registrations, held while a
+ * call converts its regions, never during a transfer); a registration is released once, and
+ * not while a batch that uses its memory is in flight. */
 typedef struct tier_memory tier_memory;
 int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kind, int32_t device,
                          tier_memory** out);
@@ -211,6 +223,9 @@ typedef struct tier_object_stat {
 /* out[i] for keys[i]. Reads a key's image only where its tier applies a stage (to learn the
  * payload size). Errors: INVALID_ARGUMENT (NULL arrays). */
 int tier_store_stat(tier_store* store, const tier_key* keys, size_t count, tier_object_stat* out);
+/* Saves and loads of the same or other keys from several threads run in parallel; saves of
+ * one key at once store one of them whole (put-if-absent), and a load that runs beside a save
+ * of its key finds the object whole or not at all. */
 /* Blocking batch save: codes[i] is TIER_OK (stored, or stored already: put-if-absent) or the
  * first writable tier's error for item i (NO_SPACE: larger than that tier can ever hold). The call's own status is an error only when the batch
  * could not be attempted (INVALID_ARGUMENT: a malformed region list; BAD_STATE). */
@@ -246,15 +261,18 @@ int tier_store_submit_load(tier_store* store, const tier_item* items, size_t cou
                            uint64_t* ticket);
 /* A finished completion (*out = NULL when none is ready), without blocking. */
 int tier_store_poll(tier_store* store, tier_completion** out);
-/* Blocks until `ticket` (0: any) completes, up to timeout_ms (< 0: no limit).
- * Errors: TIMED_OUT, NOT_FOUND (a ticket never issued or already taken). */
+/* Blocks until `ticket` (0: any) completes, up to timeout_ms (< 0: no limit). Several threads may
+ * poll and wait at once: each completion is handed out once, to one of them.
+ * Errors: TIMED_OUT, NOT_FOUND (a ticket never issued or already taken, also by another thread
+ * while this one waited). */
 int tier_store_wait(tier_store* store, uint64_t ticket, int64_t timeout_ms, tier_completion** out);
 uint64_t tier_completion_ticket(const tier_completion* c);
 int32_t tier_completion_op(const tier_completion* c); /* TIER_OP_* */
 /* The batch status (what the blocking call would have returned). */
 int32_t tier_completion_status(const tier_completion* c);
 size_t tier_completion_count(const tier_completion* c);
-/* Per-item codes and (loads) serving tiers, `count` each; valid until tier_completion_free. */
+/* Per-item codes and (loads) serving tiers, `count` each; valid until tier_completion_free
+ * ([exclusive] on the completion; its getters are [any thread]). */
 const int32_t* tier_completion_codes(const tier_completion* c);
 const int32_t* tier_completion_tiers(const tier_completion* c);
 void tier_completion_free(tier_completion* c);
@@ -265,7 +283,9 @@ void tier_completion_free(tier_completion* c);
  * the library. `geometry` is a preset name ("v4-pro-fp8", ...) or a model description as JSON
  * text ({"preset": ..., "num_blocks": ..., "num_slots": ...}); `options_json` (NULL: host) is
  * {"memory": "host" | "device", "device": 0}. Errors: INVALID_ARGUMENT, NOT_SUPPORTED (device
- * memory without a GPU), NO_SPACE, DEVICE_ERROR. */
+ * memory without a GPU), NO_SPACE, DEVICE_ERROR. The getters below are [any thread];
+ * tier_dsv4_layout_destroy is [exclusive] and comes after the workers made over the layout are
+ * destroyed. */
 typedef struct tier_dsv4_layout tier_dsv4_layout;
 int tier_dsv4_layout_create(const char* geometry, const tier_key* page_ns, uint32_t tp_size,
                             uint32_t tp_rank, const char* options_json, tier_dsv4_layout** out);
@@ -328,13 +348,16 @@ typedef struct tier_op_report {
 
 /* A worker: one TP rank's mover between its layout and its store. `config_json` is the
  * EngineConfig JSON (NULL or "{}": defaults); `page_ns` the PAGE namespace. The store and layout
- * must outlive the worker. */
+ * must outlive the worker. Every tier_worker_* call is [any thread] (the worker's own short
+ * locks; two tier_worker_progress calls run one after the other), but tier_worker_destroy,
+ * which is [exclusive], also against the scheduler that uses the worker as its view. */
 typedef struct tier_worker tier_worker;
 int tier_worker_create(const char* config_json, const tier_key* page_ns, uint32_t rank,
                        tier_store* store, tier_dsv4_layout* layout, tier_worker** out);
 void tier_worker_destroy(tier_worker* worker);
 
-/* A step's plan from tier_scheduler_build_step; the same plan goes to every rank's worker. */
+/* A step's plan from tier_scheduler_build_step; the same plan goes to every rank's worker.
+ * Its getters are [any thread] (read only), tier_plan_free [exclusive]. */
 typedef struct tier_plan tier_plan;
 typedef struct tier_load_op {
   uint64_t request, generation;
@@ -425,7 +448,10 @@ int tier_worker_release_lease(tier_worker* worker, uint64_t lease);
  * tier_free. */
 int tier_worker_metrics_json(tier_worker* worker, char** out);
 
-/* The scheduler, with rank 0's worker as its view of the tiers. */
+/* The scheduler, with rank 0's worker as its view of the tiers. Every tier_scheduler_* call
+ * and tier_engine_metrics_* is [serialized] on the scheduler (the engine's scheduler has one
+ * caller at a time; its lock enforces it); tier_scheduler_destroy is [exclusive]. The events'
+ * getters are [any thread], tier_events_free [exclusive]. */
 typedef struct tier_scheduler tier_scheduler;
 int tier_scheduler_create(const char* config_json, const tier_key* page_ns, tier_worker* view,
                           tier_scheduler** out);

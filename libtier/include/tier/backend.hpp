@@ -4,8 +4,13 @@
 // Asynchronous, io_uring-shaped: the caller submits a batch of IoRequests and later drains
 // Completions with poll() on its own thread. No library thread ever calls user code.
 //
-// Threads: a Backend instance is used by one thread at a time (its owner). Backends may run
-// internal threads (Asio, GPU streams) but surface results only inside poll().
+// Threads: a Backend that declares Capabilities::concurrent may be called (submit, poll, lease,
+// release) from several threads at once; any other is used by one thread at a time (its owner;
+// a TierStack serialises its calls into such a tier). Either way a completion surfaces only
+// inside poll(), in whichever thread's poll() reaps it, and no library thread calls user code.
+// Backends may run internal threads (Asio, GPU streams). The base's own bookkeeping (the pending
+// table below) is thread-safe in both cases; usage(), describe() and metrics() may be read from
+// any thread at any time.
 //
 // Public methods are non-virtual and keep the invariants for every backend (NVI): submit() checks
 // each request against capabilities(), and poll() verifies every image read back (header, key,
@@ -29,10 +34,13 @@
 // holds it against eviction for capacity until it releases the lease or the lease's deadline
 // passes. Leases are metadata only: they complete on the caller's thread without I/O.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -98,6 +106,12 @@ struct Capabilities {
   // The tail may be written until the completion is reaped (a device copy completes in poll());
   // `buf` is read again by poll(), so both stay valid until then.
   bool scatter_gets = false;
+  // submit(), poll(), lease() and release() may run on several threads at once, their copies in
+  // parallel (the cpu tier's heap mode: only its index is under a lock). A completion surfaces in
+  // whichever thread's poll() reaps it, so a waiting poll may return fewer than `min` when another
+  // thread took them: a caller that shares the backend routes completions by user_data (as a
+  // TierStack does). False: one thread at a time.
+  bool concurrent = false;
 };
 
 // Whether a scattered get's `tail` (empty regions aside) is all host memory, or all device
@@ -115,9 +129,10 @@ struct Usage {
   std::uint64_t objects = 0;
 };
 
-// Receives objects a backend evicts for capacity, so a stack can demote them. Called on the
-// owner's thread from inside submit() or poll(); `image` is valid only during the call and may be
-// empty when the backend cannot provide the bytes cheaply (the object is then simply dropped).
+// Receives objects a backend evicts for capacity, so a stack can demote them. Called from inside
+// submit() or poll() on the thread that called them (for a concurrent backend, possibly several
+// at once, and outside the backend's own locks); `image` is valid only during the call and may
+// be empty when the backend cannot provide the bytes cheaply (the object is then simply dropped).
 class EvictionHandler {
  public:
   virtual ~EvictionHandler() = default;
@@ -151,7 +166,7 @@ class Backend {
                            std::chrono::microseconds wait) noexcept;
 
   // Requests submitted and not yet reaped through poll().
-  std::size_t in_flight() const noexcept { return pending_in_use_; }
+  std::size_t in_flight() const noexcept { return pending_in_use_.load(std::memory_order_relaxed); }
 
   const std::string& tier_name() const noexcept { return tier_name_; }
   TierMetrics& metrics() noexcept { return metrics_; }
@@ -213,21 +228,24 @@ class Backend {
     Region buf;
     std::size_t tail_bytes = 0;  // a scattered get's payload bytes, skip included (buf: header)
     Op op = Op::kGet;
+    bool verified = false;       // capabilities().verifies_reads when it was submitted
     bool used = false;
   };
+  // Takes a pending id for `r` (under mu_).
+  std::uint32_t take_id(const IoRequest& r, bool verified);
+  // Gives back the ids of requests do_submit did not accept (under mu_).
+  void give_back(std::span<const IoRequest> unaccepted) noexcept;
   void finish(const Pending& p, Completion& c) noexcept;
 
   std::string tier_name_;
   TierMetrics metrics_;
   EvictionHandler* eviction_handler_ = nullptr;
+  // The fields below. Held for bookkeeping only, never across do_submit or do_poll.
+  std::mutex mu_;
   std::vector<Pending> pending_;  // requests submitted and not yet completed, by id
   std::vector<std::uint32_t> free_pending_;
-  std::size_t pending_in_use_ = 0;
-  bool verified_reads_ = false;
-  std::vector<Completion> early_;  // requests rejected by submit() before reaching the backend
-  std::vector<IoRequest> scratch_;         // submit()'s rewritten batch, reused
-  std::vector<std::size_t> origin_, early_origin_;
+  std::atomic<std::size_t> pending_in_use_{0};
+  std::deque<Completion> early_;  // requests rejected by submit() before reaching the backend
 };
-
 
 }  // namespace tier

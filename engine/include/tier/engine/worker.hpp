@@ -62,9 +62,8 @@
 //  - progress() runs the operations without that lock; two progress() calls run one after the
 //    other.
 //  - The TierView calls (lookup_prefix, has_commit, put_commit, remove_commit) go to the
-//    TierStack directly, which serialises its calls and lets them in while a save waits for a
-//    tier (tier/tier_stack.hpp, Threads): a lookup never waits for a running save's put or
-//    visibility wait.
+//    TierStack directly, which runs concurrent calls in parallel (tier/tier_stack.hpp, Threads):
+//    a lookup never waits for a running save's put, copy or visibility wait.
 //  - The KvLayout is called by submit() and progress() one call at a time (the worker serialises
 //    them), so a layout that is "one caller at a time" needs nothing more.
 
@@ -271,8 +270,9 @@ class Worker final : public TierView {
   KvLayout& layout_;
   PluginPtr<Codec> identity_;
   Key128 slot_ns_, commit_ns_;
-  // Lock order: run_mu_, the TierStack's own, layout_mu_ (taken inside its encodes and decodes),
-  // mu_; never the reverse.
+  // Lock order: run_mu_, layout_mu_ (taken inside the TierStack's encodes and decodes, which run
+  // with none of the stack's locks held), mu_; never the reverse. The stack's own locks are taken
+  // inside its calls and held around no call out of it.
   std::mutex run_mu_;            // held by progress() (and with_stack) while it runs
   mutable std::mutex layout_mu_;  // one layout or layout-codec call at a time
   mutable std::mutex mu_;         // the fields below; held only for a few instructions

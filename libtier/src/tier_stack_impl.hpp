@@ -1,0 +1,272 @@
+#pragma once
+// TierStack::Impl: everything the stack keeps (private to the core; libtier/src/tier_stack.cpp,
+// libtier/src/stack_stat.cpp, libtier/src/stack_metrics.cpp and libtier/src/metrics_http.cpp
+// define its members). None of it is part of libtier's exported symbols.
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "image_pool.hpp"
+#include "tier/object.hpp"
+#include "tier/tier_stack.hpp"
+
+namespace tier {
+
+namespace detail {
+
+// The longest a waiting poll lasts: the whole wait of a tier that is called by every thread at
+// once, and the hold of a tier that is called by one thread at a time (a thread that waits to
+// enter it gets in after at most this).
+constexpr auto kConcurrentSlice = std::chrono::microseconds(10'000);
+constexpr auto kGatedSlice = std::chrono::microseconds(1'000);
+
+// Serialises the calls into a backend that is not concurrent. A thread that waits for the
+// backend's completions enters for one poll at a time and, when another thread waits to enter,
+// lets one in before it enters again (std::mutex alone would let it take the lock back at once).
+class Gate {
+ public:
+  void enter() {
+    entering_.fetch_add(1);
+    mu_.lock();
+    entering_.fetch_sub(1);
+    entries_.fetch_add(1);
+  }
+  void leave() { mu_.unlock(); }
+  // leave(), then, when another thread waits to enter, returns once one such thread got in.
+  void leave_and_let_in() {
+    const std::uint64_t seen = entries_.load();
+    mu_.unlock();
+    while (entering_.load() > 0 && entries_.load() == seen) std::this_thread::yield();
+  }
+
+ private:
+  std::mutex mu_;
+  std::atomic<int> entering_{0};           // threads blocked in enter()
+  std::atomic<std::uint64_t> entries_{0};  // times enter() got in
+};
+
+}  // namespace detail
+
+// Everything the stack keeps. Hidden: none of it is part of libtier's exported symbols.
+class __attribute__((visibility("hidden"))) TierStack::Impl {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Image = detail::Image;
+  using ImageBuffer = detail::ImageBuffer;
+  using Gate = detail::Gate;
+
+  explicit Impl(const Profile& profile)
+      : max_inflight_bytes_(profile.max_inflight_bytes),
+        op_timeout_(std::chrono::microseconds(profile.op_timeout_us)),
+        pool_(profile.max_inflight_bytes) {}
+  ~Impl();
+
+  Status open(const Profile& profile, Registry& registry);
+
+  Result<std::size_t> lookup_prefix(std::span<const ObjectKey> keys);
+  Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
+                        std::span<std::uint8_t> held);
+  void release(LeaseId id);
+  std::size_t active_leases();
+  Result<int> locate(const ObjectKey& key);
+  Status save(std::span<const SaveItem> items, const Codec& codec, std::span<Status> out);
+  Status load(std::span<const LoadItem> items, const Codec& codec, std::span<LoadResult> out);
+  Status remove(const ObjectKey& key);
+  Result<std::uint64_t> clear(const Key128& ns);
+  Status stat(std::span<const ObjectKey> keys, std::span<ObjectStat> out);
+  void progress();
+  Status flush(std::chrono::milliseconds timeout);
+
+  // Metrics (libtier/src/stack_metrics.cpp). Makes gauges_ and durations_ for tiers_ and starts
+  // the profile's metrics endpoint, which renders `self`'s metrics.
+  Status start_metrics(const Profile& profile, const TierStack& self);
+  // Every tier's usage into gauges_ (each backend called inside its gate when not concurrent).
+  void note_usage() noexcept;
+  void note_duration(StackOp op, int tier, Clock::time_point start, Clock::time_point end) noexcept;
+  Usage usage(std::size_t i) const noexcept;
+  const Histogram& op_duration(StackOp op, int tier) const noexcept;
+
+  class EvictSink;  // per-tier EvictionHandler forwarding to on_evict
+  struct Tier {
+    TierSpec spec;
+    std::unique_ptr<EvictSink> sink;
+    PluginPtr<Backend> backend;
+    PluginPtr<StageCodec> stage;  // null: raw
+    int demote_to = -1;           // next writable tier, or -1
+    Capabilities caps;            // the backend's, read once
+    Gate gate;                    // entered around every call when !caps.concurrent
+    bool polling = false;         // a thread is in a waiting poll of it (under mu_)
+  };
+  std::vector<std::unique_ptr<Tier>> tiers_;
+  std::vector<std::string> skipped_;
+  StackCounters counters_;
+  std::atomic<std::uint64_t> bg_bytes_{0};
+  std::string metrics_endpoint_;  // set once by start_metrics()
+
+ private:
+  class MetricsServer;        // the profile's HTTP endpoint (libtier/src/metrics_http.cpp)
+  struct MetricsServerStop {  // stops and joins its thread
+    void operator()(MetricsServer* s) const noexcept;
+  };
+  struct TierGauges {  // usage(i), published by note_usage()
+    std::atomic<std::uint64_t> capacity_bytes{0}, used_bytes{0}, objects{0};
+  };
+  // A call into the stack: publishes the tiers' usage when it ends (the gauges are as of the end
+  // of the last call).
+  struct Call {
+    Impl& s;
+    ~Call() { s.note_usage(); }
+  };
+  // Starts metrics_server_ and sets metrics_endpoint_. Errors: IoError (cannot listen),
+  // NotSupported (built without the endpoint).
+  Status start_endpoint(const MetricsEndpoint& endpoint, const TierStack& self);
+  struct Pending {  // a request the stack submitted and has not taken back
+    int tier = -1;
+    Op op = Op::kGet;
+    bool background = false;    // reaped by whoever polls; nobody waits for it
+    Image image;                // the bytes the request reads or writes
+    std::uint64_t charged = 0;  // bytes counted against max_inflight_bytes
+    Completion done;
+    bool finished = false;
+    Clock::time_point submitted, reaped;  // for op_duration
+    // A scattered get's header (IoRequest::buf): the one this load accepts, overwritten by the
+    // stored one. It lives as long as the request (poll reads it), also when the get timed out
+    // and turned into background work. A node of pending_, so its address is stable.
+    alignas(16) std::array<std::byte, kObjectHeaderBytes> header{};
+  };
+  struct Evicted {
+    int tier = -1;
+    ObjectKey key;
+    Image image;
+  };
+  struct StackLease {
+    Clock::time_point deadline;
+    std::vector<std::pair<int, LeaseId>> parts;  // (tier, the tier's lease id)
+  };
+
+  Tier& at(int t) noexcept { return *tiers_[static_cast<std::size_t>(t)]; }
+  const Tier& at(int t) const noexcept { return *tiers_[static_cast<std::size_t>(t)]; }
+  // Calls fn(backend) for tier `t`, inside its gate when it is not concurrent.
+  template <class F>
+  auto call(int t, F&& fn) {
+    Tier& tier = at(t);
+    if (tier.caps.concurrent) return fn(*tier.backend);
+    tier.gate.enter();
+    struct Leave {
+      Gate& g;
+      ~Leave() { g.leave(); }
+    } leave{tier.gate};
+    return fn(*tier.backend);
+  }
+
+  void on_evict(int tier, const ObjectKey& key, std::span<const std::byte> image) noexcept;
+  // The region tier `t` reads or writes for `image`: its bytes, rounded up to the tier's
+  // io_alignment (the image header gives the exact size).
+  Region io_region(int t, ImageBuffer& image) const;
+  // Builds the image tier `t` stores from a raw payload (stage applied, header sealed).
+  Result<Image> make_image(int t, const ObjectKey& key, std::uint32_t format_id,
+                           std::span<const std::byte> raw);
+  struct RawPayload {
+    std::span<const std::byte> bytes;  // into the image, or into `holder`
+    std::uint32_t format_id = 0;       // the image header's
+    Image holder;                      // the decoded bytes when the tier has a stage; else null
+  };
+  // The raw payload of a verified image read from tier `t` (stage undone).
+  Result<RawPayload> raw_payload(int t, std::span<const std::byte> image);
+  // Encodes `item` once, submits its put to tier `first` (id: the request, or out: why none)
+  // and queues the write-through to the other writable tiers.
+  void save_one(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
+                Status& out);
+  // save_one for a first tier that takes gather puts: a header, then item.src as the payload.
+  void save_gathered(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
+                     Status& out);
+  // Takes the finished get `id` (0: none was submitted) of `item` from tier `t` and serves it
+  // from `buf` into item.dst (null `buf`: a scattered get, already in item.dst): out and
+  // unserved say whether it was served, or why not; a served item's latency counts from `start`.
+  void serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id, Image& buf,
+                 LoadResult& out, char& unserved, Clock::time_point start);
+  // InvalidArgument naming the sizes: tier `t` holds an image of `image_bytes` for `item`, which
+  // its regions cannot take.
+  Status wrong_size(int t, const LoadItem& item, const Codec& codec, std::size_t image_bytes) const;
+  // Decodes `image`, read from tier `t` for `item`, into item.dst and promotes its payload into
+  // the faster writable tiers. Returns: Ok, or why the image cannot be served (a copy that
+  // fails its checks is removed from tier `t`).
+  Status serve_load(int t, const LoadItem& item, const Codec& codec,
+                    std::span<const std::byte> image);
+  // Queues background puts of a raw payload read from tier `t` into the writable tiers above it.
+  void promote(int t, const ObjectKey& key, std::uint32_t format_id,
+               std::span<const std::byte> raw);
+  // Largest image tier `t` may hold for `raw_bytes` of payload.
+  std::size_t max_image_bytes(int t, std::size_t raw_bytes) const;
+  // Queues a background put; drops it (counted) when the in-flight bound would be exceeded.
+  void put_background(int t, const ObjectKey& key, Image image, bool demotion);
+  // Queues a background remove of `key` from tier `t` (a corrupt copy); nobody waits for it.
+  void remove_background(int t, const ObjectKey& key);
+  // Submits one request. With `expect`, a scattered get whose `buf` is the request's own header
+  // holding `*expect`. Returns its id (never 0), or why the tier refused it (TimedOut: its
+  // queue stayed full).
+  Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
+                                   RegionList tail = {}, std::size_t skip = 0,
+                                   const PayloadCheck* check = nullptr,
+                                   const ObjectHeader* expect = nullptr);
+  // Polls tier `t` (waiting up to `wait` for `min` completions), routes what it reaped, then
+  // advances the demotions that queued up.
+  void reap(int t, std::size_t min, std::chrono::microseconds wait);
+  // Polls tier `t` and routes the completions: the foreground ones to their callers, the
+  // background ones finished here. Returns whether one was a foreground request's.
+  bool poll_and_route(int t, std::size_t min, std::chrono::microseconds wait);
+  // One waiting poll of tier `t` of at most `wait`, by one thread at a time per tier: when
+  // another thread is in one, waits for it to route what it reaped instead. Called with `lock`
+  // (of mu_) held; returns with it held.
+  void wait_once(int t, std::chrono::microseconds wait, std::unique_lock<std::mutex>& lock);
+  void drain_evictions();
+  // Waits for foreground ids; on timeout they turn into background requests (TimedOut).
+  void wait_for(std::span<const std::uint64_t> ids);
+  bool finished(std::uint64_t id);
+  // The completion of `id`, and (when `reaped` is given) when it was reaped.
+  Completion take(std::uint64_t id, Clock::time_point* reaped = nullptr);
+  void recycle(Image& image) noexcept { pool_.recycle(image); }
+
+  const std::uint64_t max_inflight_bytes_;
+  const std::chrono::microseconds op_timeout_;
+  int first_writable_ = -1;
+  bool gather_saves_ = false;  // the first writable tier takes gathered payloads (save())
+  detail::ImagePool pool_;
+  std::unique_ptr<TierGauges[]> gauges_;    // one per tier; atomics, read without a lock
+  std::unique_ptr<Histogram[]> durations_;  // [op * (tiers + 1) + tier + 1]; atomics
+  std::unique_ptr<MetricsServer, MetricsServerStop> metrics_server_;
+
+  std::mutex mu_;                   // the fields below
+  std::condition_variable routed_;  // a foreground request finished, or a waiting poll ended
+  std::size_t waiting_ = 0;         // threads waiting on routed_
+  std::unordered_map<std::uint64_t, Pending> pending_;
+  std::unordered_set<std::uint64_t> timed_out_;  // foreground ids given up on
+  std::uint64_t next_id_ = 1;
+  std::size_t bg_count_ = 0;
+  std::deque<Evicted> evicted_;
+  std::unordered_map<LeaseId, StackLease> leases_;
+  LeaseId next_lease_ = 1;
+};
+
+class TierStack::Impl::EvictSink final : public EvictionHandler {
+ public:
+  EvictSink(Impl* stack, int tier) : stack_(stack), tier_(tier) {}
+  void on_evict(const ObjectKey& key, std::span<const std::byte> image) noexcept override {
+    stack_->on_evict(tier_, key, image);
+  }
+
+ private:
+  Impl* stack_;
+  int tier_;
+};
+
+}  // namespace tier

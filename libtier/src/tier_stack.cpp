@@ -1,5 +1,8 @@
 #include "tier/tier_stack.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -9,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tier/checked.hpp"
 #include "tier/log.hpp"
 #include "tier/object.hpp"
 
@@ -27,6 +31,21 @@ class TierStack::EvictSink final : public EvictionHandler {
   TierStack* stack_;
   int tier_;
 };
+
+namespace {
+
+// The payload bytes of a caller's region list: InvalidArgument when a region wraps the address
+// space, the sum overflows, or it exceeds kMaxPayloadBytes (so that every size computed from it,
+// header and padding included, fits).
+Result<std::size_t> caller_payload_bytes(RegionList regions) {
+  TIER_ASSIGN_OR_RETURN(std::size_t n, checked_total(regions));
+  if (n > kMaxPayloadBytes)
+    return Status::invalid(
+        fmt::format("an object of {} bytes: at most {} bytes are stored", n, kMaxPayloadBytes));
+  return n;
+}
+
+}  // namespace
 
 Json StackCounters::to_json() const {
   return {{"saves", saves.get()},
@@ -422,6 +441,7 @@ Result<LeaseId> TierStack::lease(std::span<const ObjectKey> keys, std::chrono::m
     for (auto [t, id] : it->second.parts) tiers_[static_cast<std::size_t>(t)].backend->release(id);
     it = leases_.erase(it);
   }
+  if (ttl > kMaxLeaseTtl) ttl = kMaxLeaseTtl;  // also keeps now + ttl from overflowing
   StackLease lease{now + ttl, {}};
   std::vector<ObjectKey> want;
   std::vector<std::size_t> where;  // want[j] is keys[where[j]]
@@ -573,7 +593,9 @@ Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.saves.add();
-    if (gather && direct(items[i].src))
+    if (auto bytes = caller_payload_bytes(items[i].src); !bytes)
+      out[i] = bytes.status();  // not submitted: counted as a failure below
+    else if (gather && direct(items[i].src))
       save_gathered(first, items[i], codec, ids[i], out[i]);
     else
       save_one(first, items[i], codec, ids[i], out[i]);
@@ -613,7 +635,8 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.loads.add();
     out[i] = LoadResult{Status::not_found(), -1};
-    auto size = codec.encoded_size(items[i].dst);
+    auto size = caller_payload_bytes(items[i].dst);
+    if (size) size = codec.encoded_size(items[i].dst);
     if (!size) {
       out[i].status = size.status();
       unserved[i] = 0;

@@ -11,7 +11,7 @@ import pytest
 
 import libtier
 from conftest import CPU_PROFILE
-from test_engine import CONFIG, GEOMETRY, fill
+from test_engine import fill, open_engine
 
 # The close race runs this many times in `make test` (issue 26 measured it 100 times:
 # TIER_CLOSE_RACE_ROUNDS=100).
@@ -19,12 +19,7 @@ CLOSE_RACE_ROUNDS = int(os.environ.get("TIER_CLOSE_RACE_ROUNDS", "20"))
 
 
 def make_engine():
-    ns = libtier.namespace_id({"model": "python-lifetimes"})
-    store = libtier.Store.open(CPU_PROFILE)
-    layout = libtier.Dsv4Layout.create(GEOMETRY, ns)
-    worker = libtier.Worker.create(CONFIG, 0, store, layout, ns)
-    sched = libtier.Scheduler.create(CONFIG, worker, ns)
-    return ns, store, layout, worker, sched
+    return open_engine("python-lifetimes")
 
 
 def queue_saves(sched, worker, layout, prompt):

@@ -67,8 +67,9 @@ def usage_flags(exe):
     """{command: [flag, ...]} from `exe help`."""
     out = subprocess.run([exe, "help"], capture_output=True, text=True, check=True).stdout
     flags = {}
-    for line in out.splitlines():
-        m = re.match(r"\s+\S+ (\w+)(.*)", line)
+    name = os.path.basename(exe)
+    for line in out.splitlines():  # "  tierctl COMMAND ARGS", then its description
+        m = re.match(r"\s+" + re.escape(name) + r" (\w+)(.*)", line)
         if m:
             flags[m.group(1)] = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", m.group(2))))
     return flags

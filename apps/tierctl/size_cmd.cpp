@@ -53,7 +53,7 @@ std::optional<double> parse_rate(const std::string& s) {
 std::variant<SizeArgs, int> read_args(Args& args) {
   SizeArgs a;
   const auto trace = args.get("trace");
-  a.block_bytes = args.size("block-bytes", 1, 1ull << 40).value_or(64 * 1024);
+  a.block_bytes = args.size("block-bytes", 1, kMaxBlockBytes).value_or(64 * 1024);
   const auto sample = args.get("sample");
   a.at = args.uint("at");
   a.curve.max_tracked = args.uint("max-tracked", 1, 1ull << 32).value_or(a.curve.max_tracked);
@@ -64,11 +64,6 @@ std::variant<SizeArgs, int> read_args(Args& args) {
   a.trace = *trace;
   if (!args.positional().empty())
     return fail(fmt::format("unexpected argument \"{}\"", args.positional().front()), 2);
-  if (a.block_bytes == 0 || a.block_bytes > kMaxBlockBytes)
-    return fail(fmt::format("--block-bytes must be in [1, {}], got {}", format_size(kMaxBlockBytes),
-                            a.block_bytes),
-                2);
-  if (a.curve.max_tracked == 0) return fail("--max-tracked must be > 0", 2);
   if (sample) {
     const auto rate = parse_rate(*sample);
     if (!rate || !(*rate > 0 && *rate <= 1))

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-tierctl, tierbench, source = sys.argv[1:4]
+tierctl, tierbench, source = (os.path.abspath(a) for a in sys.argv[1:4])
 profile = os.path.join(source, "profiles", "cpu.json")
 work = tempfile.mkdtemp(prefix="libtier-hostile-")
 fifo = os.path.join(work, "fifo")

@@ -220,10 +220,18 @@ struct Program {
         for (std::size_t i = 0; i < n; ++i) keys[i] = key_of(in.u8());
         check_code(tier_store_exists(store.use(), keys, n, out));
         check_code(tier_store_lookup_prefix(store.use(), keys, n, &prefix));
+        tier_object_stat stats[4];
+        check_code(tier_store_stat(store.use(), keys, n, stats));
         std::int32_t codes[4];
         if (in.u8() % 4 == 0) {
-          check_code(tier_store_remove(store.use(), keys, n, codes));
-          for (std::size_t i = 0; i < n; ++i) saved.erase(keys[i].bytes[0]);  // key_of(k): k % 8
+          if (n == 0) {  // no key to remove: the whole namespace instead
+            std::uint64_t removed = 0;
+            check_code(tier_store_clear(store.use(), nullptr, &removed));
+            saved.clear();
+          } else {
+            check_code(tier_store_remove(store.use(), keys, n, codes));
+            for (std::size_t i = 0; i < n; ++i) saved.erase(keys[i].bytes[0]);  // key_of(k): k % 8
+          }
         }
         break;
       }
@@ -242,6 +250,7 @@ struct Program {
         if (tier_store_metrics_json(store.use(), &text) == TIER_OK) tier_free(text);
         if (tier_store_metrics_prometheus(store.use(), &text) == TIER_OK) tier_free(text);
         (void)tier_store_tier_name(store.use(), in.u8());
+        (void)tier_store_metrics_endpoint(store.use());
         break;
       }
       case 8: {
@@ -326,7 +335,11 @@ struct Program {
         const std::uint32_t base = in.u8();
         for (std::size_t i = 0; i < n; ++i) prompt[i] = base + static_cast<std::uint32_t>(i);
         std::uint64_t h = 0;
-        check_code(tier_scheduler_add_request(sched.use(), in.u64(), prompt, n, &h));
+        // An odd base adds an extra key (a LoRA name): the _extra call, as add_request calls it.
+        check_code(tier_scheduler_add_request_extra(sched.use(), in.u64(), prompt, n,
+                                                    base % 2 ? "lora" : nullptr, base % 2 ? 4 : 0,
+                                                    &h));
+        (void)tier_scheduler_epoch(sched.use());
         if (h) handles.push_back(h);
         break;
       }
@@ -369,7 +382,16 @@ struct Program {
       case 19: {
         tier_plan* plan = nullptr;
         check_code(tier_scheduler_build_step(sched.use(), &plan));
-        check_code(tier_worker_submit(worker.use(), plan));
+        check_code(tier_worker_submit_after(worker.use(), plan, nullptr, nullptr));
+        std::uint8_t* wire = nullptr;
+        std::size_t wire_bytes = 0;
+        if (tier_plan_encode(plan, &wire, &wire_bytes) == TIER_OK) {
+          tier_plan* back = nullptr;
+          check_code(tier_plan_decode(wire, wire_bytes, &back));
+          tier_plan_free(back);
+          tier_free(wire);
+        }
+        check_code(tier_worker_release_lease(worker.use(), tier_plan_load_lease(plan, 0)));
         tier_load_op lop;
         tier_save_op sop;
         check_code(tier_plan_load(plan, in.u8() % 2, &lop));
@@ -382,6 +404,8 @@ struct Program {
         check_code(tier_worker_take_reports(worker.use(), r, in.u8() % 17, &n));
         reports.assign(r, r + n);
         (void)tier_worker_queued_saves(worker.use());
+        char* text = nullptr;
+        if (tier_worker_metrics_json(worker.use(), &text) == TIER_OK) tier_free(text);
         break;
       }
       case 20: {
@@ -390,8 +414,19 @@ struct Program {
         if (in.u8() % 2 || r.empty()) {
           std::string reason = in.text(8);
           r.push_back(tier_op_report{static_cast<std::int32_t>(in.u8() % 5) - 1, in.u8(),
-                                     in.u64() % 64, in.u64() % 8, in.u8() % 2, nullptr});
+                                     in.u64() % 64, in.u64() % 8, in.u8() % 2,
+                                     static_cast<std::int32_t>(in.u8() % 12) - 1, nullptr});
           if (in.u8() % 2) r.back().reason = "fuzz";
+        }
+        std::uint8_t* wire = nullptr;
+        std::size_t wire_bytes = 0;
+        if (tier_reports_encode(r.data(), r.size(), &wire, &wire_bytes) == TIER_OK) {
+          tier_reports* back = nullptr;
+          check_code(tier_reports_decode(wire, wire_bytes, &back));
+          std::size_t count = 0;
+          (void)tier_reports_get(back, &count);
+          tier_reports_free(back);
+          tier_free(wire);
         }
         tier_events* ev = nullptr;
         check_code(tier_scheduler_process(sched.use(), r.data(), r.size(), &ev));

@@ -45,7 +45,15 @@ def test_worker_closed_then_scheduler_lookup():
     assert sched.lookup(h).tokens == 0
     with pytest.raises(libtier.BadState, match="worker is closed"):
         worker.progress()
+    # The calls main added go through the same guard.
+    plan = sched.build_step()
+    for call in (lambda: worker.submit(plan, stream=0, event=0), lambda: worker.release_lease(1),
+                 worker.metrics):
+        with pytest.raises(libtier.BadState, match="worker is closed"):
+            call()
     sched.close()
+    with pytest.raises(libtier.BadState, match="scheduler is closed"):
+        sched.epoch
     layout.close()
     store.close()
 
@@ -57,8 +65,10 @@ def test_store_closed_then_worker_progress():
     store.close()
     assert worker.progress() > 0
     assert all(r.ok for r in worker.take_reports())
-    with pytest.raises(libtier.BadState, match="store is closed"):
-        store.lookup_prefix(["00" * 16])
+    for call in (lambda: store.lookup_prefix(["00" * 16]), lambda: store.stat(["00" * 16]),
+                 store.clear, lambda: store.metrics_endpoint):
+        with pytest.raises(libtier.BadState, match="store is closed"):
+            call()
 
 
 def test_layout_closed_with_queued_save_then_progress():

@@ -107,6 +107,11 @@ static void test_bases_closed_first(void) {
   size_t prefix = 0;
   tier_key k = key_n(1);
   CHECK(tier_store_lookup_prefix(e.store, &k, 1, &prefix) == TIER_BAD_STATE);
+  tier_object_stat st;
+  CHECK(tier_store_stat(e.store, &k, 1, &st) == TIER_BAD_STATE);
+  uint64_t removed = 0;
+  CHECK(tier_store_clear(e.store, NULL, &removed) == TIER_BAD_STATE);
+  CHECK(strcmp(tier_store_metrics_endpoint(e.store), "") == 0);
   tier_store_close(e.store); /* a second close does nothing */
   size_t done = 0;
   REQUIRE_OK(tier_worker_progress(e.worker, SIZE_MAX, &done));
@@ -138,6 +143,9 @@ static void test_worker_closed_first(void) {
   tier_worker_destroy(e.worker);
   CHECK(tier_worker_progress(e.worker, SIZE_MAX, NULL) == TIER_BAD_STATE);
   CHECK(tier_worker_queued_saves(e.worker) == 0);
+  CHECK(tier_worker_release_lease(e.worker, 1) == TIER_BAD_STATE);
+  char* worker_text = NULL;
+  CHECK(tier_worker_metrics_json(e.worker, &worker_text) == TIER_BAD_STATE);
   tier_match m;
   REQUIRE_OK(tier_scheduler_lookup(e.sched, h, &m));
   CHECK(m.tokens == 0);
@@ -145,6 +153,10 @@ static void test_worker_closed_first(void) {
   CHECK(tier_engine_metrics_json(e.sched, &e.worker, 1, &text) == TIER_BAD_STATE);
   REQUIRE_OK(tier_engine_metrics_json(e.sched, NULL, 0, &text));
   tier_free(text);
+  tier_plan* plan = NULL;
+  REQUIRE_OK(tier_scheduler_build_step(e.sched, &plan));
+  CHECK(tier_worker_submit_after(e.worker, plan, NULL, NULL) == TIER_BAD_STATE);
+  tier_plan_free(plan);
   tier_store_close(e.store);
   tier_dsv4_layout_destroy(e.layout);
   tier_scheduler_destroy(e.sched); /* the last reference to everything */

@@ -94,29 +94,71 @@ bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-}  // namespace
+// A flag's value as it may be printed: JSON-escaped (a byte that is not UTF-8 shows as U+FFFD).
+std::string shown(const std::string& v) { return tier::json_text(Json(v)); }
 
-std::optional<std::uint64_t> Args::size(std::string_view name) {
-  auto v = get(name);
-  if (!v) return std::nullopt;
-  // Plain digits exactly (a double would round them); with a unit through parse_size, which
-  // refuses fractions of a byte and anything above 1.8e19.
-  auto n = all_digits(*v) ? parse_decimal(*v) : parse_size(Json(*v));
-  if (!n)
-    std::exit(fail(
-        fmt::format("--{}: expected a size like \"1MiB\" below 16EiB, got \"{}\"", name, *v), 2));
-  return n;
+// `n` (the value of --name) in [lo, hi], or exit 2.
+std::uint64_t in_range(std::string_view name, std::uint64_t n, std::uint64_t lo, std::uint64_t hi,
+                       bool size) {
+  if (n >= lo && n <= hi) return n;
+  auto show = [&](std::uint64_t x) { return size ? format_size(x) : std::to_string(x); };
+  std::exit(
+      fail(hi == UINT64_MAX
+               ? fmt::format("--{}: expected at least {}, got {}", name, show(lo), show(n))
+               : fmt::format("--{}: expected {} to {}, got {}", name, show(lo), show(hi), show(n)),
+           2));
 }
 
-std::optional<std::uint64_t> Args::uint(std::string_view name) {
+// Plain digits exactly (a double would round them); with a unit through parse_size, which refuses
+// fractions of a byte and anything above 1.8e19.
+std::optional<std::uint64_t> size_value(const std::string& v) {
+  if (v.empty()) return std::nullopt;
+  return all_digits(v) ? parse_decimal(v) : parse_size(Json(v));
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> Args::size(std::string_view name, std::uint64_t lo, std::uint64_t hi) {
+  auto v = get(name);
+  if (!v) return std::nullopt;
+  auto n = size_value(*v);
+  if (!n)
+    std::exit(fail(
+        fmt::format("--{}: expected a size like \"1MiB\" below 16EiB, got {}", name, shown(*v)),
+        2));
+  return in_range(name, *n, lo, hi, true);
+}
+
+std::optional<std::uint64_t> Args::uint(std::string_view name, std::uint64_t lo, std::uint64_t hi) {
   auto v = get(name);
   if (!v) return std::nullopt;
   auto n = parse_decimal(*v);
   if (!n && all_digits(*v))
     std::exit(fail(fmt::format("--{}: {} is larger than 2^64 - 1", name, *v), 2));
   if (!n)
-    std::exit(fail(fmt::format("--{}: expected an unsigned integer, got \"{}\"", name, *v), 2));
-  return n;
+    std::exit(fail(fmt::format("--{}: expected an unsigned integer, got {}", name, shown(*v)), 2));
+  return in_range(name, *n, lo, hi, false);
+}
+
+std::vector<std::uint64_t> Args::list(std::string_view name, const std::string& fallback,
+                                      std::uint64_t lo, std::uint64_t hi, bool sizes) {
+  constexpr std::size_t kMaxItems = 64;
+  const std::string text = get_or(name, fallback);
+  std::vector<std::uint64_t> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    auto n = sizes ? size_value(item) : parse_decimal(item);
+    if (!n || out.size() == kMaxItems)
+      std::exit(
+          fail(fmt::format("--{}: expected a comma-separated list of at most {} {}, got {}", name,
+                           kMaxItems, sizes ? "sizes" : "unsigned integers", shown(text)),
+               2));
+    out.push_back(in_range(name, *n, lo, hi, sizes));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
 }
 
 void Args::finish() {

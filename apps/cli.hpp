@@ -21,9 +21,17 @@ class Args {
   std::optional<std::string> get(std::string_view name);
   std::string get_or(std::string_view name, std::string fallback);
   bool flag(std::string_view name);  // --name present (no value)
-  // Parses a size ("1MiB") / unsigned integer flag; exits with a message on bad input.
-  std::optional<std::uint64_t> size(std::string_view name);
-  std::optional<std::uint64_t> uint(std::string_view name);
+  // Parses a size ("1MiB") / unsigned integer flag in [lo, hi]; exits 2 with a message on
+  // anything else (every count a command takes has a range, so no value can make it divide by
+  // zero, loop for ever or ask for more memory than exists).
+  std::optional<std::uint64_t> size(std::string_view name, std::uint64_t lo = 0,
+                                    std::uint64_t hi = UINT64_MAX);
+  std::optional<std::uint64_t> uint(std::string_view name, std::uint64_t lo = 0,
+                                    std::uint64_t hi = UINT64_MAX);
+  // A comma-separated list of unsigned integers (or, with `sizes`, of sizes like "1MiB"), each in
+  // [lo, hi], at most 64 of them; `fallback` when the flag is absent. Exits 2 on a bad item.
+  std::vector<std::uint64_t> list(std::string_view name, const std::string& fallback,
+                                  std::uint64_t lo, std::uint64_t hi, bool sizes = false);
   const std::vector<std::string>& positional() const { return positional_; }
   // Exits 2 with a message if a flag was given that no get()/flag() asked for.
   void finish();

@@ -7,32 +7,10 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
-#include <optional>
-#include <sstream>
 
-#include "tier/json.hpp"
 #include "tier/options.hpp"
 
 namespace tier::bench {
-
-std::vector<std::uint64_t> parse_list(cli::Args& args, std::string_view name,
-                                      const std::string& fallback, bool sizes) {
-  std::vector<std::uint64_t> out;
-  std::stringstream in(args.get_or(name, fallback));
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::optional<std::uint64_t> v;
-    if (sizes) {
-      v = parse_size(Json(item));
-    } else if (!item.empty() && item.size() < 20 &&
-               item.find_first_not_of("0123456789") == std::string::npos) {
-      v = std::stoull(item);
-    }
-    if (!v || *v == 0) std::exit(cli::fail(fmt::format("--{}: bad value \"{}\"", name, item), 2));
-    out.push_back(*v);
-  }
-  return out;
-}
 
 AlignedBuffer aligned_buffer(std::size_t bytes, std::size_t alignment) {
   alignment = std::max<std::size_t>(alignment, 64);

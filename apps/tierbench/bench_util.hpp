@@ -35,11 +35,6 @@ AlignedBuffer aligned_buffer(std::size_t bytes, std::size_t alignment);
 std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t copies,
                          std::string_view what);
 
-// The comma-separated list --`name` (or `fallback`) of sizes ("1MiB") or, with `sizes` false, of
-// positive integers; exits 2 with a message on a bad item.
-std::vector<std::uint64_t> parse_list(cli::Args& args, std::string_view name,
-                                      const std::string& fallback, bool sizes);
-
 // Percentile (0..100) of `samples` in microseconds; sorts a copy.
 double percentile_us(std::vector<double> samples, double pct);
 

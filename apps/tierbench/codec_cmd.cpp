@@ -172,9 +172,9 @@ int bench_zstd(const Bench& b, int rounds, int level) {
 
 int run_codec(tier::cli::Args& args) {
   std::string preset = args.get_or("preset", "v4-pro-fp8");
-  std::uint64_t blocks = args.uint("blocks").value_or(64);
-  int rounds = static_cast<int>(args.uint("rounds").value_or(11));
-  int level = static_cast<int>(args.uint("zstd-level").value_or(3));
+  std::uint64_t blocks = args.uint("blocks", 1, 65536).value_or(64);
+  int rounds = static_cast<int>(args.uint("rounds", 1, 1000).value_or(11));
+  int level = static_cast<int>(args.uint("zstd-level", 1, 22).value_or(3));
   args.finish();
   auto bench = set_up(preset, blocks);
   if (!bench)

@@ -68,9 +68,9 @@ Status fill(disk::DiskBackend& b, std::uint64_t objects, std::size_t payload, st
 
 int run_disk_recovery(cli::Args& args) {
   auto dir = args.get("dir");
-  std::uint64_t objects = args.uint("objects").value_or(1'000'000);
-  std::uint64_t object_size = args.size("object-size").value_or(4096);
-  auto depth = static_cast<std::uint32_t>(args.uint("depth").value_or(64));
+  std::uint64_t objects = args.uint("objects", 1, 1ull << 32).value_or(1'000'000);
+  std::uint64_t object_size = args.size("object-size", 1, 4ull << 30).value_or(4096);
+  auto depth = static_cast<std::uint32_t>(args.uint("depth", 1, 4096).value_or(64));
   bool json = args.flag("json");
   args.finish();
   if (!dir)
@@ -114,7 +114,7 @@ int run_disk_recovery(cli::Args& args) {
             {"regions", g.region_count},       {"index_bytes", g.index_file_bytes()},
             {"recovery_ms", st.recovery_ms},   {"fill_seconds", fill_s}};
   if (json)
-    fmt::print("{}\n", j.dump());
+    fmt::print("{}\n", tier::json_text(j));
   else
     fmt::print(
         "rebuilt the index of {} objects ({} each; {} regions, index file {}) in {:.1f} ms{}\n",

@@ -124,15 +124,15 @@ SaveOp save_op(std::uint64_t gen, std::span<const std::uint32_t> blocks, std::ui
 int run_forward(cli::Args& args) {
   const std::string preset = args.get_or("preset", "v4-pro-fp8");
   const std::string profile_path = args.get_or("profile", "profiles/cpu.json");
-  const auto layers_opt = args.uint("layers");
-  const std::uint64_t layer_us = args.uint("layer-us").value_or(200);
-  const std::uint64_t steps = args.uint("steps").value_or(64);
-  const std::uint64_t save_chunks = args.uint("save-chunks").value_or(1);
-  const std::uint64_t slot_every = args.uint("slot-every").value_or(16);
-  const std::uint64_t prefix_tokens = args.uint("prefix-tokens").value_or(16384);
-  const std::uint64_t chunk_blocks = args.uint("chunk-blocks").value_or(4);
-  const int iters = static_cast<int>(args.uint("iters").value_or(5));
-  const int device = static_cast<int>(args.uint("device").value_or(0));
+  const auto layers_opt = args.uint("layers", 1, 4096);
+  const std::uint64_t layer_us = args.uint("layer-us", 0, 10'000'000).value_or(200);
+  const std::uint64_t steps = args.uint("steps", 1, 1'000'000).value_or(64);
+  const std::uint64_t save_chunks = args.uint("save-chunks", 0, 4096).value_or(1);
+  const std::uint64_t slot_every = args.uint("slot-every", 1, 1'000'000).value_or(16);
+  const std::uint64_t prefix_tokens = args.uint("prefix-tokens", 1, 1ull << 32).value_or(16384);
+  const std::uint64_t chunk_blocks = args.uint("chunk-blocks", 1, 4096).value_or(4);
+  const int iters = static_cast<int>(args.uint("iters", 1, 10000).value_or(5));
+  const int device = static_cast<int>(args.uint("device", 0, 1023).value_or(0));
   args.finish();
   if (steps == 0 || chunk_blocks == 0 || iters < 1 || layer_us == 0)
     return cli::fail("--steps, --chunk-blocks, --iters and --layer-us must be > 0", 2);

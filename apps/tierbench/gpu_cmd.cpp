@@ -145,14 +145,6 @@ bool measure(Bench& b, const std::string& label, const CopyPlan& plan, std::size
   return true;
 }
 
-std::vector<std::uint64_t> parse_list(const std::string& s) {
-  std::vector<std::uint64_t> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoull(item));
-  return out;
-}
-
 // `count` distinct block ids out of [0, num_blocks), in a scattered caller order.
 std::vector<std::uint32_t> scattered_ids(std::uint64_t count, std::uint64_t num_blocks) {
   std::vector<std::uint32_t> all(num_blocks);
@@ -423,14 +415,14 @@ Result<DeviceLayout> small_layout(int device, std::uint64_t count, std::uint64_t
 
 int run_gpu(cli::Args& args) {
   const std::string preset = args.get_or("preset", "v4-pro-fp8");
-  const auto block_counts = parse_list(args.get_or("blocks", "16,32,64"));
-  const int iters = static_cast<int>(args.uint("iters").value_or(20));
-  const std::uint64_t region_bytes = args.size("region-bytes").value_or(4096);
-  const std::uint64_t regions_per_block = args.uint("regions-per-block").value_or(64);
-  const int device = static_cast<int>(args.uint("device").value_or(0));
-  const auto tier_objects = parse_list(args.get_or("tier-objects", "65536,1048576,16777216"));
-  const auto verify_thread_counts = parse_list(args.get_or("verify-threads", "0"));
-  const auto tier_batches = parse_list(args.get_or("tier-batch", "1,16,64"));
+  const auto block_counts = args.list("blocks", "16,32,64", 1, 1 << 20);
+  const int iters = static_cast<int>(args.uint("iters", 1, 100000).value_or(20));
+  const std::uint64_t region_bytes = args.size("region-bytes", 1, 1ull << 30).value_or(4096);
+  const std::uint64_t regions_per_block = args.uint("regions-per-block", 1, 1 << 20).value_or(64);
+  const int device = static_cast<int>(args.uint("device", 0, 1023).value_or(0));
+  const auto tier_objects = args.list("tier-objects", "65536,1048576,16777216", 1, 1ull << 40);
+  const auto verify_thread_counts = args.list("verify-threads", "0", 0, 1024);
+  const auto tier_batches = args.list("tier-batch", "1,16,64", 1, 1 << 16);
   args.finish();
   if (block_counts.empty() || iters < 1 || region_bytes == 0 || regions_per_block == 0)
     return cli::fail("--blocks, --iters, --region-bytes and --regions-per-block must be > 0", 2);

@@ -164,7 +164,7 @@ int run_micro(cli::Args& args) {
   auto tier_name = args.get("tier");
   if (args.get("threads")) {  // N threads on one TierStack (micro_threads.hpp)
     ThreadsOptions t;
-    t.threads = parse_list(args, "threads", "1", false);
+    t.threads = args.list("threads", "1", 1, 1024);
     t.object_size = args.size("object-size").value_or(1 << 20);
     t.objects = args.uint("objects").value_or(64);
     t.rounds = args.uint("rounds").value_or(3);
@@ -175,8 +175,6 @@ int run_micro(cli::Args& args) {
                        "[--object-size SIZE] [--objects PER-THREAD] [--rounds R] [--json]", 2);
     if (t.objects == 0 || t.rounds == 0 || t.object_size == 0)
       return cli::fail("--objects, --rounds and --object-size must be > 0", 2);
-    if (std::any_of(t.threads.begin(), t.threads.end(), [](auto n) { return n > 1024; }))
-      return cli::fail("--threads: at most 1024", 2);
     if (t.object_size > (1ull << 40))
       return cli::fail(fmt::format("--object-size {} is larger than 1TiB", t.object_size), 2);
     t.profile_path = *profile_path;
@@ -184,12 +182,12 @@ int run_micro(cli::Args& args) {
     return run_micro_threads(t);
   }
   MicroOptions o;
-  o.object_size = args.size("object-size").value_or(1 << 20);
-  o.objects = args.uint("objects").value_or(256);
+  o.object_size = args.size("object-size", 1).value_or(1 << 20);
+  o.objects = args.uint("objects", 1).value_or(256);
   // --concurrency is the same knob under the name redis-benchmark comparisons use (-c clients).
-  o.depth = args.uint("concurrency").value_or(args.uint("depth").value_or(1));
-  o.rounds = args.uint("rounds").value_or(2);
-  const std::vector<std::uint64_t> counts = parse_list(args, "processes", "1", false);
+  o.depth = args.uint("concurrency", 1, 65536).value_or(args.uint("depth", 1, 65536).value_or(1));
+  o.rounds = args.uint("rounds", 1, 1000).value_or(2);
+  const std::vector<std::uint64_t> counts = args.list("processes", "1", 1, 64);
   o.seal = args.flag("seal");
   o.json = args.flag("json");
   args.finish();
@@ -201,10 +199,6 @@ int run_micro(cli::Args& args) {
         2);
   o.profile_path = *profile_path;
   o.tier_name = *tier_name;
-  if (o.objects == 0 || o.depth == 0 || o.rounds == 0 || o.object_size == 0)
-    return cli::fail("--objects, --depth, --rounds and --object-size must be > 0", 2);
-  for (std::uint64_t n : counts)
-    if (n > 64) return cli::fail("--processes must be in [1, 64]", 2);
   const std::uint64_t most = *std::max_element(counts.begin(), counts.end());
   // Each process holds its objects' images and as many read buffers (padded to the tier's
   // alignment, a page for the tiers that have one).
@@ -235,13 +229,12 @@ int run_micro(cli::Args& args) {
     for (auto [op, v] : {std::pair{"put", sum.put}, std::pair{"get", sum.get}}) {
       const double ratio = sum.base > 0 ? v / sum.base : 0;
       if (o.json)
-        fmt::print("{}\n", Json{{"tier", o.tier_name},
-                                {"op", op},
-                                {"processes", o.processes},
-                                {"gb_per_s", v},
-                                {"baseline_gb_per_s", sum.base},
-                                {"ratio", ratio}}
-                               .dump());
+        fmt::print("{}\n", tier::json_text(Json{{"tier", o.tier_name},
+                                                {"op", op},
+                                                {"processes", o.processes},
+                                                {"gb_per_s", v},
+                                                {"baseline_gb_per_s", sum.base},
+                                                {"ratio", ratio}}));
       else
         fmt::print(
             "{:4} all {} process{} {:8.2f} GB/s  memcpy (all at once) {:8.2f} GB/s  "
@@ -333,7 +326,7 @@ void report_phase(const MicroOptions& o, std::uint32_t rank, const char* op, con
             {"ratio", base > 0 ? gbps / base : 0},
             {"errors", p.errors}};
   if (o.json) {
-    fmt::print("{}\n", j.dump());
+    fmt::print("{}\n", tier::json_text(j));
     return;
   }
   if (o.processes > 1) fmt::print("[process {}] ", rank);

@@ -50,9 +50,9 @@ ReplayArgs read_args(cli::Args& args) {
   ReplayArgs a;
   a.profile_path = args.get("profile");
   a.trace = args.get("trace");
-  a.block_bytes = args.size("block-bytes").value_or(64 * 1024);
+  a.block_bytes = args.size("block-bytes", 1, 1ull << 40).value_or(64 * 1024);
   a.limit = args.uint("limit").value_or(0);
-  a.sessions = args.uint("sessions").value_or(400);
+  a.sessions = args.uint("sessions", 1, 1 << 24).value_or(400);
   a.json = args.flag("json");
   args.finish();
   return a;
@@ -270,7 +270,7 @@ int run_replay(cli::Args& args) {
 
   const Json out = report_json(stack, requests.size(), a.block_bytes, replay.tally());
   if (a.json) {
-    fmt::print("{}\n", out.dump());
+    fmt::print("{}\n", tier::json_text(out));
   } else {
     print_report(stack, a.trace, out);
   }

@@ -61,18 +61,18 @@ EngineArgs read_args(cli::Args& args) {
   a.profile_path = args.get("profile");
   a.trace = args.get("trace");
   a.preset = args.get_or("preset", "v4-pro-fp8");
-  a.block_bytes = args.size("block-bytes").value_or(16 * 1024);
+  a.block_bytes = args.size("block-bytes", 1, 1ull << 40).value_or(16 * 1024);
   a.limit = args.uint("limit").value_or(0);
-  a.sessions = args.uint("sessions").value_or(400);
-  a.tp = args.uint("tp").value_or(1);
+  a.sessions = args.uint("sessions", 1, 1 << 24).value_or(400);
+  a.tp = args.uint("tp", 1, 1024).value_or(1);
   a.interval = args.get_or("interval", "8192");
-  a.chunk_tokens = args.uint("chunk-tokens").value_or(512);
-  a.min_load = args.uint("min-load-tokens").value_or(512);
-  a.prefill_chunk = args.uint("prefill-chunk").value_or(8192);
+  a.chunk_tokens = args.uint("chunk-tokens", 1, 1 << 24).value_or(512);
+  a.min_load = args.uint("min-load-tokens", 0, 1ull << 32).value_or(512);
+  a.prefill_chunk = args.uint("prefill-chunk", 1, 1ull << 32).value_or(8192);
   a.kv_memory = args.get_or("kv-memory", "host");
-  a.device = args.uint("device").value_or(0);
+  a.device = args.uint("device", 0, 1023).value_or(0);
   a.lease_timeout_ms =
-      args.uint("lease-timeout-ms").value_or(engine::EngineConfig{}.lease_timeout_ms);
+      args.uint("lease-timeout-ms", 0, 3'600'000).value_or(engine::EngineConfig{}.lease_timeout_ms);
   a.json = args.flag("json");
   args.finish();
   return a;
@@ -573,7 +573,7 @@ int run_replay_engine(cli::Args& args, const std::string& engine_name) {
                           *layout_opts, requests.size(), prompts.total};
   const Json out = report_json(ctx, *ranks, res);
   if (a.json) {
-    fmt::print("{}\n", out.dump());
+    fmt::print("{}\n", tier::json_text(out));
   } else {
     print_report(ctx, out);
   }

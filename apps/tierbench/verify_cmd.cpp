@@ -44,12 +44,11 @@ double best_pass(int rounds, std::size_t images, F&& per_image) {
 }
 
 int run_verify(cli::Args& args) {
-  const auto sizes = bench::parse_list(args, "object-sizes", "1MiB,16MiB", true);
-  const auto thread_counts = bench::parse_list(args, "threads", "1,2,4,8", false);
-  const std::uint64_t total = args.size("total").value_or(512ull << 20);
-  const int rounds = static_cast<int>(args.uint("rounds").value_or(3));
+  const auto sizes = args.list("object-sizes", "1MiB,16MiB", 1, 16ull << 30, true);
+  const auto thread_counts = args.list("threads", "1,2,4,8", 1, 1024);
+  const std::uint64_t total = args.size("total", 1, 1ull << 40).value_or(512ull << 20);
+  const int rounds = static_cast<int>(args.uint("rounds", 1, 1000).value_or(3));
   args.finish();
-  if (rounds < 1) return cli::fail("--rounds must be > 0", 2);
 
   const unsigned default_threads = verify_threads();
   fmt::print("verification threads by default: {} (TIER_VERIFY_THREADS); hardware threads: {}\n",

@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <map>
 #include <set>
@@ -92,14 +93,17 @@ Status analyse(Store& s) {
 }
 
 // Opens a store for inspection (shared lock, not required; another user's store may be read) or
-// for repair and format (exclusive lock, writable, own files only).
-Result<StoreFiles> open_files(const std::string& dir, bool exclusive, bool quiet, bool create) {
+// for repair and format (exclusive lock, writable, own files only). `create`: the directory and
+// both files (format); `create_index`: a missing index only (repair).
+Result<StoreFiles> open_files(const std::string& dir, bool exclusive, bool quiet, bool create,
+                              bool create_index = false) {
   OpenOptions oo;
   oo.write = exclusive;
   oo.exclusive = exclusive;
   oo.require_lock = exclusive;
   oo.check_owner = exclusive;
   oo.create = create;
+  oo.create_index = create_index;
   if (exclusive) ignore_sigxfsz();
   TIER_ASSIGN_OR_RETURN(StoreFiles f, open_store(dir, oo));
   if (!f.locked() && !quiet)
@@ -308,7 +312,7 @@ Json bad_json(const std::vector<Bad>& bad) {
 int run_inspect(Store& s, bool json) {
   Json j = summary_json(s);
   if (json)
-    fmt::print("{}\n", j.dump());
+    fmt::print("{}\n", tier::json_text(j));
   else
     print_summary(j);
   return 0;
@@ -318,11 +322,10 @@ int run_verify(Store& s, bool json) {
   std::uint64_t bytes = 0;
   const auto bad = verify_objects(s, &bytes);
   if (json) {
-    fmt::print("{}\n", Json{{"objects", s.live.size()},
-                            {"bytes", bytes},
-                            {"bad_objects", bad.size()},
-                            {"bad", bad_json(bad)}}
-                           .dump());
+    fmt::print("{}\n", tier::json_text(Json{{"objects", s.live.size()},
+                                            {"bytes", bytes},
+                                            {"bad_objects", bad.size()},
+                                            {"bad", bad_json(bad)}}));
   } else {
     fmt::print("verified {} objects ({}): {} bad\n", s.live.size(), format_size(bytes), bad.size());
     for (const Bad& b : bad)
@@ -375,7 +378,9 @@ Result<Geometry> repair_geometry(const StoreFiles& f, const GeometryFlags& fl,
 }
 
 // The images of region `r` found in the data file, scanning block by block (an image's blocks
-// are skipped once it checks). Reads at most kChunk bytes at a time into each buffer.
+// are skipped once it checks), and skipping the holes of a sparse file (SEEK_DATA): the work is
+// bounded by the bytes the file holds, not by the size a forged geometry claims. Reads at most
+// kChunk bytes at a time into each buffer.
 std::vector<Entry> images_in_region(const Store& s, std::uint32_t r, std::uint64_t seq,
                                     AlignedBuffer& window, AlignedBuffer& buf) {
   const Geometry& g = s.geo;
@@ -388,6 +393,14 @@ std::vector<Entry> images_in_region(const Store& s, std::uint32_t r, std::uint64
   std::uint64_t win_first = 0, win_blocks = 0;
   for (std::uint64_t b = 0; b < blocks;) {
     if (b < win_first || b >= win_first + win_blocks) {
+      const off_t data =
+          ::lseek(s.files.data(), static_cast<off_t>(base + b * g.block_size), SEEK_DATA);
+      if (data < 0 && errno == ENXIO) break;  // only holes from here to the end of the file
+      if (data > 0) {
+        const std::uint64_t at = (static_cast<std::uint64_t>(data) - base) / g.block_size;
+        if (at >= blocks) break;
+        b = std::max(b, at);
+      }
       win_first = b;
       win_blocks = std::min<std::uint64_t>(kChunk / g.block_size, blocks - b);
       if (!pread_full(s.files.data(), window.data(), win_blocks * g.block_size,
@@ -444,6 +457,7 @@ Result<Rebuild> rebuild_index(Store& s, bool superblock_ok) {
   AlignedBuffer window(kChunk, g.block_size), buf(kChunk, g.block_size);
   AlignedBuffer dir(g.dir_bytes(), g.block_size);
   cli::Progress bar("rebuild", to_rebuild.size());
+  const std::uint64_t old_index_bytes = f.index_bytes();
   for (std::uint32_t r : to_rebuild) {
     std::memset(dir.data(), 0, dir.size());
     const std::vector<Entry> found = images_in_region(s, r, seq + 1, window, buf);
@@ -454,8 +468,10 @@ Result<Rebuild> rebuild_index(Store& s, bool superblock_ok) {
         encode_entry(dir.data() + (i + 1) * kRecordBytes, found[i]);
       out.objects += found.size();
     }
-    TIER_RETURN_IF_ERROR(
-        pwrite_full(f.index(), dir.data(), dir.size(), g.dir_offset(r, 0), "index"));
+    // An empty directory past the old end of the index is zeros already (ftruncate above).
+    if (!found.empty() || g.dir_offset(r, 0) < old_index_bytes)
+      TIER_RETURN_IF_ERROR(
+          pwrite_full(f.index(), dir.data(), dir.size(), g.dir_offset(r, 0), "index"));
     ++out.regions;
     bar.update(out.regions);
   }
@@ -479,13 +495,16 @@ Result<Rebuild> rebuild_index(Store& s, bool superblock_ok) {
 int run_repair(const std::string& dir, const GeometryFlags& fl, bool json) {
   Store s;
   {
-    auto f = open_files(dir, true, json, false);
+    auto f = open_files(dir, true, json, false, true);
     if (!f) return cli::fail(f.status().to_string());
     s.files = std::move(f).value();
   }
   bool superblock_ok = false;
   auto g = repair_geometry(s.files, fl, &superblock_ok);
-  if (!g) return cli::fail(g.status().to_string());
+  if (!g) {
+    s.files.remove_created();  // an index made for a repair that cannot run
+    return cli::fail(g.status().to_string());
+  }
   s.geo = *g;
   if (!superblock_ok) {
     // Without a superblock every directory is checked as it is found: the data file's size
@@ -530,14 +549,13 @@ int run_repair(const std::string& dir, const GeometryFlags& fl, bool json) {
   if (Status st = analyse(s); !st) return cli::fail(st.to_string());
   const std::size_t after = s.live.size();
   if (json) {
-    fmt::print("{}\n", Json{{"objects", before},
-                            {"rebuilt_regions", rebuilt->regions},
-                            {"recovered_objects", rebuilt->objects},
-                            {"bad_objects", bad.size()},
-                            {"dropped_entries", dropped},
-                            {"objects_after", after},
-                            {"bad", bad_json(bad)}}
-                           .dump());
+    fmt::print("{}\n", tier::json_text(Json{{"objects", before},
+                                            {"rebuilt_regions", rebuilt->regions},
+                                            {"recovered_objects", rebuilt->objects},
+                                            {"bad_objects", bad.size()},
+                                            {"dropped_entries", dropped},
+                                            {"objects_after", after},
+                                            {"bad", bad_json(bad)}}));
   } else {
     if (rebuilt->regions > 0)
       fmt::print("rebuilt the directories of {} regions from the data file: {} objects found\n",
@@ -568,11 +586,10 @@ int run_format(const std::string& dir, const GeometryFlags& fl, bool json) {
   if (!g) return cli::fail(g.status().to_string(), 2);
   if (Status st = format_store(*f, *g, false); !st) return cli::fail(st.to_string());
   if (json)
-    fmt::print("{}\n", Json{{"path", dir},
-                            {"regions", g->region_count},
-                            {"region_size", g->region_size},
-                            {"block_size", g->block_size}}
-                           .dump());
+    fmt::print("{}\n", tier::json_text(Json{{"path", dir},
+                                            {"regions", g->region_count},
+                                            {"region_size", g->region_size},
+                                            {"block_size", g->block_size}}));
   else
     fmt::print("formatted {}: {} regions of {}, block {}\n", dir, g->region_count,
                format_size(g->region_size), g->block_size);

@@ -10,8 +10,8 @@ namespace {
 int run_geometry(tier::cli::Args& args) {
   auto preset = args.get("preset");
   auto config = args.get("config");
-  auto blocks = args.uint("blocks");
-  auto slots = args.uint("slots");
+  auto blocks = args.uint("blocks", 1, 1ull << 32);
+  auto slots = args.uint("slots", 1, 1ull << 32);
   bool json = args.flag("json");
   args.finish();
   if (preset.has_value() == config.has_value())
@@ -21,8 +21,9 @@ int run_geometry(tier::cli::Args& args) {
         2);
   tier::Json description = tier::Json::object();
   if (config) {
-    description = tier::Json::parse(*config, nullptr, false);
-    if (description.is_discarded()) return tier::cli::fail("--config: not valid JSON", 2);
+    auto parsed = tier::parse_json(*config, "--config");
+    if (!parsed) return tier::cli::fail(parsed.status().message(), 2);
+    description = std::move(parsed).value();
   } else {
     description["preset"] = *preset;
   }
@@ -33,7 +34,7 @@ int run_geometry(tier::cli::Args& args) {
   auto g = tier::dsv4::Geometry::compute(*c);
   if (!g) return tier::cli::fail(g.status().to_string());
   if (json) {
-    fmt::print("{}\n", g->to_json().dump(2));
+    fmt::print("{}\n", tier::json_text(g->to_json(), 2));
     return 0;
   }
   fmt::print("model {}  kv {}  layers: {} CSA, {} HCA, {} dense  block {} tokens (x dcp {})\n",

@@ -11,13 +11,13 @@ namespace {
 int run_key(tier::cli::Args& args) {
   auto ns_text = args.get("namespace");
   auto tokens_text = args.get("tokens");
-  std::uint64_t chunk = args.uint("chunk").value_or(0);
+  std::uint64_t chunk = args.uint("chunk", 0, 1ull << 32).value_or(0);
   bool partial = args.flag("partial");
   args.finish();
   if (!ns_text || !tokens_text)
     return tier::cli::fail("usage: tierctl key --namespace JSON --tokens 1,2,3 [--chunk N]", 2);
-  tier::Json identity = tier::Json::parse(*ns_text, nullptr, false);
-  if (identity.is_discarded()) return tier::cli::fail("--namespace: not valid JSON", 2);
+  auto identity = tier::parse_json(*ns_text, "--namespace");
+  if (!identity) return tier::cli::fail(identity.status().message(), 2);
   std::vector<std::uint32_t> tokens;
   std::string_view s = *tokens_text;
   while (!s.empty()) {
@@ -31,9 +31,9 @@ int run_key(tier::cli::Args& args) {
     if (comma == std::string_view::npos) break;
     s.remove_prefix(comma + 1);
   }
-  auto ns = tier::namespace_id(identity);
+  auto ns = tier::namespace_id(*identity);
   if (!ns) return tier::cli::fail(ns.status().to_string());
-  fmt::print("canonical {}\n", tier::canonical_json(identity));
+  fmt::print("canonical {}\n", tier::canonical_json(*identity));
   fmt::print("namespace {}\n", ns->hex());
   if (chunk == 0) chunk = tokens.size();
   auto keys = tier::chunk_keys(*ns, tokens, chunk, partial);

@@ -228,8 +228,8 @@ Result<Plotter> find_plotter(const std::string& path) {
 Status write_plot(const std::string& path, const Plotter& plotter, const PlotData& data) {
   if (data.curve.empty()) return Status::invalid("no curve to plot");
   if (plotter.format == PlotFormat::kPng) {
-    TIER_ASSIGN_OR_RETURN(int rc,
-                          run_script(plotter.python, plotter.script, path, plot_json(data).dump()));
+    TIER_ASSIGN_OR_RETURN(
+        int rc, run_script(plotter.python, plotter.script, path, tier::json_text(plot_json(data))));
     if (rc != 0)
       return Status::io_error(
           fmt::format("{} {} failed (exit status {})", plotter.python, plotter.script, rc));

@@ -38,7 +38,7 @@ std::string format_default(const tier::OptionSpec& s) {
     return tier::format_size(d.get<std::uint64_t>());
   if (s.type == tier::OptionType::kDuration && d.is_number())
     return format_duration_us(d.get<double>());
-  return d.dump();
+  return tier::json_text(d);
 }
 
 // "[512B, 4KiB]", ">= 1", "heap | shm", or empty.
@@ -97,7 +97,7 @@ int run_plugins(tier::cli::Args& args) {
     }
   }
   if (json) {
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", tier::json_text(out, 2));
     return 0;
   }
   for (const auto& o : out) {
@@ -139,7 +139,7 @@ int run_options(tier::cli::Args& args) {
                     {"source", info->source},
                     {"description", info->description},
                     {"options", tier::options_schema_json(info->options)}};
-    fmt::print("{}\n", o.dump(2));
+    fmt::print("{}\n", tier::json_text(o, 2));
     return 0;
   }
   if (markdown) {

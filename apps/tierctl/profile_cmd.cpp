@@ -58,7 +58,7 @@ int run_explain(tier::cli::Args& args) {
     t["backend_source"] = info ? info->source : "?";
   }
   if (json) {
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", tier::json_text(j, 2));
     return 0;
   }
   fmt::print("profile {}\n", path);
@@ -77,10 +77,15 @@ int run_explain(tier::cli::Args& args) {
                t.write ? (t.read ? "+write" : "write") : "",
                t.on_evict == tier::EvictPolicy::kDemote ? "demote" : "drop",
                t.optional ? ", optional (left out where its backend cannot run)" : "");
-    fmt::print("    backend options: {}\n", t.backend_options.dump());
+    // The options as Profile::to_json gives them: secrets and URL passwords redacted.
+    tier::Json backend = j["tiers"][i]["backend"];
+    backend.erase("type");
+    fmt::print("    backend options: {}\n", tier::json_text(backend));
+    tier::Json stage = j["tiers"][i]["stage"];
+    if (stage.is_object()) stage.erase("type");
     fmt::print("    stage: {}\n", t.stage_type.empty()
                                       ? std::string("none (raw payload)")
-                                      : t.stage_type + " " + t.stage_options.dump());
+                                      : t.stage_type + " " + tier::json_text(stage));
   }
   return 0;
 }
@@ -88,7 +93,7 @@ int run_explain(tier::cli::Args& args) {
 int run_schema(tier::cli::Args& args) {
   args.finish();
   if (!args.positional().empty()) return tier::cli::fail("usage: tierctl schema", 2);
-  fmt::print("{}\n", tier::profile_schema_json().dump(2));
+  fmt::print("{}\n", tier::json_text(tier::profile_schema_json(), 2));
   return 0;
 }
 

@@ -30,12 +30,29 @@ tier::Json stats_json(const tier::cpu::ShmStats& s) {
                     {"corruptions", s.corruptions}};
 }
 
+tier::Json leases_json(const tier::cpu::ShmLeases& l) {
+  return {{"objects", l.objects}, {"longest_ms", l.longest_ms}, {"longest_pid", l.longest_pid}};
+}
+
+// "leases      3 objects held against eviction; the longest for 3599.2 s more (pid 4711)"
+void print_leases(const tier::cpu::ShmLeases& l) {
+  if (l.objects == 0) {
+    fmt::print("leases      none\n");
+    return;
+  }
+  fmt::print(
+      "leases      {} object{} held against eviction (puts that need their room fail); "
+      "the longest for {:.1f} s more ({})\n",
+      l.objects, l.objects == 1 ? "" : "s", static_cast<double>(l.longest_ms) / 1000,
+      l.longest_pid ? fmt::format("pid {}", l.longest_pid) : "several processes");
+}
+
 int inspect(const std::string& name, bool json, bool list_objects) {
   auto store = ShmStore::attach(name);
   if (!store) return tier::cli::fail(store.status().to_string());
   auto found = (*store)->inspect();
   if (!found) return tier::cli::fail(found.status().to_string());
-  auto& [st, clients, objects] = *found;
+  auto& [st, clients, objects, leases] = *found;
   // Our own client slot is not worth listing.
   std::erase_if(clients,
                 [](const auto& c) { return c.pid == static_cast<std::int32_t>(::getpid()); });
@@ -54,15 +71,18 @@ int inspect(const std::string& name, bool json, bool list_objects) {
     j["namespaces"] = tier::Json::object();
     for (const auto& [ns, v] : per_ns)
       j["namespaces"][ns] = {{"objects", v.first}, {"bytes", v.second}};
+    j["leases"] = leases_json(leases);
     if (list_objects) {
       j["object_list"] = tier::Json::array();
       for (const auto& o : objects)
         j["object_list"].push_back({{"key", o.key.to_string()},
                                     {"image_bytes", o.image_bytes},
                                     {"blocks", o.blocks},
-                                    {"state", o.state}});
+                                    {"state", o.state},
+                                    {"lease_ms", o.lease_ms},
+                                    {"lease_pid", o.lease_pid}});
     }
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", tier::json_text(j, 2));
     return 0;
   }
   fmt::print("segment     {} ({} mapped)\n", st.segment, tier::format_size(st.segment_bytes));
@@ -81,13 +101,15 @@ int inspect(const std::string& name, bool json, bool list_objects) {
   for (const auto& c : clients)
     fmt::print("  pid {:<8} {}{}\n", c.pid, c.alive ? "alive" : "dead (reaped on next use)",
                c.pinning ? ", reading" : "");
+  print_leases(leases);
   fmt::print("namespaces  {}\n", per_ns.size());
   for (const auto& [ns, v] : per_ns)
     fmt::print("  {} {} objects, {}\n", ns, v.first, tier::format_size(v.second));
   if (list_objects)
     for (const auto& o : objects)
-      fmt::print("  {} {} ({} blocks) {}\n", o.key.to_string(), tier::format_size(o.image_bytes),
-                 o.blocks, o.state);
+      fmt::print("  {} {} ({} blocks) {}{}\n", o.key.to_string(), tier::format_size(o.image_bytes),
+                 o.blocks, o.state,
+                 o.lease_ms ? fmt::format(", leased for {:.1f} s more", o.lease_ms / 1000.0) : "");
   return 0;
 }
 
@@ -97,19 +119,21 @@ int verify(const std::string& name, bool json) {
   auto r = (*store)->verify();
   if (!r) return tier::cli::fail(r.status().to_string());
   if (json) {
-    fmt::print("{}\n", tier::Json{{"checked", r->checked},
-                                  {"corrupt", r->corrupt},
-                                  {"index_problems", r->index_problems},
-                                  {"dropped_entries", r->dropped_entries},
-                                  {"reaped_clients", r->reaped_clients},
-                                  {"problems", r->problems}}
-                           .dump(2));
+    fmt::print("{}\n", tier::json_text(tier::Json{{"checked", r->checked},
+                                                  {"corrupt", r->corrupt},
+                                                  {"index_problems", r->index_problems},
+                                                  {"dropped_entries", r->dropped_entries},
+                                                  {"reaped_clients", r->reaped_clients},
+                                                  {"leases", leases_json(r->leases)},
+                                                  {"problems", r->problems}},
+                                       2));
   } else {
     for (const auto& p : r->problems) fmt::print("{}\n", p);
     fmt::print(
         "{}: {} index problems (repaired, {} malformed entries dropped), {} objects "
         "verified, {} corrupt (removed), {} dead clients reaped\n",
         name, r->index_problems, r->dropped_entries, r->checked, r->corrupt, r->reaped_clients);
+    print_leases(r->leases);
   }
   return r->corrupt == 0 && r->problems.empty() ? 0 : 1;
 }

@@ -53,10 +53,10 @@ std::optional<double> parse_rate(const std::string& s) {
 std::variant<SizeArgs, int> read_args(Args& args) {
   SizeArgs a;
   const auto trace = args.get("trace");
-  a.block_bytes = args.size("block-bytes").value_or(64 * 1024);
+  a.block_bytes = args.size("block-bytes", 1, kMaxBlockBytes).value_or(64 * 1024);
   const auto sample = args.get("sample");
   a.at = args.uint("at");
-  a.curve.max_tracked = args.uint("max-tracked").value_or(a.curve.max_tracked);
+  a.curve.max_tracked = args.uint("max-tracked", 1, 1ull << 32).value_or(a.curve.max_tracked);
   a.plot = args.get("plot");
   a.json = args.flag("json");
   args.finish();
@@ -64,11 +64,6 @@ std::variant<SizeArgs, int> read_args(Args& args) {
   a.trace = *trace;
   if (!args.positional().empty())
     return fail(fmt::format("unexpected argument \"{}\"", args.positional().front()), 2);
-  if (a.block_bytes == 0 || a.block_bytes > kMaxBlockBytes)
-    return fail(fmt::format("--block-bytes must be in [1, {}], got {}", format_size(kMaxBlockBytes),
-                            a.block_bytes),
-                2);
-  if (a.curve.max_tracked == 0) return fail("--max-tracked must be > 0", 2);
   if (sample) {
     const auto rate = parse_rate(*sample);
     if (!rate || !(*rate > 0 && *rate <= 1))
@@ -238,7 +233,7 @@ int run_size(Args& args) {
   const Report r{*est, a.block_bytes, TierStack::image_bytes(a.block_bytes), knee,
                  table_rows(c, knee)};
   if (a.json)
-    fmt::print("{}\n", report_json(r, a).dump());
+    fmt::print("{}\n", tier::json_text(report_json(r, a)));
   else if (a.at)
     print_at(r, *a.at);
   else

@@ -442,7 +442,8 @@ Result<StoreFiles> open_store(const std::string& dir, const OpenOptions& opts) {
       if (!S_ISREG(st.st_mode)) return refused(fmt::format("{} is not a regular file", path));
     }
     int fd = ::openat(f.dir_fd_, name, flags);
-    if (fd < 0 && errno == ENOENT && opts.create) {
+    if (fd < 0 && errno == ENOENT &&
+        (opts.create || (opts.create_index && std::string_view(name) == kIndexFile))) {
       fd = ::openat(f.dir_fd_, name, flags | O_CREAT | O_EXCL, 0600);
       if (fd >= 0) {
         *created = true;

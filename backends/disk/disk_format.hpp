@@ -178,6 +178,9 @@ void ignore_sigxfsz() noexcept;
 struct OpenOptions {
   bool write = true;         // O_RDWR (else O_RDONLY)
   bool create = false;       // create the directory and files when missing
+  // Create a missing `index` (mode 0600) in an existing store directory whose `data` is there:
+  // `tierctl disk repair` rebuilds a deleted index from the data file.
+  bool create_index = false;
   bool direct = true;        // O_DIRECT
   bool dsync = false;        // O_DSYNC: every completed write is on stable storage
   bool exclusive = true;     // lock mode

@@ -129,6 +129,16 @@ Result<RedisConfig> make_redis_config(const Json& o) {
   }
   if (!tls.key_file.empty() && tls.cert_file.empty())
     return Status::invalid("tls_key_file: a client key needs tls_cert_file");
+  // SNI and the certificate's name check take a DNS name of at most 253 bytes (RFC 1035; SNI's
+  // field is 255) or an address: a longer one could only ever fail every handshake.
+  if (tls.enabled) {
+    const bool own = !tls.server_name.empty();
+    const std::string& name = own ? tls.server_name : cfg.seed.host;
+    if (name.size() > 253 || name.find('\0') != std::string::npos)
+      return Status::invalid(fmt::format(
+          "{}: a TLS server name is a host name of at most 253 bytes without NUL, got {} bytes",
+          own ? "tls_server_name" : "url", name.size()));
+  }
   if (tls.key_file.empty()) tls.key_file = tls.cert_file;
   return cfg;
 }

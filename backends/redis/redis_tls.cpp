@@ -1,10 +1,14 @@
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "redis_connection.hpp"
 
 #if TIER_REDIS_TLS
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
 
 #include "redis_tls.hpp"
 #endif
@@ -15,8 +19,27 @@ namespace tier::redis {
 
 bool tls_available() noexcept { return true; }
 
+namespace {
+// A file option names a regular file (opening a FIFO or a device would block or act), a path
+// option an existing directory: checked here, when the tier opens, not at the first handshake.
+Status check_path(const char* option, const std::string& path, bool directory) {
+  if (path.empty()) return Status::ok();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::invalid(fmt::format("{}: \"{}\": {}", option, path, std::strerror(errno)));
+  if (directory ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+    return Status::invalid(fmt::format("{}: \"{}\" is not a {}", option, path,
+                                       directory ? "directory" : "regular file"));
+  return Status::ok();
+}
+}  // namespace
+
 Result<std::shared_ptr<TlsContext>> make_tls_context(const TlsConfig& cfg) {
   namespace ssl = boost::asio::ssl;
+  TIER_RETURN_IF_ERROR(check_path("tls_ca_file", cfg.ca_file, false));
+  TIER_RETURN_IF_ERROR(check_path("tls_ca_path", cfg.ca_path, true));
+  TIER_RETURN_IF_ERROR(check_path("tls_cert_file", cfg.cert_file, false));
+  TIER_RETURN_IF_ERROR(check_path("tls_key_file", cfg.key_file, false));
   boost::system::error_code ec;
   auto tls = std::make_shared<TlsContext>(cfg);
   SSL_CTX_set_min_proto_version(tls->ctx.native_handle(), TLS1_2_VERSION);

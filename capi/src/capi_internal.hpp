@@ -1,21 +1,25 @@
 #pragma once
 // Internals shared by the C API's translation units (capi/): the handle structs behind
-// tier/tier.h's opaque types, status translation and key conversion. Not installed.
+// tier/tier.h's opaque types, their lifetimes, status translation and key conversion. Not
+// installed.
 //
 // Every exported function runs its body through guarded(): a C++ exception never crosses the C
 // boundary (it becomes BAD_STATE, or NO_SPACE for std::bad_alloc), and a failing Status stores
-// its message in the calling thread's last-error buffer.
+// its message in the calling thread's last-error buffer. A call through a handle also runs inside
+// a Call on the handle's Life (below), so closing a handle never frees anything under a call.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <new>
+#include <shared_mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tier/codec.hpp"
@@ -40,6 +44,83 @@ int guarded(F&& body) noexcept {
   } catch (...) {
     return report(Status(Code::kBadState, "unknown exception"));
   }
+}
+
+// The life of a C handle (tier.h "Lifetimes"). Two counts, neither held across a transfer:
+//  - references: the caller's own, until its *_close / *_destroy, and one per handle made over
+//    this one (a worker's on its store and its layout, a scheduler's on its worker). The last
+//    release frees the handle, so a dependent never sees its base freed.
+//  - calls in flight: close() marks the handle closed, so a call that begins later returns
+//    BAD_STATE, then waits for the calls that began before to return.
+// The lock below guards only the call count (a few instructions per call), never a transfer.
+class Life {
+ public:
+  // Begins a call; false when the handle is closed.
+  bool enter() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return false;
+    ++calls_;
+    return true;
+  }
+  void leave() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--calls_ == 0 && closed_) idle_.notify_all();
+  }
+  // Marks the handle closed; false when it was already (a second close does nothing).
+  bool mark_closed() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !std::exchange(closed_, true);
+  }
+  // After mark_closed(): waits until no call is in flight.
+  void wait_calls() noexcept {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return calls_ == 0; });
+  }
+  void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // Drops a reference; true when it was the last (the caller then frees the handle).
+  bool release() noexcept { return refs_.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_;
+  std::size_t calls_ = 0;
+  bool closed_ = false;
+  std::atomic<std::size_t> refs_{1};
+};
+
+// One call through a handle's Life: `if (!call) return closed(...)`; leaves on destruction.
+class Call {
+ public:
+  explicit Call(Life& life) noexcept : life_(life.enter() ? &life : nullptr) {}
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+  ~Call() {
+    if (life_) life_->leave();
+  }
+  explicit operator bool() const noexcept { return life_ != nullptr; }
+
+ private:
+  Life* life_;
+};
+
+// BAD_STATE for a call through a closed handle: "the <what> is closed".
+inline Status closed_handle(const char* what) {
+  return Status(Code::kBadState, std::string("the ") + what + " is closed");
+}
+inline Status need(const void* p, const char* what) {
+  return p ? Status::ok() : Status::invalid(std::string(what) + " is NULL");
+}
+
+// Runs `body(h)` for a call through handle `h` (NULL: INVALID_ARGUMENT; closed: BAD_STATE),
+// inside guarded(). `what` names the handle in messages.
+template <class H, class F>
+int with_handle(H* h, const char* what, F&& body) noexcept {
+  return guarded([&]() -> Status {
+    TIER_RETURN_IF_ERROR(need(h, what));
+    Call call(h->life);
+    if (!call) return closed_handle(what);
+    return body(*h);
+  });
 }
 
 inline Key128 to_key(const tier_key& k) noexcept {
@@ -122,7 +203,20 @@ struct tier_completion {
 
 struct tier_memory;
 
+namespace tier::capi {
+// The registrations of a store, shared with each of them: a tier_memory_release after its store
+// was closed finds the set (closed, empty) rather than a freed store.
+struct Registrations {
+  // Guards both fields: shared while a call converts its regions, exclusive to register, release
+  // and close; never held across a transfer.
+  std::shared_mutex mu;
+  bool open = true;
+  std::vector<tier_memory*> list;
+};
+}  // namespace tier::capi
+
 struct tier_store {
+  tier::capi::Life life;
   // Set at open, read by every call: the TierStack takes calls from several threads at once and
   // runs their transfers in parallel (its locks are the store's only locks around its data).
   std::unique_ptr<tier::TierStack> stack;
@@ -130,12 +224,9 @@ struct tier_store {
   std::uint32_t rank = 0;
   std::vector<std::string> tier_names;
   tier::capi::RegionCodec codec;
+  std::shared_ptr<tier::capi::Registrations> registrations =
+      std::make_shared<tier::capi::Registrations>();
   std::uint64_t op_timeout_ms = 10000;
-
-  // Memory registrations: read (shared) while a call converts its regions, never during a
-  // transfer; written by tier_memory_register and tier_memory_release.
-  std::shared_mutex registrations_mu;
-  std::vector<tier_memory*> registrations;
 
   // Asynchronous batches: queued by submit, run by `thread`, handed out by poll/wait.
   struct Job {
@@ -157,13 +248,16 @@ struct tier_store {
 };
 
 struct tier_memory {
-  tier_store* store = nullptr;
+  std::shared_ptr<tier::capi::Registrations> set;
   tier::Region region;
   std::unique_ptr<tier::capi::PinnedHold> pinned;
 };
 
 namespace tier::capi {
-// Converts a C region (checking kind, device and pointer) and applies pinned registrations.
-// Call with store.registrations_mu held (shared).
+// Converts a C region (checking kind, device, pointer and that it does not wrap the address
+// space) and applies pinned registrations. Call with store.registrations->mu held (shared).
 Result<Region> to_region(tier_store& store, const tier_region& r);
+// Drops a reference to `store` (the caller's at close, a worker's at its end); the last one
+// flushes and closes the tiers and frees the handle.
+void release_store(tier_store* store) noexcept;
 }  // namespace tier::capi

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "capi_internal.hpp"
+#include "tier/checked.hpp"
 
 namespace tier::capi {
 
@@ -18,6 +19,7 @@ Result<std::int32_t> RegionCodec::check(RegionList regions) noexcept {
   try {
     const bool device = !regions.empty() && regions[0].kind == MemoryKind::kDevice;
     const std::int32_t ordinal = device ? regions[0].device : -1;
+    TIER_RETURN_IF_ERROR(checked_total(regions).status());
     for (std::size_t i = 0; i < regions.size(); ++i) {
       const Region& r = regions[i];
       if ((r.kind == MemoryKind::kDevice) != device || (device && r.device != ordinal))
@@ -57,7 +59,7 @@ Status RegionCodec::plan(RegionList regions, Plan& out) const noexcept {
 }
 
 Result<std::size_t> RegionCodec::encoded_size(RegionList src) const noexcept {
-  return total_bytes(src);
+  return checked_total(src);
 }
 
 Result<std::size_t> RegionCodec::encode(RegionList src, std::span<std::byte> dst) const noexcept {

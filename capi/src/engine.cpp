@@ -2,6 +2,8 @@
 // its plans and events. A worker is safe to call from any thread (the engine's own locks; its
 // transfers run in progress() without any lock of the store, whose TierStack takes concurrent
 // calls); a scheduler's calls hold its own lock (one call at a time, as the engine requires).
+// A worker holds a reference to its store and its layout, a scheduler one to its view
+// (capi_internal.hpp Life): closing a handle a dependent still uses frees nothing.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,16 +20,23 @@
 
 using namespace tier;
 using namespace tier::engine;
+using tier::capi::Call;
+using tier::capi::closed_handle;
 using tier::capi::from_key;
 using tier::capi::guarded;
+using tier::capi::need;
 using tier::capi::to_key;
+using tier::capi::with_handle;
 
 struct tier_dsv4_layout {
+  mutable tier::capi::Life life;  // the getters take a const handle
   std::unique_ptr<dsv4::Dsv4Layout> layout;
 };
 
 struct tier_worker {
-  tier_store* store = nullptr;
+  tier::capi::Life life;
+  tier_store* store = nullptr;         // referenced
+  tier_dsv4_layout* layout = nullptr;  // referenced
   std::unique_ptr<Worker> worker;
   std::mutex reports_mu;         // reports
   std::deque<OpReport> reports;  // taken from the worker, not yet handed out
@@ -48,15 +57,37 @@ struct tier_reports {
 };
 
 struct tier_scheduler {
-  std::mutex mu;  // held around every call: the scheduler has one caller at a time
-  tier_worker* view = nullptr;
+  tier::capi::Life life;
+  std::mutex mu;                // held around every call: the scheduler has one caller at a time
+  tier_worker* view = nullptr;  // referenced
   std::unique_ptr<Scheduler> scheduler;
 };
 
 namespace {
 
-Status need(const void* p, const char* what) {
-  return p ? Status::ok() : Status::invalid(std::string(what) + " is NULL");
+// Dropping references (the caller's at destroy, a dependent's at its end); the last one frees.
+void release_layout(tier_dsv4_layout* l) noexcept {
+  if (l->life.release()) delete l;
+}
+void release_worker(tier_worker* w) noexcept {
+  if (!w->life.release()) return;
+  w->worker.reset();
+  tier::capi::release_store(w->store);
+  release_layout(w->layout);
+  delete w;
+}
+void release_scheduler(tier_scheduler* s) noexcept {
+  if (!s->life.release()) return;
+  s->scheduler.reset();
+  release_worker(s->view);
+  delete s;
+}
+// The caller's end of a handle: later calls get BAD_STATE, calls in flight return first.
+template <class H, class Release>
+void close_handle(H* h, Release release) noexcept {
+  if (!h || !h->life.mark_closed()) return;
+  h->life.wait_calls();
+  release(h);
 }
 
 char* dup_string(const std::string& s) {
@@ -69,8 +100,7 @@ char* dup_string(const std::string& s) {
 Result<EngineConfig> parse_config(const char* json, const tier_key* page_ns) {
   Json j = Json::object();
   if (json && *json) {
-    j = Json::parse(json, nullptr, false);
-    if (j.is_discarded()) return Status::invalid("the engine config is not valid JSON");
+    TIER_ASSIGN_OR_RETURN(j, parse_json(json, "the engine config"));
   }
   TIER_ASSIGN_OR_RETURN(EngineConfig cfg, EngineConfig::from_json(j));
   if (!page_ns) return Status::invalid("page_ns is NULL");
@@ -103,11 +133,15 @@ Status copy_regions(const Result<std::vector<Region>>& regions, tier_region* out
   return Status::ok();
 }
 
-Result<std::vector<Worker*>> workers_of(tier_worker* const* w, std::size_t n) {
+// The engine objects of `n` worker handles, each entered as a call (`calls`).
+Result<std::vector<Worker*>> workers_of(tier_worker* const* w, std::size_t n,
+                                        std::vector<std::unique_ptr<Call>>& calls) {
   if (n && !w) return Status::invalid("workers is NULL");
   std::vector<Worker*> out;
   for (std::size_t i = 0; i < n; ++i) {
     if (!w[i]) return Status::invalid("a worker is NULL");
+    calls.push_back(std::make_unique<Call>(w[i]->life));
+    if (!*calls.back()) return closed_handle("worker");
     out.push_back(w[i]->worker.get());
   }
   return out;
@@ -116,10 +150,9 @@ Result<std::vector<Worker*>> workers_of(tier_worker* const* w, std::size_t n) {
 // Runs `fn(scheduler)` under the scheduler's lock, inside guarded().
 template <class F>
 int with_scheduler(tier_scheduler* s, F&& fn) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(s, "scheduler"));
-    std::lock_guard<std::mutex> lock(s->mu);
-    return fn(*s->scheduler);
+  return with_handle(s, "scheduler", [&](tier_scheduler& sc) -> Status {
+    std::lock_guard<std::mutex> lock(sc.mu);
+    return fn(*sc.scheduler);
   });
 }
 
@@ -128,12 +161,12 @@ int with_scheduler(tier_scheduler* s, F&& fn) {
 template <class Render>
 int engine_metrics(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
                    char** out, Render&& render) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(s, "scheduler"));
+  return with_handle(s, "scheduler", [&](tier_scheduler& sc) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    TIER_ASSIGN_OR_RETURN(auto ws, workers_of(workers, worker_count));
-    std::lock_guard<std::mutex> lock(s->mu);
-    *out = dup_string(render(*s->scheduler, ws));
+    std::vector<std::unique_ptr<Call>> calls;
+    TIER_ASSIGN_OR_RETURN(auto ws, workers_of(workers, worker_count, calls));
+    std::lock_guard<std::mutex> lock(sc.mu);
+    *out = dup_string(render(*sc.scheduler, ws));
     return Status::ok();
   });
 }
@@ -202,6 +235,21 @@ void fill_op_common(COp& c, const Op& op, const Keys& keys) {
   c.slot = op.slot ? to_c(*op.slot) : tier_boundary{};
   c.slot_group = op.slot_group;
 }
+// A getter's value, or 0 when the layout is NULL or closed.
+template <class F>
+auto layout_value(const tier_dsv4_layout* l, F&& get) noexcept -> decltype(get(*l->layout)) {
+  if (!l) return 0;
+  Call call(l->life);
+  return call ? get(*l->layout) : 0;
+}
+// A worker count, or 0 when the worker is NULL or closed.
+template <class F>
+size_t worker_count(tier_worker* w, F&& get) noexcept {
+  if (!w) return 0;
+  Call call(w->life);
+  if (!call) return 0;
+  return get(*w->worker);
+}
 }  // namespace
 
 extern "C" {
@@ -220,8 +268,7 @@ int tier_dsv4_layout_create(const char* geometry, const tier_key* page_ns, uint3
     *out = nullptr;
     Result<dsv4::ModelConfig> model = Status::invalid("unset");
     if (geometry[0] == '{') {
-      Json j = Json::parse(geometry, nullptr, false);
-      if (j.is_discarded()) return Status::invalid("the geometry is not valid JSON");
+      TIER_ASSIGN_OR_RETURN(Json j, parse_json(geometry, "the geometry"));
       model = dsv4::ModelConfig::from_json(j);
     } else {
       model = dsv4::preset(geometry);
@@ -230,65 +277,63 @@ int tier_dsv4_layout_create(const char* geometry, const tier_key* page_ns, uint3
     TIER_ASSIGN_OR_RETURN(dsv4::Geometry geo, dsv4::Geometry::compute(*model));
     dsv4::Dsv4LayoutOptions opts;
     if (options_json && *options_json) {
-      Json j = Json::parse(options_json, nullptr, false);
-      if (j.is_discarded()) return Status::invalid("the layout options are not valid JSON");
+      TIER_ASSIGN_OR_RETURN(Json j, parse_json(options_json, "the layout options"));
       TIER_ASSIGN_OR_RETURN(opts, dsv4::Dsv4LayoutOptions::from_json(j));
     }
     TIER_ASSIGN_OR_RETURN(auto layout,
                           dsv4::Dsv4Layout::create(geo, to_key(*page_ns), tp_size, tp_rank, opts));
-    *out = new tier_dsv4_layout{std::move(layout)};
+    auto l = std::make_unique<tier_dsv4_layout>();
+    l->layout = std::move(layout);
+    *out = l.release();
     return Status::ok();
   });
 }
-void tier_dsv4_layout_destroy(tier_dsv4_layout* layout) { delete layout; }
+void tier_dsv4_layout_destroy(tier_dsv4_layout* layout) { close_handle(layout, release_layout); }
 uint32_t tier_dsv4_layout_block_tokens(const tier_dsv4_layout* l) {
-  return l ? l->layout->block_tokens() : 0;
+  return layout_value(l, [](const dsv4::Dsv4Layout& x) { return x.block_tokens(); });
 }
 uint64_t tier_dsv4_layout_page_bytes_per_block(const tier_dsv4_layout* l) {
-  return l ? l->layout->page_bytes_per_block() : 0;
+  return layout_value(l, [](const dsv4::Dsv4Layout& x) { return x.page_bytes_per_block(); });
 }
 uint64_t tier_dsv4_layout_slot_bytes(const tier_dsv4_layout* l) {
-  return l ? l->layout->slot_bytes() : 0;
+  return layout_value(l, [](const dsv4::Dsv4Layout& x) { return x.slot_bytes(); });
 }
 int tier_dsv4_layout_page_regions(const tier_dsv4_layout* layout, const uint32_t* block_ids,
                                   size_t block_count, tier_region* out, size_t capacity,
                                   size_t* count) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(layout, "layout"));
+  return with_handle(layout, "layout", [&](const tier_dsv4_layout& l) -> Status {
     if (block_count && !block_ids) return Status::invalid("block_ids is NULL");
-    return copy_regions(layout->layout->page_regions(std::span(block_ids, block_count)), out,
-                        capacity, count);
+    return copy_regions(l.layout->page_regions(std::span(block_ids, block_count)), out, capacity,
+                        count);
   });
 }
 int tier_dsv4_layout_slot_regions(const tier_dsv4_layout* layout, int32_t group, tier_region* out,
                                   size_t capacity, size_t* count) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(layout, "layout"));
-    return copy_regions(layout->layout->slot_regions(group), out, capacity, count);
+  return with_handle(layout, "layout", [&](const tier_dsv4_layout& l) -> Status {
+    return copy_regions(l.layout->slot_regions(group), out, capacity, count);
   });
 }
 
 int tier_worker_create(const char* config_json, const tier_key* page_ns, uint32_t rank,
                        tier_store* store, tier_dsv4_layout* layout, tier_worker** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& st) -> Status {
     TIER_RETURN_IF_ERROR(need(layout, "layout"));
     TIER_RETURN_IF_ERROR(need(out, "out"));
     *out = nullptr;
+    Call layout_call(layout->life);
+    if (!layout_call) return closed_handle("layout");
     TIER_ASSIGN_OR_RETURN(EngineConfig cfg, parse_config(config_json, page_ns));
-    TIER_ASSIGN_OR_RETURN(auto worker, Worker::create(cfg, rank, *store->stack, *layout->layout));
     auto w = std::make_unique<tier_worker>();
-    w->store = store;
-    w->worker = std::move(worker);
+    TIER_ASSIGN_OR_RETURN(w->worker, Worker::create(cfg, rank, *st.stack, *layout->layout));
+    st.life.retain();
+    layout->life.retain();
+    w->store = &st;
+    w->layout = layout;
     *out = w.release();
     return Status::ok();
   });
 }
-void tier_worker_destroy(tier_worker* worker) {
-  if (!worker) return;
-  worker->worker.reset();
-  delete worker;
-}
+void tier_worker_destroy(tier_worker* worker) { close_handle(worker, release_worker); }
 
 uint64_t tier_plan_step(const tier_plan* plan) { return plan ? plan->plan.step : 0; }
 size_t tier_plan_load_count(const tier_plan* plan) { return plan ? plan->plan.loads.size() : 0; }
@@ -383,78 +428,72 @@ int tier_worker_submit(tier_worker* worker, const tier_plan* plan) {
 }
 int tier_worker_submit_after(tier_worker* worker, const tier_plan* plan, void* stream,
                              void* event) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+  return with_handle(worker, "worker", [&](tier_worker& w) -> Status {
     TIER_RETURN_IF_ERROR(need(plan, "plan"));
-    worker->worker->submit(plan->plan, tier::engine::DeviceOrder{stream, event});
+    w.worker->submit(plan->plan, tier::engine::DeviceOrder{stream, event});
     return Status::ok();
   });
 }
 int tier_worker_progress(tier_worker* worker, size_t max_saves, size_t* finished) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(worker, "worker"));
-    const std::size_t n = worker->worker->progress(max_saves);
+  return with_handle(worker, "worker", [&](tier_worker& w) -> Status {
+    const std::size_t n = w.worker->progress(max_saves);
     if (finished) *finished = n;
     return Status::ok();
   });
 }
 int tier_worker_take_reports(tier_worker* worker, tier_op_report* out, size_t capacity,
                              size_t* count) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+  return with_handle(worker, "worker", [&](tier_worker& w) -> Status {
     TIER_RETURN_IF_ERROR(need(count, "count"));
     if (capacity && !out) return Status::invalid("out is NULL");
-    std::lock_guard<std::mutex> lock(worker->reports_mu);
-    for (OpReport& r : worker->worker->take_reports()) worker->reports.push_back(r);
+    std::lock_guard<std::mutex> lock(w.reports_mu);
+    for (OpReport& r : w.worker->take_reports()) w.reports.push_back(r);
     std::size_t n = 0;
-    while (n < capacity && !worker->reports.empty()) {
-      out[n++] = report_to_c(worker->reports.front());
-      worker->reports.pop_front();
+    while (n < capacity && !w.reports.empty()) {
+      out[n++] = report_to_c(w.reports.front());
+      w.reports.pop_front();
     }
     *count = n;
     return Status::ok();
   });
 }
 size_t tier_worker_queued_saves(tier_worker* worker) {
-  if (!worker) return 0;
-  return worker->worker->queued_saves();
+  return worker_count(worker, [](const Worker& w) { return w.queued_saves(); });
 }
 size_t tier_worker_queued_loads(tier_worker* worker) {
-  if (!worker) return 0;
-  return worker->worker->queued_loads();
+  return worker_count(worker, [](const Worker& w) { return w.queued_loads(); });
 }
 int tier_worker_release_lease(tier_worker* worker, uint64_t lease) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(worker, "worker"));
-    worker->worker->release_lease(lease);
+  return with_handle(worker, "worker", [&](tier_worker& w) -> Status {
+    w.worker->release_lease(lease);
     return Status::ok();
   });
 }
 int tier_worker_metrics_json(tier_worker* worker, char** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(worker, "worker"));
+  return with_handle(worker, "worker", [&](tier_worker& w) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    *out = dup_string(worker_metrics_json(*worker->worker).dump());
+    *out = dup_string(worker_metrics_json(*w.worker).dump());
     return Status::ok();
   });
 }
 
 int tier_scheduler_create(const char* config_json, const tier_key* page_ns, tier_worker* view,
                           tier_scheduler** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(view, "view"));
+  return with_handle(view, "view", [&](tier_worker& v) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
     *out = nullptr;
     TIER_ASSIGN_OR_RETURN(EngineConfig cfg, parse_config(config_json, page_ns));
-    TIER_ASSIGN_OR_RETURN(auto sched, Scheduler::create(cfg, *view->worker));
     auto s = std::make_unique<tier_scheduler>();
-    s->view = view;
-    s->scheduler = std::move(sched);
+    TIER_ASSIGN_OR_RETURN(s->scheduler, Scheduler::create(cfg, *v.worker));
+    v.life.retain();
+    s->view = &v;
     *out = s.release();
     return Status::ok();
   });
 }
-void tier_scheduler_destroy(tier_scheduler* scheduler) { delete scheduler; }
+void tier_scheduler_destroy(tier_scheduler* scheduler) {
+  close_handle(scheduler, release_scheduler);
+}
 
 int tier_scheduler_add_request(tier_scheduler* s, uint64_t request_id, const uint32_t* prompt,
                                size_t prompt_tokens, uint64_t* handle) {
@@ -477,6 +516,8 @@ int tier_scheduler_add_request_extra(tier_scheduler* s, uint64_t request_id,
 }
 uint32_t tier_scheduler_epoch(tier_scheduler* s) {
   if (!s) return 0;
+  Call call(s->life);
+  if (!call) return 0;
   std::lock_guard<std::mutex> lock(s->mu);
   return s->scheduler->epoch();
 }
@@ -575,21 +616,26 @@ int tier_scheduler_finish(tier_scheduler* s, uint64_t handle, int32_t* free_now)
   });
 }
 uint64_t tier_scheduler_loads_pending(tier_scheduler* s) {
-  if (!s) return 0;
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->scheduler->loads_pending();
+  std::uint64_t n = 0;
+  with_scheduler(s, [&](Scheduler& sc) {
+    n = sc.loads_pending();
+    return Status::ok();
+  });
+  return n;
 }
 uint64_t tier_scheduler_saves_pending(tier_scheduler* s) {
-  if (!s) return 0;
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->scheduler->saves_pending();
+  std::uint64_t n = 0;
+  with_scheduler(s, [&](Scheduler& sc) {
+    n = sc.saves_pending();
+    return Status::ok();
+  });
+  return n;
 }
 int tier_engine_metrics_json(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
                              char** out) {
-  return engine_metrics(s, workers, worker_count, out,
-                        [](const Scheduler& sc, const auto& ws) {
-                          return metrics_json(sc, ws).dump();
-                        });
+  return engine_metrics(s, workers, worker_count, out, [](const Scheduler& sc, const auto& ws) {
+    return json_text(metrics_json(sc, ws));
+  });
 }
 int tier_engine_metrics_prometheus(tier_scheduler* s, tier_worker* const* workers,
                                    size_t worker_count, char** out) {

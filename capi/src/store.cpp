@@ -12,6 +12,7 @@
 #include <atomic>
 
 #include "capi_internal.hpp"
+#include "tier/checked.hpp"
 #include "tier/log.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"
@@ -31,11 +32,15 @@ char* dup_string(const std::string& s) {
   return p;
 }
 
-Status need(const void* p, const char* what) {
-  return p ? Status::ok() : Status::invalid(std::string(what) + " is NULL");
-}
-
 ObjectKey object_key(const tier_store& s, const tier_key& k) { return {s.ns, to_key(k), s.rank}; }
+
+// A caller's timeout in milliseconds (< 0: `fallback`); anything above a year is a year, so the
+// deadline computed from it cannot overflow.
+std::chrono::milliseconds timeout_of(std::int64_t ms, std::uint64_t fallback) {
+  constexpr std::int64_t kYear = std::int64_t{365} * 24 * 3600 * 1000;
+  return std::chrono::milliseconds(ms < 0 ? static_cast<std::int64_t>(fallback)
+                                          : std::min(ms, kYear));
+}
 
 // Item i's regions, converted (registrations read under their shared lock); appended to
 // `regions`.
@@ -43,7 +48,7 @@ Status convert_items(tier_store& s, const tier_item* items, std::size_t count,
                      std::vector<ObjectKey>& keys, std::vector<Region>& regions,
                      std::vector<std::size_t>& first) {
   if (count && !items) return Status::invalid("items is NULL");
-  std::shared_lock lock(s.registrations_mu);
+  std::shared_lock lock(s.registrations->mu);
   keys.clear();
   regions.clear();
   first.assign(1, 0);
@@ -130,13 +135,12 @@ void transfer_thread(tier_store* s) {
 
 Status submit(tier_store* s, std::int32_t op, const tier_item* items, std::size_t count,
               std::uint64_t* ticket) {
-  TIER_RETURN_IF_ERROR(need(s, "store"));
   TIER_RETURN_IF_ERROR(need(ticket, "ticket"));
   tier_store::Job job;
   job.op = op;
   TIER_RETURN_IF_ERROR(convert_items(*s, items, count, job.keys, job.regions, job.first));
   std::lock_guard<std::mutex> lock(s->qmu);
-  if (s->stopping) return Status(Code::kBadState, "the store is closing");
+  if (s->stopping) return closed_handle("store");
   if (!s->thread.joinable()) s->thread = std::thread(transfer_thread, s);
   job.ticket = s->next_ticket++;
   *ticket = job.ticket;
@@ -213,18 +217,28 @@ Result<Region> to_region(tier_store& store, const tier_region& r) {
                                                 " bytes has a NULL pointer");
   Region out{static_cast<std::byte*>(r.ptr), r.bytes, static_cast<MemoryKind>(r.kind),
              r.kind == TIER_MEMORY_DEVICE ? r.device : -1};
+  TIER_RETURN_IF_ERROR(check_region(out));
   if (out.kind == MemoryKind::kDevice && out.device < 0)
     return Status::invalid("a device region needs a device >= 0");
   if (out.kind == MemoryKind::kHost) {
-    for (const tier_memory* m : store.registrations) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(out.data);
+    for (const tier_memory* m : store.registrations->list) {
       if (m->region.kind != MemoryKind::kPinnedHost) continue;
-      if (out.data >= m->region.data && out.data + out.size <= m->region.data + m->region.size) {
+      const auto start = reinterpret_cast<std::uintptr_t>(m->region.data);
+      if (begin >= start && begin - start <= m->region.size &&
+          out.size <= m->region.size - (begin - start)) {
         out.kind = MemoryKind::kPinnedHost;
         break;
       }
     }
   }
   return out;
+}
+
+void release_store(tier_store* store) noexcept {
+  if (!store->life.release()) return;
+  store->stack->flush(std::chrono::milliseconds(store->op_timeout_ms)).ignore();
+  delete store;
 }
 
 }  // namespace tier::capi
@@ -259,8 +273,7 @@ int tier_namespace_id(const char* identity_json, tier_key* out) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(identity_json, "identity_json"));
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    Json j = Json::parse(identity_json, nullptr, false);
-    if (j.is_discarded()) return Status::invalid("identity is not valid JSON");
+    TIER_ASSIGN_OR_RETURN(Json j, parse_json(identity_json, "the identity"));
     TIER_ASSIGN_OR_RETURN(Key128 k, namespace_id(j));
     *out = from_key(k);
     return Status::ok();
@@ -317,66 +330,78 @@ int tier_store_open_json(const char* profile_json, const tier_key* ns, uint32_t 
                          tier_store** out) {
   return guarded([&]() -> Status {
     TIER_RETURN_IF_ERROR(need(profile_json, "profile_json"));
-    Json j = Json::parse(profile_json, nullptr, false);
-    if (j.is_discarded()) return Status::invalid("the profile is not valid JSON");
+    TIER_ASSIGN_OR_RETURN(Json j, parse_json(profile_json, "the profile"));
     return open_store(parse_profile(j, Registry::global(), "<inline>"), ns, rank, out);
   });
 }
 
 void tier_store_close(tier_store* store) {
   if (!store) return;
+  // First new submits are refused and the queued batches run to their end (a waiter gets its
+  // completion), other calls still run; then the handle closes. So a wait or poll that returns
+  // BAD_STATE tells its caller that no batch uses its regions any more.
   {
     std::lock_guard<std::mutex> lock(store->qmu);
+    if (store->stopping) return;  // closed already, or being closed by another thread
     store->stopping = true;
   }
   store->work_cv.notify_all();
   if (store->thread.joinable()) store->thread.join();
-  store->stack->flush(std::chrono::milliseconds(store->op_timeout_ms)).ignore();
+  store->life.mark_closed();
+  store->done_cv.notify_all();
+  store->life.wait_calls();
   {
     // Registrations the caller did not release end with the store.
-    std::lock_guard lock(store->registrations_mu);
-    for (tier_memory* m : store->registrations) m->store = nullptr;
-    store->registrations.clear();
+    Registrations& regs = *store->registrations;
+    std::lock_guard lock(regs.mu);
+    regs.open = false;
+    regs.list.clear();
   }
-  delete store;
+  release_store(store);
 }
 
-size_t tier_store_tier_count(tier_store* store) { return store ? store->tier_names.size() : 0; }
+size_t tier_store_tier_count(tier_store* store) {
+  if (!store) return 0;
+  Call call(store->life);
+  return call ? store->tier_names.size() : 0;
+}
 const char* tier_store_tier_name(tier_store* store, size_t index) {
-  if (!store || index >= store->tier_names.size()) return nullptr;
+  if (!store) return nullptr;
+  Call call(store->life);
+  if (!call || index >= store->tier_names.size()) return nullptr;
   return store->tier_names[index].c_str();
 }
 
 int tier_store_metrics_json(tier_store* store, char** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    *out = dup_string(store->stack->metrics_json().dump());
+    *out = dup_string(json_text(s.stack->metrics_json()));
     return Status::ok();
   });
 }
 int tier_store_metrics_prometheus(tier_store* store, char** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    *out = dup_string(store->stack->metrics_prometheus());
+    *out = dup_string(s.stack->metrics_prometheus());
     return Status::ok();
   });
 }
 
 const char* tier_store_metrics_endpoint(tier_store* store) {
-  return store ? store->stack->metrics_endpoint().c_str() : "";
+  if (!store) return "";
+  Call call(store->life);
+  return call ? store->stack->metrics_endpoint().c_str() : "";
 }
 
 int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kind, int32_t device,
                          tier_memory** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
     TIER_RETURN_IF_ERROR(need(ptr, "ptr"));
     *out = nullptr;
     auto m = std::make_unique<tier_memory>();
-    m->store = store;
+    m->set = s.registrations;
+    TIER_RETURN_IF_ERROR(check_region(Region{static_cast<std::byte*>(ptr), bytes}));
     if (kind == TIER_MEMORY_PINNED) {
       TIER_ASSIGN_OR_RETURN(m->pinned, pin_host(ptr, bytes));
     } else if (kind == TIER_MEMORY_DEVICE) {
@@ -386,8 +411,8 @@ int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kin
     }
     m->region = Region{static_cast<std::byte*>(ptr), bytes, static_cast<MemoryKind>(kind),
                        kind == TIER_MEMORY_DEVICE ? device : -1};
-    std::lock_guard lock(store->registrations_mu);
-    store->registrations.push_back(m.get());
+    std::lock_guard lock(s.registrations->mu);
+    s.registrations->list.push_back(m.get());
     *out = m.release();
     return Status::ok();
   });
@@ -396,48 +421,43 @@ int tier_memory_release(tier_memory* memory) {
   return guarded([&]() -> Status {
     if (!memory) return Status::ok();
     std::unique_ptr<tier_memory> m(memory);
-    if (m->store) {
-      std::lock_guard lock(m->store->registrations_mu);
-      auto& regs = m->store->registrations;
-      regs.erase(std::remove(regs.begin(), regs.end(), memory), regs.end());
-    }
+    std::lock_guard lock(m->set->mu);
+    auto& list = m->set->list;
+    list.erase(std::remove(list.begin(), list.end(), memory), list.end());
     return Status::ok();
   });
 }
 
 int tier_store_lookup_prefix(tier_store* store, const tier_key* keys, size_t count,
                              size_t* prefix) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     TIER_RETURN_IF_ERROR(need(prefix, "prefix"));
     if (count && !keys) return Status::invalid("keys is NULL");
     std::vector<ObjectKey> k;
     k.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(*store, keys[i]));
-    TIER_ASSIGN_OR_RETURN(*prefix, store->stack->lookup_prefix(k));
+    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(s, keys[i]));
+    TIER_ASSIGN_OR_RETURN(*prefix, s.stack->lookup_prefix(k));
     return Status::ok();
   });
 }
 int tier_store_stat(tier_store* store, const tier_key* keys, size_t count, tier_object_stat* out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (count && (!keys || !out)) return Status::invalid("keys or out is NULL");
     std::vector<ObjectKey> k;
     k.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(*store, keys[i]));
+    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(s, keys[i]));
     std::vector<ObjectStat> stats(count);
-    TIER_RETURN_IF_ERROR(store->stack->stat(k, stats));
+    TIER_RETURN_IF_ERROR(s.stack->stat(k, stats));
     for (std::size_t i = 0; i < count; ++i)
       out[i] = tier_object_stat{stats[i].tier, stats[i].payload_bytes, stats[i].stored_bytes};
     return Status::ok();
   });
 }
 int tier_store_exists(tier_store* store, const tier_key* keys, size_t count, uint8_t* out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (count && (!keys || !out)) return Status::invalid("keys or out is NULL");
     for (std::size_t i = 0; i < count; ++i) {
-      TIER_ASSIGN_OR_RETURN(int t, store->stack->locate(object_key(*store, keys[i])));
+      TIER_ASSIGN_OR_RETURN(int t, s.stack->locate(object_key(s, keys[i])));
       out[i] = t >= 0 ? 1 : 0;
     }
     return Status::ok();
@@ -448,14 +468,13 @@ namespace {
 // The blocking save and load: the items converted and run as one batch on the calling thread.
 int blocking_batch(tier_store* store, int op, const tier_item* items, size_t count,
                    int32_t* codes, int32_t* tiers) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (count && !codes) return Status::invalid("codes is NULL");
     std::vector<ObjectKey> keys;
     std::vector<Region> regions;
     std::vector<std::size_t> first;
-    TIER_RETURN_IF_ERROR(convert_items(*store, items, count, keys, regions, first));
-    return run_batch(*store, op, keys, regions, first, codes, tiers);
+    TIER_RETURN_IF_ERROR(convert_items(s, items, count, keys, regions, first));
+    return run_batch(s, op, keys, regions, first, codes, tiers);
   });
 }
 }  // namespace
@@ -468,83 +487,74 @@ int tier_store_load(tier_store* store, const tier_item* items, size_t count, int
   return blocking_batch(store, TIER_OP_LOAD, items, count, codes, tiers);
 }
 int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int32_t* codes) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (count && (!keys || !codes)) return Status::invalid("keys or codes is NULL");
     for (std::size_t i = 0; i < count; ++i)
-      codes[i] = static_cast<std::int32_t>(
-          store->stack->remove(object_key(*store, keys[i])).code());
+      codes[i] = static_cast<std::int32_t>(s.stack->remove(object_key(s, keys[i])).code());
     return Status::ok();
   });
 }
 int tier_store_clear(tier_store* store, const tier_key* ns, uint64_t* removed) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (removed) *removed = 0;
-    TIER_ASSIGN_OR_RETURN(std::uint64_t n, store->stack->clear(ns ? to_key(*ns) : store->ns));
+    TIER_ASSIGN_OR_RETURN(std::uint64_t n, s.stack->clear(ns ? to_key(*ns) : s.ns));
     if (removed) *removed = n;
     return Status::ok();
   });
 }
 int tier_store_progress(tier_store* store) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
-    store->stack->progress();
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
+    s.stack->progress();
     return Status::ok();
   });
 }
 int tier_store_flush(tier_store* store, int64_t timeout_ms) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
-    const std::uint64_t ms = timeout_ms < 0 ? store->op_timeout_ms
-                                            : static_cast<std::uint64_t>(timeout_ms);
-    return store->stack->flush(std::chrono::milliseconds(ms));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
+    return s.stack->flush(timeout_of(timeout_ms, s.op_timeout_ms));
   });
 }
 
 int tier_store_submit_save(tier_store* store, const tier_item* items, size_t count,
                            uint64_t* ticket) {
-  return guarded([&] { return submit(store, TIER_OP_SAVE, items, count, ticket); });
+  return with_handle(store, "store",
+                     [&](tier_store& s) { return submit(&s, TIER_OP_SAVE, items, count, ticket); });
 }
 int tier_store_submit_load(tier_store* store, const tier_item* items, size_t count,
                            uint64_t* ticket) {
-  return guarded([&] { return submit(store, TIER_OP_LOAD, items, count, ticket); });
+  return with_handle(store, "store",
+                     [&](tier_store& s) { return submit(&s, TIER_OP_LOAD, items, count, ticket); });
 }
 int tier_store_poll(tier_store* store, tier_completion** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
-    std::lock_guard<std::mutex> lock(store->qmu);
-    *out = take_done(*store, 0);
+    std::lock_guard<std::mutex> lock(s.qmu);
+    *out = take_done(s, 0);
     return Status::ok();
   });
 }
 int tier_store_wait(tier_store* store, uint64_t ticket, int64_t timeout_ms,
                     tier_completion** out) {
-  return guarded([&]() -> Status {
-    TIER_RETURN_IF_ERROR(need(store, "store"));
+  return with_handle(store, "store", [&](tier_store& s) -> Status {
     TIER_RETURN_IF_ERROR(need(out, "out"));
     *out = nullptr;
-    std::unique_lock<std::mutex> lock(store->qmu);
+    std::unique_lock<std::mutex> lock(s.qmu);
     auto known = [&] {
-      return ticket ? std::find(store->issued.begin(), store->issued.end(), ticket) !=
-                          store->issued.end()
-                    : !store->issued.empty();
+      return ticket ? std::find(s.issued.begin(), s.issued.end(), ticket) != s.issued.end()
+                    : !s.issued.empty();
     };
     if (!known())
       return Status::not_found(ticket ? "ticket " + std::to_string(ticket) + " is not pending"
                                       : "no batch is pending");
     // Also wakes when another thread took the completion (the ticket is no longer pending).
-    auto ready = [&] {
-      return (ticket ? store->done.count(ticket) > 0 : !store->done.empty()) || !known();
-    };
+    // A close runs every queued batch before it waits for this call, so the wait ends.
+    auto ready = [&] { return (ticket ? s.done.count(ticket) > 0 : !s.done.empty()) || !known(); };
     if (timeout_ms < 0) {
-      store->done_cv.wait(lock, ready);
-    } else if (!store->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
+      s.done_cv.wait(lock, ready);
+    } else if (!s.done_cv.wait_for(lock, timeout_of(timeout_ms, 0), ready)) {
       return Status(Code::kTimedOut, "the batch did not complete in " +
                                          std::to_string(timeout_ms) + " ms");
     }
-    *out = take_done(*store, ticket);
+    *out = take_done(s, ticket);
     if (!*out) return Status::not_found("another thread took the completion");
     return Status::ok();
   });

@@ -6,6 +6,7 @@
 #include <array>
 #include <new>
 
+#include "tier/checked.hpp"
 #include "tier/object.hpp"
 
 namespace tier {
@@ -17,6 +18,7 @@ namespace {
 Status check_buffer(const IoRequest& r, const Region& b, const Capabilities& caps) {
   if (b.data == nullptr || b.size == 0)
     return Status::invalid(fmt::format("{}: empty buffer", op_name(r.op)));
+  TIER_RETURN_IF_ERROR(check_region(b));
   if ((caps.memory_kinds & kind_bit(b.kind)) == 0)
     return Status(Code::kNotSupported,
                   fmt::format("{}: this tier does not accept {} memory", op_name(r.op),
@@ -46,6 +48,11 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
     if (!tail_on_one_side(r.tail))
       return Status::invalid(
           "get: tail regions must be all host memory or all device memory of one GPU");
+    TIER_ASSIGN_OR_RETURN(std::size_t tail_bytes, checked_total(r.tail));
+    std::size_t payload = 0;
+    if (add_overflows(r.skip, tail_bytes, &payload) ||
+        add_overflows(payload, kObjectHeaderBytes, &payload))
+      return Status::invalid("get: skip and tail regions of more than 2^64 bytes");
     for (const Region& t : r.tail) {
       if (t.size == 0) continue;
       TIER_RETURN_IF_ERROR(check_buffer(r, t, caps));
@@ -58,7 +65,8 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
       if (!t.host_accessible() || !b.host_accessible())
         return Status::invalid("put: tail regions and their head must be host memory");
       TIER_RETURN_IF_ERROR(check_buffer(r, t, caps));
-      bytes += t.size;
+      if (add_overflows(bytes, t.size, &bytes))
+        return Status::invalid("put: an image of more than 2^64 bytes");
     }
     if (bytes > caps.max_object_bytes)  // no room can ever be made: NoSpace, as documented
       return Status(Code::kNoSpace,
@@ -69,7 +77,9 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
       if (!h) return Status::invalid("put: image has no valid object header: " + h.status().to_string());
       if (!(h->key == r.key))
         return Status::invalid("put: image header names another key than the request");
-      if (h->payload_bytes + kObjectHeaderBytes > bytes)
+      std::uint64_t declared = 0;
+      if (add_overflows<std::uint64_t>(h->payload_bytes, kObjectHeaderBytes, &declared) ||
+          declared > bytes)
         return Status::invalid("put: image is shorter than its header declares");
     }
   }
@@ -287,7 +297,7 @@ Result<LeaseId> Backend::lease(std::span<const ObjectKey> keys, std::chrono::mil
   if (held.size() != keys.size()) return Status::invalid("lease: held.size() != keys.size()");
   std::fill(held.begin(), held.end(), std::uint8_t{0});
   if (keys.empty() || ttl.count() <= 0) return LeaseId{0};
-  auto r = do_lease(keys, ttl, held);
+  auto r = do_lease(keys, std::min(ttl, kMaxLeaseTtl), held);
   if (!r) {
     if (r.status() == Code::kNotSupported) metrics_.leases_unsupported.add();
     std::fill(held.begin(), held.end(), std::uint8_t{0});

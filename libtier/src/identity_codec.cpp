@@ -1,9 +1,10 @@
 #include "identity_codec.hpp"
 
-#include <cstring>
-
 #include <fmt/format.h>
 
+#include <cstring>
+
+#include "tier/checked.hpp"
 #include "tier/plugin.hpp"
 
 namespace tier {
@@ -28,12 +29,12 @@ Result<std::unique_ptr<IdentityCodec>> IdentityCodec::create(const Json&) {
 
 Result<std::size_t> IdentityCodec::encoded_size(RegionList src) const noexcept {
   TIER_RETURN_IF_ERROR(check_host(src));
-  return total_bytes(src);
+  return checked_total(src);
 }
 
 Result<std::size_t> IdentityCodec::encode(RegionList src, std::span<std::byte> dst) const noexcept {
   TIER_RETURN_IF_ERROR(check_host(src));
-  std::size_t need = total_bytes(src);
+  TIER_ASSIGN_OR_RETURN(std::size_t need, checked_total(src));
   if (dst.size() < need)
     return Status::invalid(fmt::format("identity codec: {} bytes do not fit in {}", need,
                                        dst.size()));
@@ -47,9 +48,10 @@ Result<std::size_t> IdentityCodec::encode(RegionList src, std::span<std::byte> d
 
 Status IdentityCodec::decode(std::span<const std::byte> payload, RegionList dst) const noexcept {
   TIER_RETURN_IF_ERROR(check_host(dst));
-  if (payload.size() != total_bytes(dst))
-    return Status::invalid(fmt::format("identity codec: payload of {} bytes for regions of {}",
-                                       payload.size(), total_bytes(dst)));
+  TIER_ASSIGN_OR_RETURN(std::size_t need, checked_total(dst));
+  if (payload.size() != need)
+    return Status::invalid(
+        fmt::format("identity codec: payload of {} bytes for regions of {}", payload.size(), need));
   std::size_t off = 0;
   for (const Region& r : dst) {
     if (r.size) std::memcpy(r.data, payload.data() + off, r.size);

@@ -20,7 +20,12 @@ void put_key(std::string& out, const Key128& k) {
 }
 Key128 from_xxh(XXH128_hash_t h) { return Key128{h.low64, h.high64}; }
 
-void canonical_into(const Json& v, std::string& out) {
+// Throws std::invalid_argument for a non-finite number and for nesting deeper than kMaxJsonDepth
+// (a document built in C++ is not bounded by parse_json).
+void canonical_into(const Json& v, std::string& out, int depth = 0) {
+  if (depth > kMaxJsonDepth)
+    throw std::invalid_argument(
+        fmt::format("canonical JSON: nested deeper than {} levels", kMaxJsonDepth));
   switch (v.type()) {
     case Json::value_t::object: {
       // nlohmann::json's default object is a std::map: keys iterate in byte order already.
@@ -31,7 +36,7 @@ void canonical_into(const Json& v, std::string& out) {
         first = false;
         out += Json(it.key()).dump(-1, ' ', true);
         out.push_back(':');
-        canonical_into(it.value(), out);
+        canonical_into(it.value(), out, depth + 1);
       }
       out.push_back('}');
       break;
@@ -40,7 +45,7 @@ void canonical_into(const Json& v, std::string& out) {
       out.push_back('[');
       for (std::size_t i = 0; i < v.size(); ++i) {
         if (i) out.push_back(',');
-        canonical_into(v[i], out);
+        canonical_into(v[i], out, depth + 1);
       }
       out.push_back(']');
       break;
@@ -95,7 +100,7 @@ Result<Key128> namespace_id(const Json& identity) {
   buf.push_back('\0');
   try {
     canonical_into(identity, buf);
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // invalid_argument, or type_error for bad UTF-8
     return Status::invalid(e.what());
   }
   return from_xxh(XXH3_128bits(buf.data(), buf.size()));

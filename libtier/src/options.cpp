@@ -187,11 +187,13 @@ Status ConfigErrors::to_status() const {
 
 std::string describe_json(const Json& v) {
   switch (v.type()) {
-    case Json::value_t::string: return "string " + v.dump();
+    case Json::value_t::string:
+      return "string " + json_text(v);
     case Json::value_t::object: return "an object";
     case Json::value_t::array: return "an array";
     case Json::value_t::null: return "null";
-    default: return v.dump();
+    default:
+      return json_text(v);
   }
 }
 
@@ -346,7 +348,7 @@ std::vector<OptionSpec> parse_option_specs(std::string_view options_json) {
       if (!conv)
         throw std::invalid_argument(
             fmt::format("options schema: option {}: default {} does not fit its type", s.name,
-                        o["default"].dump()));
+                        json_text(o["default"])));
       s.default_value = *conv;
     }
     specs.push_back(std::move(s));
@@ -393,8 +395,7 @@ Json resolve_options(const Json& given, std::span<const OptionSpec> specs, const
                      s.type == OptionType::kEnum || s.type == OptionType::kSize ||
                      s.type == OptionType::kDuration;
       if (!textual) {
-        Json parsed = Json::parse(*expanded, nullptr, false);
-        if (!parsed.is_discarded()) v = parsed;
+        if (auto parsed = parse_json(*expanded, "the variable")) v = std::move(parsed).value();
       }
     }
     auto conv = convert(s, v);

@@ -601,6 +601,8 @@ Json Profile::to_json() const {
                {"on_evict", t.on_evict == EvictPolicy::kDemote ? "demote" : "drop"}};
     if (!t.stage_type.empty()) {
       Json stage = t.stage_options;
+      for (auto& [name, value] : stage.items())
+        if (value.is_string()) value = redact_url_passwords(value.get<std::string>());
       stage["type"] = t.stage_type;
       tj["stage"] = stage;
     } else {

@@ -149,6 +149,10 @@ Status Registry::load_file(const std::filesystem::path& file) const {
     if (std::find(loaded_paths_.begin(), loaded_paths_.end(), canonical) != loaded_paths_.end())
       return Status::ok();
   }
+  // dlopen of a FIFO (or a device) would block or act: only a regular file is a plugin.
+  std::error_code ec;
+  if (!fs::is_regular_file(canonical, ec))
+    return Status::invalid(fmt::format("cannot load plugin {}: not a regular file", canonical));
   void* handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr)
     return Status::invalid(fmt::format("cannot load plugin {}: {}", canonical, dlerror()));

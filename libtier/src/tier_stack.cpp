@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tier/checked.hpp"
 #include "tier/log.hpp"
 #include "tier_stack_impl.hpp"
 
@@ -17,6 +18,21 @@ using detail::kGatedSlice;
 using detail::Image;
 using detail::ImageBuffer;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The payload bytes of a caller's region list: InvalidArgument when a region wraps the address
+// space, the sum overflows, or it exceeds kMaxPayloadBytes (so that every size computed from it,
+// header and padding included, fits).
+Result<std::size_t> caller_payload_bytes(RegionList regions) {
+  TIER_ASSIGN_OR_RETURN(std::size_t n, checked_total(regions));
+  if (n > kMaxPayloadBytes)
+    return Status::invalid(
+        fmt::format("an object of {} bytes: at most {} bytes are stored", n, kMaxPayloadBytes));
+  return n;
+}
+
+}  // namespace
 
 Json StackCounters::to_json() const {
   return {{"saves", saves.get()},
@@ -438,6 +454,7 @@ Result<LeaseId> TierStack::Impl::lease(std::span<const ObjectKey> keys,
     }
   }
   for (const auto& part : ended) call(part.first, [&](Backend& b) { b.release(part.second); });
+  if (ttl > kMaxLeaseTtl) ttl = kMaxLeaseTtl;  // also keeps now + ttl from overflowing
   StackLease lease{now + ttl, {}};
   std::vector<ObjectKey> want;
   std::vector<std::size_t> where;  // want[j] is keys[where[j]]
@@ -587,7 +604,9 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   std::vector<std::uint64_t> ids(items.size(), 0);
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.saves.add();
-    if (gather_saves_ && direct(items[i].src))
+    if (auto bytes = caller_payload_bytes(items[i].src); !bytes)
+      out[i] = bytes.status();  // not submitted: counted as a failure below
+    else if (gather_saves_ && direct(items[i].src))
       save_gathered(first, items[i], codec, ids[i], out[i]);
     else
       save_one(first, items[i], codec, ids[i], out[i]);
@@ -627,7 +646,8 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.loads.add();
     out[i] = LoadResult{Status::not_found(), -1};
-    auto size = codec.encoded_size(items[i].dst);
+    auto size = caller_payload_bytes(items[i].dst);
+    if (size) size = codec.encoded_size(items[i].dst);
     if (!size) {
       out[i].status = size.status();
       unserved[i] = 0;

@@ -16,9 +16,11 @@ Conventions used below:
 Threads: every transfer releases the GIL. Each class and method below says which of these holds:
 
 - *any thread*: may be called from several threads at once, also on the same object;
-- *serialized*: may be called from any thread, but calls on one object run one after the other;
-- *one caller*: no other call on the object may run at the same time (``close()`` of a Layout,
-  Worker or Scheduler; a Store's ``close()`` is *any thread*: it waits for the calls in progress).
+- *serialized*: may be called from any thread, but calls on one object run one after the other.
+
+Every ``close()`` (Store, Registration.release, Dsv4Layout, Worker, Scheduler) is *any thread*
+and idempotent: calls already inside finish first, later calls raise BadState, and objects made
+over it keep what they use (a Worker keeps its Store's tiers and its layout's memory).
 
 The Store's transfers run in parallel (no lock around a transfer: N threads on one Store move
 bytes at about N threads' copy speed on the cpu tier). Host arrays on the cpu tier are moved
@@ -31,6 +33,19 @@ The log calls and miss_ratio_curve are *any thread* too.
 
 The extension's docstrings are made from this file at build time (gen_docs.py), so help() shows
 the same text; python/tests/test_docs.py checks that they agree.
+
+Lifetimes: close() (and ``with``, and garbage collection) may run on any thread, in any order,
+also while other threads are inside calls on the same object: those calls finish first, calls
+that begin later raise BadState, and nothing is freed under a call. A Worker keeps its Store and
+Dsv4Layout, a Scheduler its Worker: closing one of those first ends its own use (its methods
+raise BadState), while the Worker or Scheduler goes on working with it; its memory and tiers are
+freed with the last object that uses them. Regions handed out by Dsv4Layout.page_regions and
+slot_regions stay valid as long.
+
+Errors: every error the library reports is a libtier.Error, also for hostile arguments (sizes
+that wrap or exceed 2^48 bytes, forged array interfaces, negative numbers, identities nested
+deeper than 64 levels: InvalidArgument). Text from the library that is not UTF-8 (a path or name
+from the environment) arrives with U+FFFD in place of the bad bytes.
 """
 
 import enum
@@ -224,10 +239,10 @@ class Store:
         (metrics_endpoint). Raises InvalidArgument (bad profile, with every problem and its JSON
         path), NotFound (no such file), IoError (a tier, or the metrics endpoint's address)..."""
     def close(self) -> None:
-        """Waits for the calls in progress on other threads to return, then for background work
-        (write-through, demotion), and closes the tiers. Later calls raise BadState. Idempotent;
-        *any thread*. Registrations, Workers and Schedulers made over the Store must be
-        closed before it."""
+        """Ends this Store: waits for the calls other threads are inside, runs the queued
+        asynchronous batches to their end, then (unless a Worker still uses the tiers) waits for
+        background work (write-through, demotion) and closes the tiers. Later calls raise
+        BadState. Idempotent; *any thread*, also while other threads are inside calls."""
     def __enter__(self) -> "Store": ...
     def __exit__(self, *exc: object) -> None: ...
     @property
@@ -411,7 +426,7 @@ class StepEvents:
 
 class Dsv4Layout:
     """The DSV4 KV layout of one rank (layouts/dsv4): owns the rank's KV memory.
-    Its getters are *any thread*; close() is *one caller*, after the Workers made over it."""
+    Its getters and close() are *any thread*."""
 
     @staticmethod
     def create(
@@ -438,13 +453,13 @@ class Dsv4Layout:
     def slot_regions(self, group: int) -> list[Region]:
         """The KV memory of state group `group` (one request's SLOT)."""
     def close(self) -> None:
-        """Frees the layout's memory; later calls raise BadState."""
+        """Ends this object's use of the layout (later calls raise BadState); its memory stays
+        while a Worker made over it lives."""
 
 class Worker:
     """One TP rank's worker: moves PAGE chunks and SLOT sidecars between its layout and Store.
     Its calls are *any thread* (its rank thread drives it while the scheduler thread uses it
-    as the view; two progress() calls run one after the other); close() is *one caller*, also
-    against the Scheduler that uses it as its view."""
+    as the view; two progress() calls run one after the other); close() is *any thread*."""
 
     @staticmethod
     def create(
@@ -454,8 +469,8 @@ class Worker:
         layout: Dsv4Layout,
         page_namespace: KeyLike,
     ) -> "Worker":
-        """`config`: the EngineConfig JSON (docs/engine.md); the Store and layout must stay
-        open while the worker exists (it keeps them referenced)."""
+        """`config`: the EngineConfig JSON (docs/engine.md). The worker keeps the Store and the
+        layout: either may be closed first (module docstring, Lifetimes)."""
     @property
     def rank(self) -> int:
         """The worker's TP rank."""
@@ -486,11 +501,11 @@ class Worker:
     def queued_loads(self) -> int:
         """Loads submitted and not yet run."""
     def close(self) -> None:
-        """Destroys the worker; later calls raise BadState."""
+        """Ends this object's use of the worker; a Scheduler made over it keeps it working."""
 
 class Scheduler:
     """The scheduler half of the offload engine: its calls are *serialized* (one at a time,
-    from any thread; its lock enforces it); close() is *one caller*."""
+    from any thread; its lock enforces it); close() is *any thread*."""
 
     @staticmethod
     def create(config: Mapping[str, Any], view: Worker, page_namespace: KeyLike) -> "Scheduler":
@@ -539,7 +554,7 @@ class Scheduler:
         """The same as Prometheus text format 0.0.4, with each worker's stack's usage gauges and
         latency histograms (tiers labelled "rank<r>/<name>")."""
     def close(self) -> None:
-        """Destroys the scheduler; later calls raise BadState."""
+        """Ends the scheduler; any thread, while other threads are inside its calls too."""
 
 # Sizing (docs/sizing.md): the LRU hit ratio of a trace at every capacity, as `tierctl size`.
 

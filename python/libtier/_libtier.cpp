@@ -5,12 +5,19 @@
 // Arguments are converted while the GIL is held; every call into the library that moves bytes
 // or may wait runs with the GIL released. A failing call raises libtier._errors.error_for(code,
 // tier_last_error()) (read on the same thread, right after the call).
+//
+// Lifetimes: each object holds its C handle in a Handle (below), so close() may run on any
+// thread while other threads are inside calls: they finish, calls that begin later raise
+// BadState, and the C handle is closed only once no thread holds it. A Worker holds its Store and
+// Dsv4Layout, a Scheduler its Worker, both here (shared_ptr) and in the C library (references,
+// tier.h "Lifetimes"): closing an object a dependent still uses frees nothing it needs.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -43,8 +50,16 @@ py::object errors_module() {
   return *mod;
 }
 
+// Text from the library as a str: bytes that are not UTF-8 (a path or name from the environment)
+// become U+FFFD rather than a UnicodeDecodeError in place of the real result or error.
+py::str text_of(std::string_view s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
 [[noreturn]] void raise_code(int code, const std::string& message) {
-  py::object err = errors_module().attr("error_for")(code, message);
+  py::object err = errors_module().attr("error_for")(code, text_of(message));
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
   throw py::error_already_set();
 }
@@ -146,6 +161,83 @@ py::tuple take_logs(double timeout) {
   return py::make_tuple(messages, dropped, closed);
 }
 
+// A C handle and the calls that hold it. use() (GIL held) hands the handle to one call, or raises
+// BadState once close began; take() (GIL held) marks the handle closed and returns it (null when
+// closed already) after every call that holds it has returned, waiting for them without the GIL.
+// The caller of take() then closes the C handle: no thread can be passing it to the library.
+template <class H>
+class Handle {
+ public:
+  class Use {
+   public:
+    Use(Handle* h, H* p) : h_(h), p_(p) {}
+    Use(Use&& o) noexcept : h_(std::exchange(o.h_, nullptr)), p_(o.p_) {}
+    Use(const Use&) = delete;
+    ~Use() {
+      if (h_) h_->leave();
+    }
+    H* get() const { return p_; }
+
+   private:
+    Handle* h_;
+    H* p_;
+  };
+
+  explicit Handle(const char* what) : what_(what) {}
+  void set(H* p) { p_ = p; }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return p_ == nullptr;
+  }
+  Use use() {
+    H* p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p = p_;
+      if (p) ++calls_;
+    }
+    if (!p) raise_code(TIER_BAD_STATE, std::string("the ") + what_ + " is closed");
+    return Use(this, p);
+  }
+  H* take() {
+    H* p;
+    bool busy;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p = std::exchange(p_, nullptr);
+      busy = calls_ > 0;
+    }
+    if (busy) {
+      // Without the GIL (the calls may need it to return); mu_ is never held while the GIL is
+      // taken, so the lock below is released before `nogil` takes the GIL back.
+      py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_.wait(lock, [&] { return calls_ == 0; });
+    }
+    return p;
+  }
+
+ private:
+  void leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--calls_ == 0) idle_.notify_all();
+  }
+  const char* what_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  H* p_ = nullptr;
+  std::size_t calls_ = 0;
+};
+
+// A timeout in seconds (None: -1, no limit) as milliseconds for the C API; InvalidArgument for
+// a negative or NaN one, and anything above a year is a year.
+std::int64_t timeout_ms(std::optional<double> seconds) {
+  if (!seconds) return -1;
+  if (std::isnan(*seconds) || *seconds < 0)
+    raise_invalid("timeout: expected seconds >= 0 or None, got " + std::to_string(*seconds));
+  return static_cast<std::int64_t>(std::min(*seconds, 365.0 * 86400.0) * 1000.0);
+}
+
 // ---- keys ---------------------------------------------------------------------------------
 
 // 32 hex digits (the high 64 bits first, as tier_key_to_hex writes them) into `k`, read in place
@@ -198,8 +290,19 @@ std::string hex(const tier_key& k) {
   tier_key_to_hex(&k, buf);
   return buf;
 }
+// JSON text of a Python object (a profile, identity or config dict). What json.dumps cannot
+// write (a set, NaN, nesting past the interpreter's recursion limit) is InvalidArgument.
 std::string dumps(py::handle obj) {
-  return py::module_::import("json").attr("dumps")(obj).cast<std::string>();
+  try {
+    return py::module_::import("json")
+        .attr("dumps")(obj, py::arg("allow_nan") = false)
+        .cast<std::string>();
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError) && !e.matches(PyExc_ValueError) &&
+        !e.matches(PyExc_RecursionError))
+      throw;
+    raise_invalid(std::string("not JSON: ") + e.what());
+  }
 }
 tier_key namespace_of(py::handle ns) {
   if (ns.is_none()) return tier_key{};
@@ -210,6 +313,26 @@ tier_key namespace_of(py::handle ns) {
   }
   return to_key(ns);
 }
+// A Python int in [0, max] (a size, pointer or count from the caller); InvalidArgument for
+// anything else (a negative number, one of more than 64 bits, not an int), naming `what`.
+std::uint64_t to_u64(py::handle h, const char* what, std::uint64_t max = UINT64_MAX) {
+  if (!py::isinstance<py::int_>(h)) raise_invalid(std::string(what) + ": expected an int");
+  int overflow = 0;
+  const long long sv = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  if (overflow < 0 || (overflow == 0 && sv < 0))
+    raise_invalid(std::string(what) + ": expected a non-negative int");
+  unsigned long long v = static_cast<unsigned long long>(sv);
+  if (overflow > 0) {
+    v = PyLong_AsUnsignedLongLong(h.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      raise_invalid(std::string(what) + ": more than 64 bits");
+    }
+  }
+  if (v > max) raise_invalid(std::string(what) + ": " + std::to_string(v) + " is too large");
+  return v;
+}
+
 // Token ids or block ids (`what` names them): a sequence of ints or a 1-D numpy array of an
 // integer dtype, each in [0, 2^32). Anything that is not an integer is refused with TypeError, a
 // float array too (it is never truncated: 0.5 is not token 0); an integer out of range with
@@ -277,32 +400,61 @@ struct Region {
   }
 };
 
-std::size_t itemsize_of(const std::string& typestr) {
-  if (typestr.size() < 3) raise_invalid("bad typestr '" + typestr + "'");
-  return std::stoul(typestr.substr(2));
+// The item size of an array interface typestr ("<f8", "|u1": byte order, kind, then the size in
+// decimal digits), 1 to 2^16.
+std::size_t itemsize_of(py::handle typestr, const char* what) {
+  if (!py::isinstance<py::str>(typestr))
+    raise_invalid(std::string(what) + ": typestr is not a str");
+  const std::string t = typestr.cast<std::string>();
+  std::size_t n = 0;
+  bool ok = t.size() >= 3 && t.size() <= 7;
+  for (std::size_t i = 2; ok && i < t.size(); ++i) {
+    ok = t[i] >= '0' && t[i] <= '9';
+    n = n * 10 + static_cast<std::size_t>(t[i] - '0');
+  }
+  if (!ok || n == 0 || n > 65536) raise_invalid(std::string(what) + ": bad typestr '" + t + "'");
+  return n;
 }
 
-// A C-contiguous array interface (numpy's or CUDA's) as a region.
-tier_region from_interface(py::dict ai, int kind, int device, bool writable, const char* what) {
-  py::tuple data = ai["data"];
-  const auto ptr = data[0].cast<std::uintptr_t>();
-  const bool readonly = data[1].cast<bool>();
+// A tuple of a dict entry (an array interface's "data", "shape", "strides").
+py::tuple tuple_entry(py::dict ai, const char* key, const char* what) {
+  if (!ai.contains(key) || !py::isinstance<py::tuple>(ai[key]))
+    raise_invalid(std::string(what) + ": the array interface has no tuple \"" + key + "\"");
+  return ai[key];
+}
+
+// A C-contiguous array interface (numpy's or CUDA's) as a region; every number is checked (a
+// forged shape or typestr whose product wraps is an error, not a small region).
+tier_region from_interface(py::handle iface, int kind, int device, bool writable,
+                           const char* what) {
+  if (!py::isinstance<py::dict>(iface))
+    raise_invalid(std::string(what) + ": the array interface is not a dict");
+  py::dict ai = py::reinterpret_borrow<py::dict>(iface);
+  py::tuple data = tuple_entry(ai, "data", what);
+  if (data.size() != 2) raise_invalid(std::string(what) + ": \"data\" is not (ptr, read_only)");
+  const auto ptr = to_u64(data[0], "array interface data pointer", UINTPTR_MAX);
+  const bool readonly = py::bool_(data[1]);
   if (writable && readonly) raise_invalid(std::string(what) + ": read-only buffer for a load");
-  std::size_t items = 1;
-  py::tuple shape = ai["shape"];
-  for (py::handle d : shape) items *= d.cast<std::size_t>();
-  const std::size_t itemsize = itemsize_of(ai["typestr"].cast<std::string>());
+  py::tuple shape = tuple_entry(ai, "shape", what);
+  const std::size_t itemsize = itemsize_of(
+      ai.contains("typestr") ? py::handle(ai["typestr"]) : py::handle(py::none()), what);
+  std::size_t bytes = itemsize;
+  for (py::handle d : shape)
+    if (__builtin_mul_overflow(bytes, to_u64(d, "array interface shape"), &bytes))
+      raise_invalid(std::string(what) + ": the array's size does not fit in 64 bits");
   if (ai.contains("strides") && !ai["strides"].is_none()) {
     std::size_t expect = itemsize;
-    py::tuple strides = ai["strides"];
+    py::tuple strides = tuple_entry(ai, "strides", what);
+    if (strides.size() != shape.size())
+      raise_invalid(std::string(what) + ": strides and shape differ in length");
     for (std::size_t i = shape.size(); i-- > 0;) {
-      const auto extent = shape[i].cast<std::size_t>();
-      if (extent > 1 && strides[i].cast<std::size_t>() != expect)
+      const auto extent = to_u64(shape[i], "array interface shape");
+      if (extent > 1 && to_u64(strides[i], "array interface strides") != expect)
         raise_invalid(std::string(what) + ": the array is not C-contiguous");
-      expect *= extent;
+      if (__builtin_mul_overflow(expect, extent, &expect)) expect = 0;  // bytes overflowed above
     }
   }
-  return tier_region{reinterpret_cast<void*>(ptr), items * itemsize, kind, device};
+  return tier_region{reinterpret_cast<void*>(ptr), bytes, kind, device};
 }
 
 int device_of(py::handle obj) {
@@ -343,8 +495,8 @@ tier_region to_region(py::handle obj, bool writable) {
                           "buffer");
   if (py::isinstance<py::tuple>(obj) && py::len(obj) == 2) {
     py::tuple t = py::reinterpret_borrow<py::tuple>(obj);
-    return tier_region{reinterpret_cast<void*>(t[0].cast<std::uintptr_t>()),
-                       t[1].cast<std::size_t>(), TIER_MEMORY_HOST, -1};
+    return tier_region{reinterpret_cast<void*>(to_u64(t[0], "buffer pointer", UINTPTR_MAX)),
+                       to_u64(t[1], "buffer size", SIZE_MAX), TIER_MEMORY_HOST, -1};
   }
   raise_invalid("buffer: expected a numpy array, a torch tensor, an object with "
                 "__array_interface__ or __cuda_array_interface__, a Region or (ptr, nbytes)");
@@ -393,12 +545,12 @@ py::list codes_list(const std::int32_t* codes, std::size_t n) {
 }
 
 py::object json_loads(char* text) {
-  std::string s(text);
+  py::str s = text_of(text);
   tier_free(text);
   return py::module_::import("json").attr("loads")(s);
 }
-std::string take_string(char* text) {
-  std::string s(text);
+py::str take_string(char* text) {
+  py::str s = text_of(text);
   tier_free(text);
   return s;
 }
@@ -426,90 +578,61 @@ class Store {
   static std::shared_ptr<Store> open(py::object profile, py::object ns, std::uint32_t rank) {
     tier_key k = namespace_of(ns);
     auto s = std::make_shared<Store>();
+    tier_store* h = nullptr;
     int rc;
     if (py::isinstance<py::dict>(profile)) {
       std::string text = dumps(profile);
       py::gil_scoped_release nogil;
-      rc = tier_store_open_json(text.c_str(), &k, rank, &s->h_);
+      rc = tier_store_open_json(text.c_str(), &k, rank, &h);
     } else {
-      std::string text = py::str(py::module_::import("os").attr("fspath")(profile));
+      // os.fsencode: a path that is not UTF-8 reaches the file system as its bytes.
+      std::string text =
+          py::bytes(py::module_::import("os").attr("fsencode")(profile)).cast<std::string>();
       const bool inline_json = text.find_first_not_of(" \t\r\n") != std::string::npos &&
                                text[text.find_first_not_of(" \t\r\n")] == '{';
       py::gil_scoped_release nogil;
-      rc = inline_json ? tier_store_open_json(text.c_str(), &k, rank, &s->h_)
-                       : tier_store_open(text.c_str(), &k, rank, &s->h_);
+      rc = inline_json ? tier_store_open_json(text.c_str(), &k, rank, &h)
+                       : tier_store_open(text.c_str(), &k, rank, &h);
     }
     check(rc);
+    s->h_.set(h);
     s->ns_ = hex(k);
     s->rank_ = rank;
     return s;
   }
-  ~Store() {
-    if (h_) {
-      py::gil_scoped_release nogil;
-      tier_store_close(h_);
-    }
-  }
+  ~Store() { close(); }
 
-  // Closes the store once every call in progress returned (new calls see it closed), so a
-  // thread may close it while others still save or load: they finish, later calls raise.
+  // Any thread, also while others are inside calls (they finish first).
   void close() {
-    tier_store* h;
-    {
-      std::lock_guard<std::mutex> lock(use_mu_);
-      h = h_;
-      h_ = nullptr;
-    }
+    tier_store* h = h_.take();
     if (!h) return;
     {
       py::gil_scoped_release nogil;
-      std::unique_lock<std::mutex> lock(use_mu_);
-      use_cv_.wait(lock, [&] { return users_ == 0; });
       tier_store_close(h);
     }
-    pending_.clear();
-  }
-  bool closed() const {
-    std::lock_guard<std::mutex> lock(use_mu_);
-    return h_ == nullptr;
-  }
-  // The open handle, held for one call (close() waits for it); BadState once closed.
-  class Use {
-   public:
-    explicit Use(const Store& s) : s_(s) {
-      std::lock_guard<std::mutex> lock(s.use_mu_);
-      if (!s.h_) raise_code(TIER_BAD_STATE, "the store is closed");
-      h = s.h_;
-      ++s.users_;
+    std::map<std::uint64_t, py::object> buffers;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      buffers.swap(pending_);
     }
-    ~Use() {
-      std::lock_guard<std::mutex> lock(s_.use_mu_);
-      if (--s_.users_ == 0) s_.use_cv_.notify_all();
-    }
-    Use(const Use&) = delete;
-    Use& operator=(const Use&) = delete;
-    tier_store* h = nullptr;
-
-   private:
-    const Store& s_;
-  };
-  // The handle for objects made over the store (registrations, workers), which keep it open.
-  tier_store* handle() const { return Use(*this).h; }
+  }
+  bool closed() const { return h_.closed(); }
+  Handle<tier_store>::Use handle() const { return h_.use(); }
   const std::string& ns() const { return ns_; }
   std::uint32_t rank() const { return rank_; }
-  std::vector<std::string> tier_names() const {
-    std::vector<std::string> out;
-    Use use(*this);
-    tier_store* h = use.h;
+  py::list tier_names() const {
+    py::list out;
+    auto use = handle();
+    tier_store* h = use.get();
     for (std::size_t i = 0; i < tier_store_tier_count(h); ++i)
-      out.emplace_back(tier_store_tier_name(h, i));
+      out.append(text_of(tier_store_tier_name(h, i)));
     return out;
   }
 
   std::size_t lookup_prefix(py::handle keys) {
     auto k = to_keys(keys);
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     std::size_t n = 0;
     int rc;
     {
@@ -521,8 +644,8 @@ class Store {
   }
   std::vector<std::optional<ObjectStat>> stat(py::handle keys) {
     auto k = to_keys(keys);
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     std::vector<tier_object_stat> st(k.size());
     int rc;
     {
@@ -542,15 +665,14 @@ class Store {
     return out;
   }
   std::optional<std::string> metrics_endpoint() const {
-    Use use(*this);
-    std::string e = tier_store_metrics_endpoint(use.h);
+    std::string e = tier_store_metrics_endpoint(handle().get());
     if (e.empty()) return std::nullopt;
     return e;
   }
   std::vector<bool> exists(py::handle keys) {
     auto k = to_keys(keys);
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     std::vector<std::uint8_t> out(k.size());
     int rc;
     {
@@ -563,8 +685,8 @@ class Store {
   py::list save(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, false);
     std::vector<std::int32_t> codes(b.items.size());
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -579,8 +701,8 @@ class Store {
   py::tuple load_with_tiers(py::handle keys, py::handle buffers) {
     Batch b = make_batch(keys, buffers, true);
     std::vector<std::int32_t> codes(b.items.size()), tiers(b.items.size());
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -592,8 +714,8 @@ class Store {
   }
   std::uint64_t submit(py::handle keys, py::handle buffers, bool load) {
     Batch b = make_batch(keys, buffers, load);
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     std::uint64_t ticket = 0;
     int rc;
     {
@@ -628,16 +750,16 @@ class Store {
     std::vector<Completion> out;
     for (;;) {
       tier_completion* c = nullptr;
-      check(tier_store_poll(Use(*this).h, &c));
+      check(tier_store_poll(handle().get(), &c));
       if (!c) return out;
       out.push_back(convert(c));
     }
   }
   Completion wait(std::optional<std::uint64_t> ticket, std::optional<double> timeout) {
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     tier_completion* c = nullptr;
-    const std::int64_t ms = timeout ? static_cast<std::int64_t>(*timeout * 1000.0) : -1;
+    const std::int64_t ms = timeout_ms(timeout);
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -648,8 +770,8 @@ class Store {
   }
   py::list remove(py::handle keys) {
     auto k = to_keys(keys);
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     std::vector<std::int32_t> codes(k.size());
     int rc;
     {
@@ -660,8 +782,8 @@ class Store {
     return codes_list(codes.data(), codes.size());
   }
   std::uint64_t clear() {
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     std::uint64_t removed = 0;
     int rc;
     {
@@ -672,8 +794,8 @@ class Store {
     return removed;
   }
   void progress() {
-    Use use(*this);
-    tier_store* h = use.h;
+    auto use = handle();
+    tier_store* h = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -682,31 +804,29 @@ class Store {
     check(rc);
   }
   void flush(std::optional<double> timeout) {
-    Use use(*this);
-    tier_store* h = use.h;
+    const std::int64_t ms = timeout_ms(timeout);
+    auto use = handle();
+    tier_store* h = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = tier_store_flush(h, timeout ? static_cast<std::int64_t>(*timeout * 1000.0) : -1);
+      rc = tier_store_flush(h, ms);
     }
     check(rc);
   }
   py::object metrics() {
     char* text = nullptr;
-    check(tier_store_metrics_json(Use(*this).h, &text));
+    check(tier_store_metrics_json(handle().get(), &text));
     return json_loads(text);
   }
-  std::string metrics_prometheus() {
+  py::str metrics_prometheus() {
     char* text = nullptr;
-    check(tier_store_metrics_prometheus(Use(*this).h, &text));
+    check(tier_store_metrics_prometheus(handle().get(), &text));
     return take_string(text);
   }
 
  private:
-  mutable std::mutex use_mu_;  // h_ and users_
-  mutable std::condition_variable use_cv_;
-  mutable std::size_t users_ = 0;  // calls holding a Use
-  tier_store* h_ = nullptr;
+  mutable Handle<tier_store> h_{"store"};
   std::string ns_;
   std::uint32_t rank_ = 0;
   std::mutex mu_;  // guards pending_ and taken_early_ (completions may be taken by any thread)
@@ -723,7 +843,7 @@ class Registration {
     if (kind) r.kind = *kind;
     if (device) r.device = *device;
     region_ = Region{reinterpret_cast<std::uintptr_t>(r.ptr), r.bytes, r.kind, r.device};
-    check(tier_memory_register(store_->handle(), r.ptr, r.bytes, r.kind, r.device, &h_));
+    check(tier_memory_register(store_->handle().get(), r.ptr, r.bytes, r.kind, r.device, &h_));
   }
   ~Registration() { tier_memory_release(h_); }
   void release() {
@@ -919,36 +1039,41 @@ class Dsv4Layout {
     std::string geo = py::isinstance<py::str>(geometry) ? geometry.cast<std::string>()
                                                          : dumps(geometry);
     tier_key ns = to_key(page_ns);
-    std::string opts = "{\"memory\": \"" + memory + "\", \"device\": " + std::to_string(device) + "}";
+    py::dict options;
+    options["memory"] = memory;
+    options["device"] = device;
+    std::string opts = dumps(options);
+    tier_dsv4_layout* h = nullptr;
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = tier_dsv4_layout_create(geo.c_str(), &ns, tp_size, tp_rank, opts.c_str(), &h_);
+      rc = tier_dsv4_layout_create(geo.c_str(), &ns, tp_size, tp_rank, opts.c_str(), &h);
     }
     check(rc);
+    h_.set(h);
   }
-  ~Dsv4Layout() { tier_dsv4_layout_destroy(h_); }
+  ~Dsv4Layout() { close(); }
+  // The layout's memory stays while a Worker made over it lives (the regions handed out before
+  // stay valid as long); any thread.
   void close() {
-    tier_dsv4_layout_destroy(h_);
-    h_ = nullptr;
+    if (tier_dsv4_layout* h = h_.take()) tier_dsv4_layout_destroy(h);
   }
-  tier_dsv4_layout* handle() const {
-    if (!h_) raise_code(TIER_BAD_STATE, "the layout is closed");
-    return h_;
-  }
+  Handle<tier_dsv4_layout>::Use handle() const { return h_.use(); }
   std::vector<Region> page_regions(py::handle block_ids) const {
     auto ids = to_u32(block_ids, "block_ids");
+    auto use = handle();
     std::size_t n = 0;
-    check(tier_dsv4_layout_page_regions(handle(), ids.data(), ids.size(), nullptr, 0, &n));
+    check(tier_dsv4_layout_page_regions(use.get(), ids.data(), ids.size(), nullptr, 0, &n));
     std::vector<tier_region> r(n);
-    check(tier_dsv4_layout_page_regions(handle(), ids.data(), ids.size(), r.data(), n, &n));
+    check(tier_dsv4_layout_page_regions(use.get(), ids.data(), ids.size(), r.data(), n, &n));
     return convert(r);
   }
   std::vector<Region> slot_regions(int group) const {
+    auto use = handle();
     std::size_t n = 0;
-    check(tier_dsv4_layout_slot_regions(handle(), group, nullptr, 0, &n));
+    check(tier_dsv4_layout_slot_regions(use.get(), group, nullptr, 0, &n));
     std::vector<tier_region> r(n);
-    check(tier_dsv4_layout_slot_regions(handle(), group, r.data(), n, &n));
+    check(tier_dsv4_layout_slot_regions(use.get(), group, r.data(), n, &n));
     return convert(r);
   }
 
@@ -959,7 +1084,7 @@ class Dsv4Layout {
       out.push_back(Region{reinterpret_cast<std::uintptr_t>(x.ptr), x.bytes, x.kind, x.device});
     return out;
   }
-  tier_dsv4_layout* h_ = nullptr;
+  mutable Handle<tier_dsv4_layout> h_{"layout"};
 };
 
 std::string config_text(py::handle config) { return config.is_none() ? "{}" : dumps(config); }
@@ -971,25 +1096,24 @@ class Worker {
       : store_(std::move(store)), layout_(std::move(layout)), rank_(rank) {
     std::string cfg = config_text(config);
     tier_key ns = to_key(page_ns);
-    check(tier_worker_create(cfg.c_str(), &ns, rank, store_->handle(), layout_->handle(), &h_));
+    tier_worker* h = nullptr;
+    check(tier_worker_create(cfg.c_str(), &ns, rank, store_->handle().get(),
+                             layout_->handle().get(), &h));
+    h_.set(h);
   }
-  ~Worker() {
-    py::gil_scoped_release nogil;
-    tier_worker_destroy(h_);
-  }
+  ~Worker() { close(); }
+  // The C worker stays while a Scheduler made over it lives; any thread.
   void close() {
-    tier_worker* h = h_;
-    h_ = nullptr;
-    py::gil_scoped_release nogil;
-    tier_worker_destroy(h);
+    if (tier_worker* h = h_.take()) {
+      py::gil_scoped_release nogil;
+      tier_worker_destroy(h);
+    }
   }
-  tier_worker* handle() const {
-    if (!h_) raise_code(TIER_BAD_STATE, "the worker is closed");
-    return h_;
-  }
+  Handle<tier_worker>::Use handle() const { return h_.use(); }
   std::uint32_t rank() const { return rank_; }
   void submit(const StepPlan& plan, std::uintptr_t stream, std::uintptr_t event) {
-    tier_worker* h = handle();
+    auto use = handle();
+    tier_worker* h = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -999,7 +1123,8 @@ class Worker {
     check(rc);
   }
   std::size_t progress(std::optional<std::size_t> max_saves) {
-    tier_worker* h = handle();
+    auto use = handle();
+    tier_worker* h = use.get();
     std::size_t done = 0;
     int rc;
     {
@@ -1014,32 +1139,37 @@ class Worker {
     tier_op_report buf[64];
     for (;;) {
       std::size_t n = 0;
-      check(tier_worker_take_reports(handle(), buf, 64, &n));
+      check(tier_worker_take_reports(handle().get(), buf, 64, &n));
       for (std::size_t i = 0; i < n; ++i)
         out.push_back(OpReport{kChannels[buf[i].channel], buf[i].request, buf[i].generation,
                                buf[i].rank, buf[i].ok != 0, buf[i].reason, buf[i].outcome});
       if (n < 64) return out;
     }
   }
-  std::size_t queued_saves() const { return tier_worker_queued_saves(handle()); }
-  std::size_t queued_loads() const { return tier_worker_queued_loads(handle()); }
-  void release_lease(std::uint64_t lease) { check(tier_worker_release_lease(handle(), lease)); }
+  std::size_t queued_saves() const { return tier_worker_queued_saves(handle().get()); }
+  std::size_t queued_loads() const { return tier_worker_queued_loads(handle().get()); }
+  void release_lease(std::uint64_t lease) { check(tier_worker_release_lease(handle().get(), lease)); }
   py::object metrics() {
     char* text = nullptr;
-    check(tier_worker_metrics_json(handle(), &text));
+    check(tier_worker_metrics_json(handle().get(), &text));
     return json_loads(text);
   }
 
  private:
   std::shared_ptr<Store> store_;
   std::shared_ptr<Dsv4Layout> layout_;
-  tier_worker* h_ = nullptr;
+  mutable Handle<tier_worker> h_{"worker"};
   std::uint32_t rank_;
 };
 
-std::vector<tier_worker*> worker_handles(const std::vector<std::shared_ptr<Worker>>& ws) {
+// The C handles of `ws`, each held by a use in `uses` while the caller passes them on.
+std::vector<tier_worker*> worker_handles(const std::vector<std::shared_ptr<Worker>>& ws,
+                                         std::vector<Handle<tier_worker>::Use>& uses) {
   std::vector<tier_worker*> out;
-  for (const auto& w : ws) out.push_back(w->handle());
+  for (const auto& w : ws) {
+    uses.push_back(w->handle());
+    out.push_back(uses.back().get());
+  }
   return out;
 }
 
@@ -1049,29 +1179,32 @@ class Scheduler {
       : view_(std::move(view)) {
     std::string cfg = config_text(config);
     tier_key ns = to_key(page_ns);
-    check(tier_scheduler_create(cfg.c_str(), &ns, view_->handle(), &h_));
+    tier_scheduler* h = nullptr;
+    check(tier_scheduler_create(cfg.c_str(), &ns, view_->handle().get(), &h));
+    h_.set(h);
   }
-  ~Scheduler() { tier_scheduler_destroy(h_); }
+  ~Scheduler() { close(); }
+  // Any thread, also while others are inside calls (they finish first).
   void close() {
-    tier_scheduler_destroy(h_);
-    h_ = nullptr;
+    if (tier_scheduler* h = h_.take()) {
+      py::gil_scoped_release nogil;
+      tier_scheduler_destroy(h);
+    }
   }
-  tier_scheduler* handle() const {
-    if (!h_) raise_code(TIER_BAD_STATE, "the scheduler is closed");
-    return h_;
-  }
+  Handle<tier_scheduler>::Use handle() const { return h_.use(); }
   std::uint64_t add_request(std::uint64_t id, py::handle prompt, py::object extra_key) {
     auto p = to_u32(prompt, "prompt");
     const std::string extra = extra_key_bytes(extra_key);
     std::uint64_t h = 0;
-    check(tier_scheduler_add_request_extra(handle(), id, p.data(), p.size(), extra.data(),
+    check(tier_scheduler_add_request_extra(handle().get(), id, p.data(), p.size(), extra.data(),
                                            extra.size(), &h));
     return h;
   }
-  std::uint32_t epoch() { return tier_scheduler_epoch(handle()); }
+  std::uint32_t epoch() { return tier_scheduler_epoch(handle().get()); }
   MatchResult lookup(std::uint64_t h) {
     tier_match m;
-    tier_scheduler* s = handle();
+    auto use = handle();
+    tier_scheduler* s = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -1083,7 +1216,8 @@ class Scheduler {
   LoadDecision after_alloc(std::uint64_t h, std::uint64_t local, py::handle blocks, int group) {
     auto b = to_u32(blocks, "blocks");
     tier_load_decision d;
-    tier_scheduler* s = handle();
+    auto use = handle();
+    tier_scheduler* s = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -1094,19 +1228,20 @@ class Scheduler {
   }
   void set_blocks(std::uint64_t h, py::handle blocks) {
     auto b = to_u32(blocks, "blocks");
-    check(tier_scheduler_set_blocks(handle(), h, b.data(), b.size()));
+    check(tier_scheduler_set_blocks(handle().get(), h, b.data(), b.size()));
   }
   std::uint64_t cut_prefill_chunk(std::uint64_t h, std::uint64_t start, std::uint64_t len) {
     std::uint64_t out = 0;
-    check(tier_scheduler_cut_prefill_chunk(handle(), h, start, len, &out));
+    check(tier_scheduler_cut_prefill_chunk(handle().get(), h, start, len, &out));
     return out;
   }
   void on_computed(std::uint64_t h, std::uint64_t tokens) {
-    check(tier_scheduler_on_computed(handle(), h, tokens));
+    check(tier_scheduler_on_computed(handle().get(), h, tokens));
   }
   StepPlan build_step() {
     tier_plan* p = nullptr;
-    tier_scheduler* s = handle();
+    auto use = handle();
+    tier_scheduler* s = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -1121,7 +1256,8 @@ class Scheduler {
     std::vector<tier_op_report> c;
     for (const OpReport& r : in) c.push_back(to_c_report(r));
     tier_events* ev = nullptr;
-    tier_scheduler* s = handle();
+    auto use = handle();
+    tier_scheduler* s = use.get();
     int rc;
     {
       py::gil_scoped_release nogil;
@@ -1141,32 +1277,34 @@ class Scheduler {
   }
   bool should_defer_free(std::uint64_t h) {
     std::int32_t out = 0;
-    check(tier_scheduler_should_defer_free(handle(), h, &out));
+    check(tier_scheduler_should_defer_free(handle().get(), h, &out));
     return out != 0;
   }
   bool finish(std::uint64_t h) {
     std::int32_t out = 0;
-    check(tier_scheduler_finish(handle(), h, &out));
+    check(tier_scheduler_finish(handle().get(), h, &out));
     return out != 0;
   }
-  std::uint64_t loads_pending() { return tier_scheduler_loads_pending(handle()); }
-  std::uint64_t saves_pending() { return tier_scheduler_saves_pending(handle()); }
+  std::uint64_t loads_pending() { return tier_scheduler_loads_pending(handle().get()); }
+  std::uint64_t saves_pending() { return tier_scheduler_saves_pending(handle().get()); }
   py::object metrics(const std::vector<std::shared_ptr<Worker>>& workers) {
-    auto ws = worker_handles(workers);
+    std::vector<Handle<tier_worker>::Use> uses;
+    auto ws = worker_handles(workers, uses);
     char* text = nullptr;
-    check(tier_engine_metrics_json(handle(), ws.data(), ws.size(), &text));
+    check(tier_engine_metrics_json(handle().get(), ws.data(), ws.size(), &text));
     return json_loads(text);
   }
-  std::string metrics_prometheus(const std::vector<std::shared_ptr<Worker>>& workers) {
-    auto ws = worker_handles(workers);
+  py::str metrics_prometheus(const std::vector<std::shared_ptr<Worker>>& workers) {
+    std::vector<Handle<tier_worker>::Use> uses;
+    auto ws = worker_handles(workers, uses);
     char* text = nullptr;
-    check(tier_engine_metrics_prometheus(handle(), ws.data(), ws.size(), &text));
+    check(tier_engine_metrics_prometheus(handle().get(), ws.data(), ws.size(), &text));
     return take_string(text);
   }
 
  private:
   std::shared_ptr<Worker> view_;
-  tier_scheduler* h_ = nullptr;
+  mutable Handle<tier_scheduler> h_{"scheduler"};
 };
 
 // ---- sizing -------------------------------------------------------------------------------
@@ -1273,10 +1411,14 @@ PYBIND11_MODULE(_libtier, m) {
   m.attr("MemoryKind") = memory_kind;
 
   py::class_<Region>(m, "Region", doc("Region"))
-      .def(py::init([memory_kind](std::uintptr_t ptr, std::size_t nbytes, int kind, int device) {
-             if (kind < TIER_MEMORY_HOST || kind > TIER_MEMORY_SHM)
-               raise_invalid("unknown memory kind " + std::to_string(kind));
-             return Region{ptr, nbytes, kind, device};
+      .def(py::init([](py::handle ptr, py::handle nbytes, py::handle kind, py::handle device) {
+             const auto k = static_cast<int>(to_u64(kind, "kind (a MemoryKind)", TIER_MEMORY_SHM));
+             // -1 (no device) or an ordinal
+             const bool no_device =
+                 py::isinstance<py::int_>(device) && device.cast<py::int_>().equal(py::int_(-1));
+             const int d = no_device ? -1 : static_cast<int>(to_u64(device, "device", INT32_MAX));
+             return Region{to_u64(ptr, "ptr", UINTPTR_MAX), to_u64(nbytes, "nbytes", SIZE_MAX), k,
+                           d};
            }),
            py::arg("ptr"), py::arg("nbytes"), py::arg("kind") = static_cast<int>(TIER_MEMORY_HOST),
            py::arg("device") = -1, doc("Region.__init__"))
@@ -1482,15 +1624,15 @@ PYBIND11_MODULE(_libtier, m) {
                   doc("Dsv4Layout.create"))
       .def_property_readonly(
           "block_tokens",
-          [](const Dsv4Layout& l) { return tier_dsv4_layout_block_tokens(l.handle()); },
+          [](const Dsv4Layout& l) { return tier_dsv4_layout_block_tokens(l.handle().get()); },
           doc("Dsv4Layout.block_tokens"))
       .def_property_readonly(
           "page_bytes_per_block",
-          [](const Dsv4Layout& l) { return tier_dsv4_layout_page_bytes_per_block(l.handle()); },
+          [](const Dsv4Layout& l) { return tier_dsv4_layout_page_bytes_per_block(l.handle().get()); },
           doc("Dsv4Layout.page_bytes_per_block"))
       .def_property_readonly(
           "slot_bytes",
-          [](const Dsv4Layout& l) { return tier_dsv4_layout_slot_bytes(l.handle()); },
+          [](const Dsv4Layout& l) { return tier_dsv4_layout_slot_bytes(l.handle().get()); },
           doc("Dsv4Layout.slot_bytes"))
       .def("page_regions", &Dsv4Layout::page_regions, py::arg("block_ids"),
            doc("Dsv4Layout.page_regions"))

@@ -44,13 +44,19 @@ def step(sched, worker):
     return plan, sched.process(reports)
 
 
-@pytest.fixture
-def engine():
-    ns = libtier.namespace_id({"model": "python-engine-test"})
+def open_engine(model):
+    """(ns, store, layout, worker, sched) of rank 0 over the cpu profile, namespace of `model`."""
+    ns = libtier.namespace_id({"model": model})
     store = libtier.Store.open(CPU_PROFILE)
     layout = libtier.Dsv4Layout.create(GEOMETRY, ns)
     worker = libtier.Worker.create(CONFIG, 0, store, layout, ns)
     sched = libtier.Scheduler.create(CONFIG, worker, ns)
+    return ns, store, layout, worker, sched
+
+
+@pytest.fixture
+def engine():
+    _, store, layout, worker, sched = open_engine("python-engine-test")
     yield sched, worker, layout
     sched.close()
     worker.close()

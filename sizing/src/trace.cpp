@@ -16,8 +16,8 @@ namespace {
 // 0.5 without a word.
 Result<std::uint64_t> unsigned_value(const Json& v, std::string_view field, std::uint64_t max) {
   if (v.is_number_unsigned() && v.get<std::uint64_t>() <= max) return v.get<std::uint64_t>();
-  return Status::invalid(
-      fmt::format("{}: expected an unsigned integer up to {}, got {}", field, max, v.dump()));
+  return Status::invalid(fmt::format("{}: expected an unsigned integer up to {}, got {}", field,
+                                     max, tier::json_text(v)));
 }
 
 Status parse_request(const Json& j, Request& r) {
@@ -92,9 +92,9 @@ Result<bool> TraceReader::next(Request& out) {
     if (eof_) return false;
     if (text_.find_first_not_of(" \t") != std::string::npos) break;
   }
-  Json j = Json::parse(text_, nullptr, false);
-  if (j.is_discarded()) return Status::invalid(fmt::format("{}:{}: not JSON", path_, line_));
-  if (Status st = parse_request(j, out); !st.is_ok())
+  auto j = parse_json(text_, "the line");
+  if (!j) return Status::invalid(fmt::format("{}:{}: {}", path_, line_, j.status().message()));
+  if (Status st = parse_request(*j, out); !st.is_ok())
     return Status::invalid(fmt::format("{}:{}: {}", path_, line_, st.message()));
   return true;
 }

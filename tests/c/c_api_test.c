@@ -10,26 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "tier/tier.h"
-
-static int failures = 0;
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, \
-              #cond, tier_last_error());                                             \
-      ++failures;                                                                    \
-    }                                                                                \
-  } while (0)
-#define REQUIRE_OK(expr)                                                                   \
-  do {                                                                                     \
-    int rc_ = (expr);                                                                      \
-    if (rc_ != TIER_OK) {                                                                  \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #expr,           \
-              tier_code_name(rc_), tier_last_error());                                     \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
 
 static const char* kProfile =
     "{\"tiers\": [{\"name\": \"cpu\", \"capacity\": \"64MiB\", \"backend\": {\"type\": \"cpu\"}}]}";

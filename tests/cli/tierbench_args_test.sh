@@ -38,6 +38,36 @@ expect_error '--processes must be in [1, 64]' --processes 2,65
 # The largest number that fits is taken exactly (and then refused for its memory, not capped).
 expect_error '--objects 18446744073709551615 of' --objects 18446744073709551615
 
+# Issue 26's reproductions: each an exit 2 with a message, not a signal.
+expect_exit2() {  # EXPECTED-TEXT COMMAND ARGS...
+  local want=$1
+  shift
+  local out rc
+  out=$("$tierbench" "$@" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "$* exited $rc (expected 2): $out"
+  grep -qF -- "$want" <<<"$out" || fail "$*: no \"$want\" in: $out"
+}
+expect_exit2 '--rounds: expected 1 to 1000, got 0' codec --rounds 0
+if "$tierbench" help | grep -q '^  tierbench gpu '; then  # a build with the GPU floor
+  expect_exit2 '--blocks: expected a comma-separated list' gpu --blocks 1,x
+  expect_exit2 '--tier-objects: expected a comma-separated list' gpu --tier-objects 99999999999999999999
+  expect_exit2 '--verify-threads: expected 0 to 1024' gpu --verify-threads 5000
+fi
+expect_exit2 '--threads: expected a comma-separated list' verify --threads 99999999999999999999999
+expect_exit2 '--depth: expected 1 to 65536, got 18446744073709551615' \
+  micro --profile "$profile" --tier cpu --depth 18446744073709551615
+expect_exit2 '--concurrency: expected 1 to 65536' \
+  micro --profile "$profile" --tier cpu --concurrency 18446744073709551615
+
+# A tier name from the environment that is not UTF-8 reaches --json as U+FFFD (was: an abort).
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+echo '{"tiers": [{"name": "${TIER_TEST_NAME}", "capacity": "64MiB", "backend": {"type": "cpu"}}]}' \
+  > "$tmp/n.json"
+out=$(TIER_TEST_NAME=$'cpu\xff' "$tierbench" micro --profile "$tmp/n.json" --tier $'cpu\xff' \
+  --objects 4 --object-size 4KiB --rounds 1 --json 2>&1) || fail "micro --json exited $?: $out"
+grep -qF '"tier":"cpu'$'\xef\xbf\xbd''"' <<<"$out" || fail "no U+FFFD in: $out"
+
 # A small run still works.
 out=$("$tierbench" micro --profile "$profile" --tier cpu --objects 4 --object-size 4KiB \
   --rounds 1 2>&1) || fail "a small micro run exited $?: $out"

@@ -49,10 +49,10 @@ usage_error "--sample: 1e-9 is below the smallest rate" --trace "$small" --sampl
 usage_error '--at: expected an unsigned integer, got "-5"' --trace "$small" --at=-5
 usage_error "--at: 99999999999999999999 is larger than 2^64 - 1" --trace "$small" \
   --at 99999999999999999999
-usage_error "--block-bytes must be in [1, 1TiB], got 0" --trace "$small" --block-bytes 0
-usage_error "--block-bytes must be in [1, 1TiB]" --trace "$small" --block-bytes 2TiB
+usage_error "--block-bytes: expected 1B to 1TiB, got 0B" --trace "$small" --block-bytes 0
+usage_error "--block-bytes: expected 1B to 1TiB" --trace "$small" --block-bytes 2TiB
 usage_error '--block-bytes: expected a size like "1MiB"' --trace "$small" --block-bytes 1.5x
-usage_error "--max-tracked must be > 0" --trace "$small" --max-tracked 0
+usage_error "--max-tracked: expected 1 to 4294967296, got 0" --trace "$small" --max-tracked 0
 usage_error 'unknown plot format ".jpg"; the file must end in .svg or .png' --trace "$small" \
   --plot "$tmp/mrc.jpg"
 usage_error 'unknown plot format ""' --trace "$small" --plot "$tmp/mrc"

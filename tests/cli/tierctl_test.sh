@@ -137,4 +137,39 @@ if grep -q '^backend  disk ' <<<"$out"; then
 fi
 "$tierctl" options nonsense >/dev/null 2>&1 && fail "options of an unknown plugin succeeded"
 
+# Secrets are redacted in every form of explain (issue 26: the text form printed them).
+if grep -q '^backend  redis ' <<<"$("$tierctl" plugins)"; then
+  echo '{"tiers": [{"name": "r", "capacity": "1GiB", "backend": {"type": "redis",
+    "url": "redis://alice:urlsecret@127.0.0.1:1/0", "password": "optsecret"}}]}' > "$tmp/r.json"
+  for form in "" --json; do
+    out=$("$tierctl" explain $form "$tmp/r.json" 2>&1) || fail "explain $form exited $?: $out"
+    grep -q 'secret' <<<"$out" && fail "explain $form prints a secret: $out"
+    grep -qF '(redacted)' <<<"$out" || fail "explain $form: no (redacted): $out"
+  done
+fi
+
+# A tier name from the environment that is not UTF-8 (issue 26: explain --json aborted on an
+# uncaught nlohmann type_error): written as U+FFFD.
+echo '{"tiers": [{"name": "${TIER_TEST_NAME}", "capacity": "1GiB", "backend": {"type": "cpu"}}]}' \
+  > "$tmp/n.json"
+out=$(TIER_TEST_NAME=$'cpu\xff' "$tierctl" explain --json "$tmp/n.json" 2>&1)
+[ $? -eq 0 ] || fail "explain --json of a non-UTF-8 name exited $?: $out"
+grep -qF '"name": "cpu'$'\xef\xbf\xbd''"' <<<"$out" || fail "no U+FFFD in: $out"
+
+# A FIFO named as a plugin is refused, never opened (dlopen would block for ever).
+mkfifo "$tmp/plugin.so"
+echo "{\"plugins\": [\"$tmp/plugin.so\"], \"tiers\": [{\"name\": \"c\", \"capacity\": \"1MiB\",
+  \"backend\": {\"type\": \"cpu\"}}]}" > "$tmp/fifo.json"
+out=$(timeout 20 "$tierctl" check --load-plugins "$tmp/fifo.json" 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "check --load-plugins of a FIFO plugin exited $rc: $out"
+grep -qF 'not a regular file' <<<"$out" || fail "FIFO plugin: $out"
+
+# Deep nesting in --namespace is an error, not a stack overflow (issue 26; 20,000 levels: one
+# argument may hold at most 128 KiB).
+deep=$(printf '[%.0s' $(seq 20000))$(printf ']%.0s' $(seq 20000))
+out=$("$tierctl" key --namespace "$deep" --tokens 1 2>&1)
+[ $? -eq 2 ] || fail "key of a deep namespace: $out"
+grep -qF 'deeper than 64 levels' <<<"$out" || fail "key of a deep namespace: $out"
+
 echo "tierctl behaves"

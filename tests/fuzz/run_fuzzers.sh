@@ -8,7 +8,7 @@ set -euo pipefail
 src=$(realpath "$1")
 build=$(realpath -m "$2")
 seconds=${3:-4}
-targets=(aos1 engine_wire object_header profile)
+targets=(aos1 capi engine_wire object_header profile)
 
 if ! command -v clang++ >/dev/null; then
   echo "clang++ not found: install clang (and libclang-rt-dev) to fuzz"; exit 77
@@ -29,7 +29,10 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 fuzzers=()
 for t in "${targets[@]}"; do fuzzers+=("tests/fuzz/${t}_fuzzer"); done
-ninja -C "$build" -j2 "${fuzzers[@]}" >"$probe/build.log" 2>&1 || { tail -50 "$probe/build.log"; exit 1; }
+# The capi target loads the cpu plugin (built with the same sanitizers).
+ninja -C "$build" -j2 "${fuzzers[@]}" libtier/plugins/libtier_backend_cpu.so >"$probe/build.log" 2>&1 ||
+  { tail -50 "$probe/build.log"; exit 1; }
+export TIER_PLUGIN_DIR="$build/libtier/plugins"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

@@ -193,6 +193,51 @@ TEST_CASE("a forged superblock gives a clear error within bounded memory") {
   CHECK((*b)->usage().capacity_bytes == opts.capacity);
 }
 
+TEST_CASE("a deleted index: the tier names repair, and repair rebuilds it from the data file") {
+  TempDir dir;
+  const std::uint64_t n = 40;
+  auto opts = filled_store(dir, n);
+  REQUIRE(::unlink((dir.store() + "/index").c_str()) == 0);
+  auto refused = disk::DiskBackend::open("disk", opts);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.status().message().find("tierctl disk repair") != std::string::npos);
+  // Was: repair failed "not_found ... index" (it worked only after `touch index`).
+  Run repair = tierctl("disk repair " + dir.store() + " --json");
+  REQUIRE_MESSAGE(repair.rc == 0, repair.out);
+  CHECK(json_of(repair)["objects_after"] == n);
+  CHECK(tierctl("disk verify " + dir.store()).rc == 0);
+  check_all_readable(opts, n);
+}
+
+TEST_CASE("a forged data trailer: repair is bounded by what the files hold") {
+  TempDir dir;
+  filled_store(dir, 10);
+  // 2^20 regions of 16 blocks of 512 bytes: an 8 GiB data file (sparse: it costs the forger
+  // nothing) and a 1.5 GiB index, by the trailer's word alone. Was: ~570 MB of memory and a
+  // 1 GiB index written.
+  disk::Geometry g;
+  g.block_size = 512;
+  g.region_size = 16 * 512;
+  g.region_count = 1u << 20;
+  const std::string data = dir.store() + "/data";
+  REQUIRE(::truncate(data.c_str(), static_cast<off_t>(g.data_file_bytes())) == 0);
+  std::vector<std::byte> trailer(512);
+  disk::encode_superblock(trailer, g, disk::kTrailerMagic);
+  {
+    std::FILE* f = std::fopen(data.c_str(), "r+b");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fseek(f, static_cast<long>(g.data_file_bytes()), SEEK_SET) == 0);
+    REQUIRE(std::fwrite(trailer.data(), 1, trailer.size(), f) == trailer.size());
+    std::fclose(f);
+  }
+  REQUIRE(::unlink((dir.store() + "/index").c_str()) == 0);
+  Run r = tierctl("disk repair " + dir.store(), memory_limit(), true);
+  CHECK_MESSAGE((r.rc == 0 || r.rc == 1), r.out);  // an answer, within 1 GiB of address space
+  struct stat st {};
+  REQUIRE(::stat((dir.store() + "/index").c_str(), &st) == 0);
+  CHECK(static_cast<std::uint64_t>(st.st_blocks) * 512 < (64ull << 20));  // written: < 64 MiB
+}
+
 TEST_CASE("tierctl disk format makes a store where the tier refused foreign files") {
   TempDir dir;
   REQUIRE(::mkdir(dir.store().c_str(), 0700) == 0);

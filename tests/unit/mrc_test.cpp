@@ -174,7 +174,7 @@ TEST_CASE("tracking more distinct blocks than max_tracked is NoSpace") {
 TEST_CASE("malformed trace lines: an error with the line number") {
   const std::string ok = R"({"timestamp": 0, "input_length": 10, "hash_ids": [1, 2]})";
   const std::pair<std::string, std::string> cases[] = {
-      {"{nope", ":3: not JSON"},
+      {"{nope", ":3: the line is not valid JSON"},
       {"[1, 2]", ":3: not a JSON object"},
       {R"({"timestamp": 0, "input_length": 1})", ":3: missing \"hash_ids\""},
       {R"({"input_length": 1, "hash_ids": []})", ":3: missing \"timestamp\""},

@@ -8,6 +8,8 @@
 #include "support/redis_tls.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -208,6 +210,33 @@ TEST_CASE("bad TLS options are refused at create, naming the option") {
   auto plain = try_backend({{"url", "redis://127.0.0.1:1"}, {"tls_ca_file", g_pki->crt("ca")}});
   CHECK(plain.status().code() == Code::kInvalidArgument);
   CHECK_MESSAGE(says(plain.status(), "rediss://"), plain.status().to_string());
+  // Issue 26: a missing tls_ca_path was reported at the first handshake, not at create.
+  auto no_dir = try_backend({{"url", "rediss://127.0.0.1:1"}, {"tls_ca_path", "/nonexistent"}});
+  CHECK(no_dir.status().code() == Code::kInvalidArgument);
+  CHECK_MESSAGE(says(no_dir.status(), "tls_ca_path"), no_dir.status().to_string());
+  auto file_as_dir =
+      try_backend({{"url", "rediss://127.0.0.1:1"}, {"tls_ca_path", g_pki->crt("ca")}});
+  CHECK_MESSAGE(says(file_as_dir.status(), "is not a directory"), file_as_dir.status().to_string());
+  // A server name longer than any host name only ever showed "unreachable (reconnecting)".
+  auto long_name =
+      try_backend({{"url", "rediss://127.0.0.1:1"}, {"tls_server_name", std::string(300, 'a')}});
+  CHECK(long_name.status().code() == Code::kInvalidArgument);
+  CHECK_MESSAGE(says(long_name.status(), "tls_server_name"), long_name.status().to_string());
+}
+
+TEST_CASE("a FIFO named as a TLS file is refused at create, never opened (it would block)") {
+  char dir[] = "/tmp/libtier-tls-fifo.XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string fifo = std::string(dir) + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const char* option : {"tls_ca_file", "tls_cert_file"}) {
+    CAPTURE(option);
+    auto b = try_backend({{"url", "rediss://127.0.0.1:1"}, {option, fifo}});
+    CHECK(b.status().code() == Code::kInvalidArgument);
+    CHECK_MESSAGE(says(b.status(), "is not a regular file"), b.status().to_string());
+  }
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
 }
 
 TEST_CASE("rediss:// to a plain server: the handshake fails within connect_timeout") {

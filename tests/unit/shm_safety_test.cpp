@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -473,4 +474,101 @@ TEST_CASE("shm: a corrupt lock word is a TimedOut error, not a hang") {
     return store.status().code() == Code::kTimedOut ? 0 : 2;
   });
   CHECK(rc == 0);
+}
+
+TEST_CASE("shm: a scribbled mutex kind is TimedOut at once, with the remove hint") {
+  Segment s;
+  fill(s.name);
+  {  // pthread_mutex_t's __kind (x86-64 glibc: the int at byte 16) says no kind that exists.
+    Raw r(s.path());
+    reinterpret_cast<volatile int*>(&r.t.h->mutex)[4] = 0x7FFFFF7F;
+  }
+  int rc = in_child([&] {
+    auto store = ShmStore::open(config(s.name));
+    if (store.is_ok()) return 1;
+    std::fprintf(stderr, "%s\n", store.status().to_string().c_str());
+    const std::string msg(store.status().message());
+    if (store.status().code() != Code::kTimedOut) return 2;
+    return msg.find("tierctl shm remove " + s.name) != std::string::npos ? 0 : 3;
+  });
+  CHECK(rc == 0);
+}
+
+// Another process (here: this one, through a second descriptor; the kernel makes no difference)
+// truncates a segment a store has mapped. Each access past the new end raised SIGBUS and killed
+// every process using it; now the store's operations fail with IoError naming the truncation,
+// and the process lives on (shm/guard.hpp).
+TEST_CASE("shm: a segment truncated under a store is IoError, not SIGBUS") {
+  for (const std::uint64_t keep : {std::uint64_t{0}, std::uint64_t{4096}}) {
+    CAPTURE(keep);
+    Segment s;
+    fill(s.name);
+    int rc = in_child([&] {
+      auto store = ShmStore::open(config(s.name));
+      if (!store.is_ok()) return 10;
+      auto other = ShmStore::attach(s.name);  // a second mapping in the same process
+      if (!other.is_ok()) return 11;
+      std::vector<std::byte> buf(16384);
+      if (!(*store)->get(key_of(0, kNs), buf).status.is_ok()) return 12;
+      if (::truncate(s.path().c_str(), static_cast<off_t>(keep)) != 0) return 13;
+      int failures = 0;
+      for (std::uint64_t n = 0; n < kObjects; ++n) {
+        auto g = (*store)->get(key_of(n, kNs), buf);
+        if (g.status.is_ok()) return 14;  // nothing is served from a truncated segment
+        failures += g.status.code() == Code::kIoError;
+      }
+      Status put =
+          (*store)->put(key_of(100, kNs), image(100), [](const ObjectKey&, std::uint64_t) {});
+      if (put.code() != Code::kIoError) return 15;
+      if (std::string(put.message()).find("truncated") == std::string::npos) return 16;
+      if ((*other)->contains(key_of(1, kNs)).status().code() != Code::kIoError) return 17;
+      std::fprintf(stderr, "%s\n", put.to_string().c_str());
+      return failures == kObjects ? 0 : 18;
+    });
+    CHECK(rc == 0);
+    // The tools refuse the truncated file with a message, no signal.
+    Run r = tierctl("shm inspect " + s.name);
+    CHECK_MESSAGE(r.rc == 1, r.out);
+  }
+}
+
+TEST_CASE("shm: inspect and verify show the leases that hold objects") {
+  Segment s;
+  fill(s.name);
+  auto store = ShmStore::open(config(s.name));
+  REQUIRE(store.is_ok());
+  std::vector<ObjectKey> keys{key_of(1, kNs), key_of(2, kNs)};
+  std::vector<std::uint8_t> held(2);
+  std::uint64_t expired = 0;
+  auto id = (*store)->lease(keys, std::chrono::minutes(30), held, expired);
+  REQUIRE(id.is_ok());
+  REQUIRE(held[0] == 1);
+  Run r = tierctl("shm inspect " + s.name);
+  CHECK_MESSAGE(r.out.find("leases      2 objects held against eviction") != std::string::npos,
+                r.out);
+  CHECK_MESSAGE(r.out.find(fmt::format("(pid {})", ::getpid())) != std::string::npos, r.out);
+  r = tierctl("shm inspect " + s.name + " --json");
+  CHECK_MESSAGE(r.out.find("\"longest_pid\": " + std::to_string(::getpid())) != std::string::npos,
+                r.out);
+  r = tierctl("shm verify " + s.name);
+  CHECK_MESSAGE(r.out.find("leases      2 objects") != std::string::npos, r.out);
+  (*store)->release(*id);
+  r = tierctl("shm inspect " + s.name);
+  CHECK_MESSAGE(r.out.find("leases      none") != std::string::npos, r.out);
+}
+
+TEST_CASE("shm: a header offset that does not match its geometry names the field") {
+  Segment s;
+  fill(s.name);
+  std::uint64_t was = 0;
+  {
+    Raw r(s.path());
+    was = r.t.h->entries_off;
+    r.t.h->entries_off = was + 64;
+  }
+  Run v = tierctl("shm verify " + s.name);
+  CHECK(v.rc == 1);
+  CHECK_MESSAGE(
+      v.out.find(fmt::format("entries_off = {}, expected {}", was + 64, was)) != std::string::npos,
+      v.out);
 }

@@ -95,3 +95,28 @@ TEST_CASE("held and keys must have the same size") {
   CHECK(s->lease(std::span(&k, 1), std::chrono::seconds(1), held).status().code() ==
         Code::kInvalidArgument);
 }
+
+TEST_CASE("a lease of milliseconds::max() holds, capped at an hour, in the stack and the tier") {
+  // Was: now + ttl overflowed into the past, so the lease was counted and protected nothing.
+  auto s = open_stack();
+  const ObjectKey k = key_of(7);
+  put_in(*s, 0, k);
+  std::uint8_t held = 0;
+  auto id = s->lease(std::span(&k, 1), std::chrono::milliseconds::max(), std::span(&held, 1));
+  REQUIRE(id.is_ok());
+  REQUIRE(held == 1);
+  // Another lease call ends the stack leases past their deadline: this one is not.
+  const ObjectKey other = key_of(8);
+  auto next = s->lease(std::span(&other, 1), std::chrono::seconds(1), std::span(&held, 1));
+  REQUIRE(next.is_ok());
+  CHECK(s->active_leases() == 1);
+  // The tier does not evict it: fill the 1 MiB fast tier twice over with other objects.
+  for (std::uint64_t i = 100; i < 130; ++i) {
+    auto img = make_image(key_of(i), 70'000);
+    run(s->tier(0), Op::kPut, key_of(i), host_region(img));
+  }
+  CHECK(run(s->tier(0), Op::kContains, k, Region{}).status.is_ok());
+  CHECK(s->tier(0).metrics().lease_expiries.get() == 0);
+  s->release(*id);
+  CHECK(s->tier(0).metrics().lease_releases.get() == 1);
+}

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "device_transfer.hpp"
 #include "shm/store.hpp"
 #include "tier/options.hpp"
@@ -19,6 +21,13 @@ ShmStore::EvictFn by_key(const CpuMode::EvictFn& on_evict) {
 CpuMode::Outcome put_outcome(Status s, std::uint64_t image_bytes) {
   const bool stored = s.is_ok() || s.code() == Code::kAlreadyExists;
   return {std::move(s), stored ? image_bytes : 0};
+}
+
+// An operation's outcome, or IoError when the segment was truncated under it (shm/guard.hpp):
+// what it read or wrote after that was private zeros.
+CpuMode::Outcome checked(const ShmStore& store, CpuMode::Outcome o) {
+  if (Status st = store.intact(); !st.is_ok()) return {std::move(st), 0};
+  return o;
 }
 
 }  // namespace
@@ -49,28 +58,37 @@ ShmMode::~ShmMode() = default;
 
 CpuMode::Outcome ShmMode::put(const ObjectKey& key, std::span<const std::byte> image,
                               const EvictFn& on_evict) {
-  return put_outcome(store_->put(key, image, by_key(on_evict)), image.size());
+  return checked(*store_, put_outcome(store_->put(key, image, by_key(on_evict)), image.size()));
 }
 
 CpuMode::Outcome ShmMode::put_with(const ObjectKey& key, std::uint64_t image_bytes,
                                    const PiecesFn& fill, const EvictFn& on_evict) {
-  return put_outcome(store_->put_with(key, image_bytes, fill, by_key(on_evict)), image_bytes);
+  return checked(*store_, put_outcome(store_->put_with(key, image_bytes, fill, by_key(on_evict)),
+                                      image_bytes));
 }
 
 CpuMode::Outcome ShmMode::get(const ObjectKey& key, std::span<std::byte> out) {
   ShmStore::GetResult g = store_->get(key, out);
-  return {std::move(g.status), g.bytes};
+  return checked(*store_, {std::move(g.status), g.bytes});
 }
 
 CpuMode::Outcome ShmMode::get_with(const ObjectKey& key, std::uint64_t capacity,
                                    const PiecesFn& drain) {
   ShmStore::GetResult g = store_->get_with(key, capacity, drain);
-  return {std::move(g.status), g.bytes};
+  return checked(*store_, {std::move(g.status), g.bytes});
 }
 
-Result<std::uint64_t> ShmMode::contains(const ObjectKey& key) { return store_->contains(key); }
+Result<std::uint64_t> ShmMode::contains(const ObjectKey& key) {
+  auto r = store_->contains(key);
+  if (Status st = store_->intact(); !st.is_ok()) return st;
+  return r;
+}
 
-Status ShmMode::remove(const ObjectKey& key) { return store_->remove(key); }
+Status ShmMode::remove(const ObjectKey& key) {
+  Status r = store_->remove(key);
+  if (Status st = store_->intact(); !st.is_ok()) return st;
+  return r;
+}
 
 Usage ShmMode::usage() const noexcept {
   ShmStats s = store_->stats();
@@ -90,6 +108,11 @@ Result<LeaseId> ShmMode::lease(std::span<const ObjectKey> keys, std::chrono::mil
   std::uint64_t expired = 0;
   auto id = store_->lease(keys, ttl, held, expired);
   expiries.add(expired);
+  if (Status st = store_->intact(); !st.is_ok()) {
+    if (id) store_->release(*id);
+    std::fill(held.begin(), held.end(), std::uint8_t{0});
+    return st;
+  }
   return id;
 }
 

@@ -93,8 +93,13 @@ Status Recovery::lock(std::uint32_t me) noexcept {
                               "stopped process holds it, or its lock word is corrupt (then "
                               "`tierctl shm remove {}` discards the segment)",
                               segment_, kLockPatience.count(), segment_));
-  return Status(Code::kBadState,
-                fmt::format("shm segment {}: lock failed: {}", segment_, std::strerror(rc)));
+  // EINVAL (the mutex's kind or owner bits were scribbled), ENOTRECOVERABLE (a holder died and
+  // nobody made it consistent), EDEADLK: the lock can never be taken, as if held forever.
+  return Status(
+      Code::kTimedOut,
+      fmt::format("shm segment {}: its lock word is corrupt ({}: {}): no process can "
+                  "take it; `tierctl shm remove {}` discards the segment",
+                  segment_, rc == EINVAL ? "EINVAL" : "lock failed", std::strerror(rc), segment_));
 }
 
 void Recovery::unlock() noexcept { pthread_mutex_unlock(&t_.h->mutex); }

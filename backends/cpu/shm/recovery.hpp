@@ -41,7 +41,7 @@ class Recovery {
 
   // Takes the segment lock for client slot `me` (kNone before it has one); repairs the index when
   // the previous holder died. Returns: Ok, TimedOut (held for more than kLockPatience: a stopped
-  // holder or a corrupt lock word), BadState (the lock failed).
+  // holder), TimedOut at once when the lock word is corrupt (it can never be taken).
   Status lock(std::uint32_t me) noexcept;
   void unlock() noexcept;
 

@@ -207,13 +207,24 @@ Status check_header(const std::string& name, const std::byte* base, std::uint64_
     return not_ours(
         name, fmt::format("header max_entries = {}, expected [1, {}]", h.max_entries, kNone - 1));
   const Geometry g = layout(h.block_bytes, h.blocks, h.max_entries);
-  if (h.buckets != g.buckets || h.clients_off != g.clients_off || h.buckets_off != g.buckets_off ||
-      h.entries_off != g.entries_off || h.next_off != g.next_off || h.arena_off != g.arena_off ||
-      h.raw_bytes != g.raw_bytes)
-    return not_ours(name,
-                    fmt::format("header table offsets (buckets {}, raw_bytes {}) do not match "
-                                "its geometry (buckets {}, raw_bytes {})",
-                                h.buckets, h.raw_bytes, g.buckets, g.raw_bytes));
+  // Each field that differs, with the value found and the one its geometry gives.
+  std::string wrong;
+  auto same = [&](const char* field, std::uint64_t found, std::uint64_t expected) {
+    if (found != expected)
+      wrong +=
+          fmt::format("{}{} = {}, expected {}", wrong.empty() ? "" : "; ", field, found, expected);
+  };
+  same("buckets", h.buckets, g.buckets);
+  same("clients_off", h.clients_off, g.clients_off);
+  same("buckets_off", h.buckets_off, g.buckets_off);
+  same("entries_off", h.entries_off, g.entries_off);
+  same("next_off", h.next_off, g.next_off);
+  same("arena_off", h.arena_off, g.arena_off);
+  same("raw_bytes", h.raw_bytes, g.raw_bytes);
+  if (!wrong.empty())
+    return not_ours(name, fmt::format("its header does not match its geometry ({} blocks of {}, "
+                                      "{} entries): {}",
+                                      h.blocks, h.block_bytes, h.max_entries, wrong));
   if (g.raw_bytes > file_bytes - off)
     return not_ours(name, fmt::format("its tables end at byte {}, past the end of the file ({})",
                                       off + g.raw_bytes, file_bytes));
@@ -348,10 +359,25 @@ Segment::Segment(Segment&& o) noexcept
       mapped_chunks_(o.mapped_chunks_),
       base_(std::exchange(o.base_, nullptr)),
       bytes_(std::exchange(o.bytes_, 0)),
+      guard_(std::move(o.guard_)),
       t_(o.t_) {}
 
 Segment::~Segment() {
+  guard_.reset();
   if (base_ != nullptr) ::munmap(base_, bytes_);
+}
+
+Status Segment::intact() const {
+  if (!guard_.lost()) return Status::ok();
+  struct stat st {};
+  const std::string now = ::stat(shm_path(name_).c_str(), &st) == 0
+                              ? fmt::format("{} bytes", st.st_size)
+                              : std::string("gone");
+  return Status::io_error(fmt::format(
+      "shm segment {} was truncated by another process (mapped {} bytes, the file is now {}): "
+      "this process no longer uses it; remove it with `tierctl shm remove {}` and restart the "
+      "tier",
+      name_, bytes_, now, name_));
 }
 
 Result<Segment> Segment::open(const ShmConfig& cfg) {
@@ -467,6 +493,7 @@ Status Segment::map_existing(const ShmConfig* cfg) {
     return Status::io_error(fmt::format("shm segment {}: mmap: {}", name_, std::strerror(errno)));
   base_ = static_cast<std::byte*>(p);
   bytes_ = file_bytes;
+  guard_ = MappingGuard(base_, bytes_);
   for (std::uint64_t off = kArenaAlign; off < kHeaderSearch && off + sizeof(Header) <= file_bytes;
        off += kArenaAlign) {
     if (reinterpret_cast<const Header*>(base_ + off)->magic != kMagic) continue;

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "shm/format.hpp"
+#include "shm/guard.hpp"
 #include "shm/store.hpp"
 #include "tier/status.hpp"
 
@@ -57,6 +58,9 @@ class Segment {
   std::span<std::byte> mapping() const noexcept { return {base_, bytes_}; }
   // Counters read without the lock (each one is consistent; together they are approximate).
   ShmStats stats() const noexcept;
+  // Ok, or IoError when another process truncated the segment under this mapping (a SIGBUS met
+  // it, shm/guard.hpp): the mapping then holds private zeros and every operation must fail.
+  Status intact() const;
 
  private:
   explicit Segment(std::string name);
@@ -76,6 +80,7 @@ class Segment {
   std::uint64_t mapped_chunks_ = 0;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
+  MappingGuard guard_;  // of [base_, base_ + bytes_)
   Tables t_;
 };
 

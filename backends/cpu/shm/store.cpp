@@ -53,10 +53,14 @@ struct ShmStore::Impl {
         index(segment.tables()),
         recovery(segment.tables(), segment.name()) {}
 
-  Status lock() noexcept { return recovery.lock(me); }
+  Status lock() noexcept {
+    if (Status st = segment.intact(); !st.is_ok()) return st;
+    return recovery.lock(me);
+  }
   // Ends a locked section. When a check met a corrupt field in it, the index is rebuilt from the
   // entry table first (malformed entries dropped, as after a death) and the section's result is
-  // ChecksumMismatch naming the field; otherwise Ok.
+  // ChecksumMismatch naming the field; otherwise Ok. IoError when the segment was truncated under
+  // the section (shm/guard.hpp): nothing it did holds.
   Status unlock() {
     Status st;
     shm::FaultLog& faults = *segment.tables().faults;
@@ -69,6 +73,7 @@ struct ShmStore::Impl {
       faults.first.clear();
     }
     recovery.unlock();
+    if (Status lost = segment.intact(); !lost.is_ok()) return lost;
     return st;
   }
 
@@ -293,6 +298,8 @@ ShmStore::GetResult ShmStore::get_with(const ObjectKey& key, std::uint64_t capac
 
 std::span<std::byte> ShmStore::mapping() const noexcept { return impl_->segment.mapping(); }
 
+Status ShmStore::intact() const { return impl_->segment.intact(); }
+
 Result<std::uint64_t> ShmStore::contains(const ObjectKey& key) {
   Impl& s = *impl_;
   TIER_RETURN_IF_ERROR(s.lock());
@@ -314,11 +321,29 @@ Status ShmStore::remove(const ObjectKey& key) {
 
 ShmStats ShmStore::stats() const noexcept { return impl_->segment.stats(); }
 
+namespace {
+// The lease on entry `e` now (a deadline past, or further than any lease may be, is none): ms
+// left and the holder's pid; counted into `sum`.
+std::pair<std::uint64_t, std::int32_t> lease_of(const shm::Tables& t, const shm::Entry& e,
+                                                std::uint64_t now, ShmLeases& sum) {
+  if (e.lease_deadline_ns <= now || e.lease_deadline_ns - now > shm::kMaxLeaseNs) return {0, 0};
+  const std::uint64_t ms = (e.lease_deadline_ns - now + 999'999) / 1'000'000;
+  const std::int32_t pid = e.lease_client < shm::kMaxClients ? t.clients[e.lease_client].pid : 0;
+  ++sum.objects;
+  if (ms > sum.longest_ms) {
+    sum.longest_ms = ms;
+    sum.longest_pid = pid;
+  }
+  return {ms, pid};
+}
+}  // namespace
+
 Result<ShmInspection> ShmStore::inspect() {
   Impl& s = *impl_;
   const shm::Tables& t = s.segment.tables();
   ShmInspection out;
   TIER_RETURN_IF_ERROR(s.lock());
+  const std::uint64_t now = now_ns();
   out.stats = s.segment.stats();
   for (std::uint32_t c = 0; c < shm::kMaxClients; ++c) {
     const shm::Client& cl = t.clients[c];
@@ -330,11 +355,13 @@ Result<ShmInspection> ShmStore::inspect() {
     const shm::Entry& e = t.entries[i];
     std::uint32_t state = e.state.load(std::memory_order_acquire);
     if (state == shm::kFree) continue;
+    const auto [lease_ms, lease_pid] = lease_of(t, e, now, out.leases);
     out.objects.push_back({e.key, e.image_bytes, e.nblocks,
                            state == shm::kReady     ? "ready"
                            : state == shm::kWriting ? "writing"
                            : state == shm::kDoomed  ? "doomed"
-                                                    : "invalid"});
+                                                    : "invalid",
+                           lease_ms, lease_pid});
   }
   TIER_RETURN_IF_ERROR(s.unlock());
   return out;
@@ -354,9 +381,12 @@ Result<ShmVerifyReport> ShmStore::verify() {
     report.dropped_entries = s.recovery.rebuild();
   }
   report.reaped_clients = s.recovery.reap_dead(s.me);
+  const std::uint64_t now = now_ns();
   for (std::uint64_t i = 0; i < t.max_entries; ++i)
-    if (t.entries[i].state.load(std::memory_order_acquire) == shm::kReady)
+    if (t.entries[i].state.load(std::memory_order_acquire) == shm::kReady) {
       keys.push_back(t.entries[i].key);
+      lease_of(t, t.entries[i], now, report.leases);
+    }
   if (Status st = s.unlock(); !st) report.problems.push_back(std::string(st.message()));
   std::vector<std::byte> buf;
   for (const ObjectKey& k : keys) {

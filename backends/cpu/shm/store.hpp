@@ -90,6 +90,18 @@ struct ShmObjectInfo {
   std::uint64_t image_bytes = 0;
   std::uint32_t blocks = 0;
   const char* state = "";  // "ready", "writing" or "doomed"
+  // A lookup lease that holds it against eviction now: milliseconds left (0: none), and the pid
+  // of its holder (0 when several processes hold it).
+  std::uint64_t lease_ms = 0;
+  std::int32_t lease_pid = 0;
+};
+
+// The lookup leases in force in a segment (every process's): a long one blocks every put that
+// needs its room, so inspect and verify show them.
+struct ShmLeases {
+  std::uint64_t objects = 0;     // objects held
+  std::uint64_t longest_ms = 0;  // the most time left on one
+  std::int32_t longest_pid = 0;  // its holder (0: several processes)
 };
 
 // What inspect() found, under the lock.
@@ -97,6 +109,7 @@ struct ShmInspection {
   ShmStats stats;
   std::vector<ShmClientInfo> clients;  // client slots in use
   std::vector<ShmObjectInfo> objects;  // entries that are not free
+  ShmLeases leases;
 };
 
 // What verify() found.
@@ -106,6 +119,7 @@ struct ShmVerifyReport {
   std::uint64_t index_problems = 0;   // problems found in the index (then repaired)
   std::uint64_t dropped_entries = 0;  // malformed entries the repair dropped
   std::uint64_t reaped_clients = 0;
+  ShmLeases leases;  // in force after the repair and the reaping
   // One line per problem: each corrupt index field (which field of which slot, the value found,
   // the range expected), then each corrupt object.
   std::vector<std::string> problems;
@@ -183,6 +197,10 @@ class ShmStore {
 
   // This process's mapping of the whole segment (for page-locking it; the pinned mode).
   std::span<std::byte> mapping() const noexcept;
+  // Ok, or IoError once another process truncated the segment under this mapping (shm/guard.hpp):
+  // every operation from then on fails, and one that was running when it happened must not be
+  // trusted (callers check after it too).
+  Status intact() const;
 
   // Counters read without the lock (each one is consistent; together they are approximate).
   ShmStats stats() const noexcept;

@@ -15,17 +15,45 @@
  *  - Memory named by a tier_region is the caller's: it must stay valid (and, for a save,
  *    unchanged) until the call returns, or for an asynchronous submit until its completion has
  *    been returned by tier_store_poll/tier_store_wait.
+ *  - Every size is checked before it is used: a region whose end wraps the address space, a list
+ *    whose sizes sum past 2^64 or an object above 2^48 bytes is INVALID_ARGUMENT, and JSON text
+ *    nested deeper than 64 levels is INVALID_ARGUMENT. A timeout above a year is a year.
  *  - No library thread ever calls into the caller, but for the log sink (tier_log_set_sink),
  *    which receives libtier's messages on whichever thread logs them.
+ *
+ * Lifetimes (the store, layout, worker and scheduler handles; reference counted)
+ *  - A worker holds a reference to its store and to its layout, a scheduler one to its worker.
+ *    The handles may therefore be closed in any order: closing a store, layout or worker that a
+ *    dependent still uses ends the caller's use of it (calls through it return BAD_STATE "the
+ *    store is closed"), while its memory, tiers and KV bytes stay for the dependent and are freed
+ *    with the last dependent (a worker's queued saves still read the layout; a scheduler's lookups
+ *    still reach the tiers).
+ *  - A close may run on any thread while other threads are inside calls on the same handle: the
+ *    calls that began before it finish, the calls that begin after it return BAD_STATE, and the
+ *    close returns once no call is inside. Nothing is freed under a call. A store's close first
+ *    refuses new submits and runs the queued asynchronous batches to their end (their waiters get
+ *    their completions), and only then refuses every call: once tier_store_wait or
+ *    tier_store_poll returns BAD_STATE, no batch of the store uses its regions any more.
+ *  - After its close returned, a handle that no dependent holds is freed, like free(): passing it
+ *    again (a second close included) is the caller's use-after-free, so one thread closes each
+ *    handle once. A second close of a handle a dependent still holds returns at once and does
+ *    nothing. (The Python package guards its handles so that any number of closes is safe.)
+ *  - Registrations (tier_memory) end with their store's close; tier_memory_release after it only
+ *    frees the registration. Completions, plans, events, reports and curves are plain values the
+ *    caller frees (not reference counted: free each once, after its last use).
  *
  * Threads
  *  Each call below (or the comment over its group) names one of these contracts:
  *  - [any thread]: callable from any thread, concurrently with any other call, also on the same
- *    handle (except that handle's close/destroy/free).
+ *    handle.
  *  - [serialized]: callable from any thread; calls on the same handle take its lock and run one
  *    after the other (never in parallel).
- *  - [exclusive]: no other call on the same handle may run while it runs, nor start after it
- *    (the close/destroy/free of a handle; creating a handle touches no other caller's state).
+ *  - [closing]: the close/destroy of a store, layout, worker or scheduler: callable from any
+ *    thread while other threads are inside calls on the same handle (Lifetimes); one thread
+ *    closes each handle, once.
+ *  - [exclusive]: no other call on the same value may run while it runs, nor start after it (the
+ *    free of a plain value: completion, plan, events, report, curve). Creating a handle touches
+ *    no other caller's state.
  *  The store's calls run their transfers in parallel: a store holds no lock around a transfer
  *  (its TierStack keeps only its bookkeeping under short locks, and the cpu tier copies on the
  *  calling threads at once), so N threads saving or loading through one store move bytes at
@@ -37,7 +65,7 @@
  *  (docs/engine.md, Threads).
  *  Key functions, tier_code_name, tier_last_error, tier_version, tier_log_* and tier_curve_*
  *  are [any thread] (a tier_curve is read-only once made); the tier_dsv4_layout_* region getters
- *  are [any thread], and a layout must outlive the workers made over it.
+ *  are [any thread].
  */
 #ifndef TIER_TIER_H_
 #define TIER_TIER_H_
@@ -171,13 +199,16 @@ typedef struct tier_store tier_store;
 int tier_store_open(const char* profile_path, const tier_key* ns, uint32_t rank, tier_store** out);
 int tier_store_open_json(const char* profile_json, const tier_key* ns, uint32_t rank,
                          tier_store** out);
-/* Waits for queued asynchronous batches and background work (bounded by the profile's timeout),
- * then closes the tiers. Completions not yet taken are discarded. [exclusive]: every other call
- * on the store (and its registrations, workers and pending waits) must have returned. */
+/* Ends the caller's use of the store (Lifetimes): runs the queued asynchronous batches, waits for
+ * the calls in flight on other threads, then, unless a worker still holds the store, waits for
+ * background work (bounded by the profile's timeout) and closes the tiers. Completions not yet
+ * taken are discarded. Later calls through the handle, while a worker keeps it, return
+ * BAD_STATE. [closing] */
 void tier_store_close(tier_store* store);
 
+/* 0 for a NULL or closed store. */
 size_t tier_store_tier_count(tier_store* store);
-/* The name of tier `index` (valid while the store is open), or NULL. */
+/* The name of tier `index` (valid until the store's memory is freed: Lifetimes), or NULL. */
 const char* tier_store_tier_name(tier_store* store, size_t index);
 
 /* Counters, usage gauges and latency histograms (docs/metrics.md) as JSON text and as Prometheus
@@ -185,16 +216,18 @@ const char* tier_store_tier_name(tier_store* store, size_t index);
 int tier_store_metrics_json(tier_store* store, char** out);
 int tier_store_metrics_prometheus(tier_store* store, char** out);
 /* "host:port" of the metrics endpoint the profile started (the port chosen when it asked for
- * 0), "" without one; valid while the store is open. */
+ * 0), "" without one or for a NULL or closed store; valid until the store's memory is freed
+ * (Lifetimes). */
 const char* tier_store_metrics_endpoint(tier_store* store);
 
 /* Registers memory with a store until tier_memory_release. TIER_MEMORY_PINNED page-locks the
  * host range through the GPU runtime (NOT_SUPPORTED in a build without it, or with no GPU);
  * host regions inside a registered pinned range are then moved as pinned. HOST and DEVICE record
- * the range (DEVICE: INVALID_ARGUMENT for device < 0). The registration must be released before
- * its store is closed. [any thread] (a shared lock of the store's registrations, held while a
- * call converts its regions, never during a transfer); a registration is released once, and
- * not while a batch that uses its memory is in flight. */
+ * the range (DEVICE: INVALID_ARGUMENT for device < 0). A registration ends with its store's close
+ * at the latest; tier_memory_release frees it (also after that close). [any thread] (a shared
+ * lock of the store's registrations, held while a call converts its regions, never during a
+ * transfer); a registration is released once, and not while a batch that uses its memory is in
+ * flight. */
 typedef struct tier_memory tier_memory;
 int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kind, int32_t device,
                          tier_memory** out);
@@ -284,12 +317,14 @@ void tier_completion_free(tier_completion* c);
  * text ({"preset": ..., "num_blocks": ..., "num_slots": ...}); `options_json` (NULL: host) is
  * {"memory": "host" | "device", "device": 0}. Errors: INVALID_ARGUMENT, NOT_SUPPORTED (device
  * memory without a GPU), NO_SPACE, DEVICE_ERROR. The getters below are [any thread];
- * tier_dsv4_layout_destroy is [exclusive] and comes after the workers made over the layout are
- * destroyed. */
+ * tier_dsv4_layout_destroy is [closing]. */
 typedef struct tier_dsv4_layout tier_dsv4_layout;
 int tier_dsv4_layout_create(const char* geometry, const tier_key* page_ns, uint32_t tp_size,
                             uint32_t tp_rank, const char* options_json, tier_dsv4_layout** out);
+/* Ends the caller's use of the layout (Lifetimes): its memory stays while a worker made over it
+ * lives, so the regions handed out stay valid as long. */
 void tier_dsv4_layout_destroy(tier_dsv4_layout* layout);
+/* The getters return 0 for a NULL or closed layout. */
 uint32_t tier_dsv4_layout_block_tokens(const tier_dsv4_layout* layout);
 uint64_t tier_dsv4_layout_page_bytes_per_block(const tier_dsv4_layout* layout);
 uint64_t tier_dsv4_layout_slot_bytes(const tier_dsv4_layout* layout);
@@ -347,13 +382,16 @@ typedef struct tier_op_report {
 } tier_op_report;
 
 /* A worker: one TP rank's mover between its layout and its store. `config_json` is the
- * EngineConfig JSON (NULL or "{}": defaults); `page_ns` the PAGE namespace. The store and layout
- * must outlive the worker. Every tier_worker_* call is [any thread] (the worker's own short
- * locks; two tier_worker_progress calls run one after the other), but tier_worker_destroy,
- * which is [exclusive], also against the scheduler that uses the worker as its view. */
+ * EngineConfig JSON (NULL or "{}": defaults); `page_ns` the PAGE namespace. The worker holds a
+ * reference to the store and to the layout (Lifetimes): they may be closed before it. Errors:
+ * INVALID_ARGUMENT, BAD_STATE (the store or layout is closed). Every tier_worker_* call is
+ * [any thread] (the worker's own short locks; two tier_worker_progress calls run one after the
+ * other); tier_worker_destroy is [closing]. */
 typedef struct tier_worker tier_worker;
 int tier_worker_create(const char* config_json, const tier_key* page_ns, uint32_t rank,
                        tier_store* store, tier_dsv4_layout* layout, tier_worker** out);
+/* Ends the caller's use of the worker (Lifetimes); a scheduler made over it keeps it. The queued
+ * operations of a worker that is freed are dropped. */
 void tier_worker_destroy(tier_worker* worker);
 
 /* A step's plan from tier_scheduler_build_step; the same plan goes to every rank's worker.
@@ -448,13 +486,15 @@ int tier_worker_release_lease(tier_worker* worker, uint64_t lease);
  * tier_free. */
 int tier_worker_metrics_json(tier_worker* worker, char** out);
 
-/* The scheduler, with rank 0's worker as its view of the tiers. Every tier_scheduler_* call
- * and tier_engine_metrics_* is [serialized] on the scheduler (the engine's scheduler has one
- * caller at a time; its lock enforces it); tier_scheduler_destroy is [exclusive]. The events'
- * getters are [any thread], tier_events_free [exclusive]. */
+/* The scheduler, with rank 0's worker as its view of the tiers; it holds a reference to the view
+ * (Lifetimes). Every tier_scheduler_* call and tier_engine_metrics_* is [serialized] on the
+ * scheduler (the engine's scheduler has one caller at a time; its lock enforces it);
+ * tier_scheduler_destroy is [closing]. The events' getters are [any thread], tier_events_free
+ * [exclusive]. */
 typedef struct tier_scheduler tier_scheduler;
 int tier_scheduler_create(const char* config_json, const tier_key* page_ns, tier_worker* view,
                           tier_scheduler** out);
+/* Ends the scheduler (Lifetimes); the last reference to its view, store and layout frees them. */
 void tier_scheduler_destroy(tier_scheduler* scheduler);
 
 typedef struct tier_match {
@@ -488,7 +528,8 @@ int tier_scheduler_add_request_extra(tier_scheduler* s, uint64_t request_id,
                                      const void* extra_key, size_t extra_key_bytes,
                                      uint64_t* handle);
 /* The scheduler's epoch: the high 24 bits of every operation generation it emits, drawn at random
- * per scheduler so that a restarted scheduler never reuses a generation (docs/engine.md). */
+ * per scheduler so that a restarted scheduler never reuses a generation (docs/engine.md); 0 for a
+ * NULL or closed scheduler. */
 uint32_t tier_scheduler_epoch(tier_scheduler* s);
 /* Errors: NOT_FOUND (unknown handle), tier errors. */
 int tier_scheduler_lookup(tier_scheduler* s, uint64_t handle, tier_match* out);

@@ -122,6 +122,9 @@ bool tail_on_one_side(RegionList tail) noexcept;
 using LeaseId = std::uint64_t;
 // How a lease ended: released before its deadline, expired, or unknown (ended already).
 enum class LeaseEnd : std::uint8_t { kUnknown, kReleased, kExpired };
+// The longest lookup lease (docs/leases.md): a longer ttl is cut to it, so no deadline overflows
+// and no object is held longer than an hour (the engine's lease_timeout_ms is at most that).
+inline constexpr std::chrono::milliseconds kMaxLeaseTtl{3'600'000};
 
 struct Usage {
   std::uint64_t capacity_bytes = 0;
@@ -181,7 +184,7 @@ class Backend {
   // to release); NotSupported when the tier cannot lease (the default; counted in
   // leases_unsupported: the caller then has best effort only); InvalidArgument (sizes);
   // BadState. Leases of a shared tier (shm) live with the objects, across processes, and end
-  // when their process dies.
+  // when their process dies. A `ttl` above kMaxLeaseTtl is kMaxLeaseTtl (in every tier).
   Result<LeaseId> lease(std::span<const ObjectKey> keys, std::chrono::milliseconds ttl,
                         std::span<std::uint8_t> held) noexcept;
   // Ends lease `id` (counted as released, or as expired when its deadline has passed). An id

@@ -39,7 +39,9 @@ struct ObjectKey {
 
 // Canonical JSON: objects with keys sorted by UTF-8 bytes, no white space, integers in decimal,
 // other numbers in the shortest form that round-trips (finite only), strings escaped as
-// nlohmann::json's dump() does with ASCII output. Throws std::invalid_argument on NaN/Inf.
+// nlohmann::json's dump() does with ASCII output. Throws std::invalid_argument on NaN/Inf and on
+// nesting deeper than kMaxJsonDepth (tier/json.hpp), nlohmann::json's type_error on a string that
+// is not UTF-8.
 std::string canonical_json(const Json& value);
 
 // Namespace id = XXH3-128(seed 0) over "libtier-namespace-v1\0" followed by canonical_json(identity).

@@ -46,6 +46,9 @@ inline constexpr std::uint16_t kObjectVersion = 2;
 inline constexpr std::uint16_t kObjectVersionWholePayload = 1;
 // Version 2's checksum chunk: fixed by the version.
 inline constexpr std::size_t kChecksumChunkBytes = 64 * 1024;
+// The largest payload a TierStack takes from a caller (256 TiB): far above any tier's capacity,
+// and far enough below 2^64 that a header, padding or a codec's framing added to it cannot wrap.
+inline constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 48;
 
 struct ObjectHeader {
   std::uint32_t format_id = 0;

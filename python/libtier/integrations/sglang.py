@@ -66,7 +66,7 @@ kind of error (later ones at debug level): SGLang's prefetch and backup threads 
 but ``queue.Empty``, and a thread that dies turns L3 off for the life of the process.
 
 Threads: SGLang calls a backend from its prefetch, backup and scheduler threads at once. The
-Store serializes its calls on one lock and releases the GIL during every transfer; this class
+Store runs concurrent calls' transfers in parallel and releases the GIL during every one; this class
 keeps no other mutable state after registration but its error counters (under a lock), so every
 method may be called from any thread.
 

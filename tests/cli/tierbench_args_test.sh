@@ -31,9 +31,12 @@ expect_error 'got "1MiBs"' --object-size 1MiBs
 expect_error 'more than 2^64 bytes' --objects 18446744073709551615 --object-size 1MiB
 expect_error 'of memory, more than' --objects 1000000000000 --object-size 1MiB
 expect_error 'larger than 1TiB' --object-size 2TiB
-expect_error '--processes: bad value "0"' --processes 1,0
-expect_error '--processes: bad value "99999999999999999999999"' --processes 99999999999999999999999
-expect_error '--processes must be in [1, 64]' --processes 2,65
+expect_error '--processes: expected 1 to 64, got 0' --processes 1,0
+expect_error 'at most 64 unsigned integers, got "99999999999999999999999"' \
+  --processes 99999999999999999999999
+expect_error '--processes: expected 1 to 64, got 65' --processes 2,65
+expect_error '--threads: expected 1 to 1024, got 0' --threads 0
+expect_error '--threads: expected 1 to 1024, got 2000' --threads 1,2000
 
 # The largest number that fits is taken exactly (and then refused for its memory, not capped).
 expect_error '--objects 18446744073709551615 of' --objects 18446744073709551615

@@ -1,6 +1,7 @@
 #include "verify_pool.hpp"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +25,13 @@ namespace {
 constexpr auto kSpin = std::chrono::microseconds(100);
 constexpr unsigned kMaxThreads = 256;
 
+// The CPUs this process may run on (its affinity mask: a container's or taskset's limit).
+unsigned usable_cpus() noexcept {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return std::max(std::thread::hardware_concurrency(), 1u);
+}
+
 unsigned default_threads() noexcept {
   if (const char* env = std::getenv("TIER_VERIFY_THREADS"); env != nullptr && *env != '\0') {
     char* end = nullptr;
@@ -31,13 +39,13 @@ unsigned default_threads() noexcept {
     if (end != nullptr && *end == '\0' && v >= 1)
       return static_cast<unsigned>(std::min<unsigned long>(v, kMaxThreads));
   }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return std::clamp(hw, 1u, 8u);
+  return std::clamp(usable_cpus(), 1u, 8u);
 }
 
 }  // namespace
 
-VerifyPool::VerifyPool(unsigned threads) noexcept : workers_wanted_(threads - 1) {}
+VerifyPool::VerifyPool(unsigned threads) noexcept
+    : cpus_(usable_cpus()), workers_wanted_(threads - 1) {}
 
 VerifyPool& VerifyPool::instance() noexcept {
   static VerifyPool* pool = [] {
@@ -133,11 +141,14 @@ void VerifyPool::run(std::size_t count, ChunkFn fn, void* ctx) noexcept {
     const unsigned before = n.fetch_add(1, std::memory_order_relaxed);
     ~Caller() { n.fetch_sub(1, std::memory_order_relaxed); }
   } caller{callers_};
-  // Alone when as many callers as verification threads are at work already: each thread then
+  // Alone when as many callers as verification threads are at work already (each thread then
   // has a caller of its own, and chunks handed to a worker would only be read into another
-  // core's cache before the caller copies them.
-  if (count == 1 || workers_wanted_.load(std::memory_order_relaxed) == 0 ||
-      caller.before + 1 >= threads()) {
+  // core's cache before the caller copies them), or when the callers and the workers together
+  // would be more threads than the process has CPUs (16 threads of a stack copying on 16 CPUs:
+  // a worker woken for them would only take a CPU from a caller).
+  const unsigned workers = workers_wanted_.load(std::memory_order_relaxed);
+  if (count == 1 || workers == 0 || caller.before + 1 >= workers + 1 ||
+      caller.before + 1 + workers > cpus_) {
     for (std::size_t i = 0; i < count; ++i) fn(ctx, i);
     return;
   }

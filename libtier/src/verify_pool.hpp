@@ -7,7 +7,8 @@
 // returns when every call has returned: the caller always works too, so a pool without workers
 // (or with all of them busy on other callers' jobs) runs everything on the caller; so does a
 // run() that finds as many callers at work as the pool has threads (many threads of a stack
-// verifying at once: each keeps its chunks in its own core's cache). Workers start
+// verifying at once: each keeps its chunks in its own core's cache), or so many that callers and
+// workers together would outnumber the process's CPUs. Workers start
 // on the first run() that can use them, spin for a short while after each job (so back-to-back
 // gets find them awake) and then sleep on a futex. They run only the chunk functions of object.cpp,
 // never user code. A child process after fork() starts its own workers on first use.
@@ -71,6 +72,7 @@ class VerifyPool {
   std::mutex config_mu_;          // set_threads
   std::vector<Job*> jobs_;        // jobs with chunks left to claim
   unsigned workers_started_ = 0;  // in the current generation
+  const unsigned cpus_;  // CPUs of the process's affinity mask, at construction
   std::atomic<unsigned> workers_wanted_;
   std::atomic<std::uint32_t> generation_{0};  // workers of older generations exit
   std::atomic<std::uint32_t> epoch_{0};       // bumped for each job and each stop

@@ -205,12 +205,11 @@ struct tier_memory;
 
 namespace tier::capi {
 // The registrations of a store, shared with each of them: a tier_memory_release after its store
-// was closed finds the set (closed, empty) rather than a freed store.
+// was closed finds the set (emptied by the close) rather than a freed store.
 struct Registrations {
-  // Guards both fields: shared while a call converts its regions, exclusive to register, release
-  // and close; never held across a transfer.
+  // Guards `list`: shared while a call converts its regions, exclusive to register, release and
+  // close; never held across a transfer.
   std::shared_mutex mu;
-  bool open = true;
   std::vector<tier_memory*> list;
 };
 }  // namespace tier::capi

@@ -354,7 +354,6 @@ void tier_store_close(tier_store* store) {
     // Registrations the caller did not release end with the store.
     Registrations& regs = *store->registrations;
     std::lock_guard lock(regs.mu);
-    regs.open = false;
     regs.list.clear();
   }
   release_store(store);

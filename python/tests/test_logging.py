@@ -94,8 +94,13 @@ def test_info_messages_only_at_info(records):
          "backend": {"type": "gpu", "device": 0}}])
     try:
         libtier.set_log_level("warn")
-        with libtier.Store.open(profile):
-            pass
+        try:
+            store = libtier.Store.open(profile)
+        except libtier.InvalidArgument as e:
+            if 'unknown backend "gpu"' not in str(e):
+                raise
+            pytest.skip("no gpu plugin in this build (sanitizer builds leave the GPU out)")
+        store.close()
         assert libtier.flush_logs()
         assert not any("optional tier left out" in r.getMessage() for r in records)
         libtier.set_log_level("info")

@@ -55,10 +55,12 @@ inline bool port_free(std::uint16_t port) {
   return ok;
 }
 
-// A free loopback port; with `cluster_bus`, port + 10000 is free as well.
+// A free loopback port; with `cluster_bus`, port + 10000 is free as well. Both lie below Linux's
+// default ephemeral range (32768-60999), from which any client's outgoing connection may take a
+// port between this check and the server's bind.
 inline std::uint16_t free_port(bool cluster_bus = false) {
   static std::mt19937 rng{std::random_device{}()};
-  std::uniform_int_distribution<int> dist(20000, 45000);
+  std::uniform_int_distribution<int> dist(12000, 22000);
   for (int i = 0; i < 1000; ++i) {
     auto p = static_cast<std::uint16_t>(dist(rng));
     if (port_free(p) && (!cluster_bus || port_free(static_cast<std::uint16_t>(p + 10000))))
@@ -124,7 +126,10 @@ class RedisServer {
   // `extra` are further redis-server arguments ("--requirepass", "pw", ...). Port 0: a free one.
   explicit RedisServer(std::vector<std::string> extra = {}, std::uint16_t port = 0,
                        bool cluster_bus = false)
-      : extra_(std::move(extra)), port_(port != 0 ? port : free_port(cluster_bus)) {
+      : extra_(std::move(extra)),
+        port_(port != 0 ? port : free_port(cluster_bus)),
+        chosen_port_(port == 0),
+        cluster_bus_(cluster_bus) {
     char tmpl[] = "/tmp/libtier-redis-XXXXXX";
     if (::mkdtemp(tmpl) != nullptr) dir_ = tmpl;
   }
@@ -136,20 +141,34 @@ class RedisServer {
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
-  std::uint16_t port() const { return port_; }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::uint16_t port() const {
+    handed_out_ = true;
+    return port_;
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port()); }
   bool running() const { return pid_ > 0; }
 
-  // Spawns the server and waits (up to 5 s) until it answers. The data set starts empty.
+  // Spawns the server and waits (up to 5 s) until it answers. The data set starts empty. A first
+  // start on a port this class chose, and nobody was told yet (port(), url()), moves to another
+  // free port when the server cannot start (another process took the port since it was found
+  // free), up to 3 times.
   bool start() {
     if (pid_ > 0) return true;
-    std::vector<std::string> args = {
-        "redis-server", "--port",    std::to_string(port_), "--bind", "127.0.0.1",
-        "--save",       "",          "--appendonly",        "no",     "--dir",
-        dir_,           "--logfile", dir_ + "/redis.log"};
-    args.insert(args.end(), extra_.begin(), extra_.end());
-    pid_ = spawn_redis_server(std::move(args), [&] { return ping(port_); });
-    return pid_ > 0 && ping(port_);
+    for (int attempt = 0;; ++attempt) {
+      std::vector<std::string> args = {
+          "redis-server", "--port",    std::to_string(port_), "--bind", "127.0.0.1",
+          "--save",       "",          "--appendonly",        "no",     "--dir",
+          dir_,           "--logfile", dir_ + "/redis.log"};
+      args.insert(args.end(), extra_.begin(), extra_.end());
+      pid_ = spawn_redis_server(std::move(args), [&] { return ping(port_); });
+      if (pid_ > 0 && ping(port_)) {
+        started_ = true;
+        return true;
+      }
+      kill();
+      if (started_ || handed_out_ || !chosen_port_ || attempt == 3) return false;
+      port_ = free_port(cluster_bus_);
+    }
   }
   // SIGKILL: the server dies at once, as in a crash; the port closes.
   void kill() {
@@ -175,6 +194,10 @@ class RedisServer {
  private:
   std::vector<std::string> extra_;
   std::uint16_t port_;
+  bool chosen_port_;   // port_ was found free here, not given by the test
+  bool cluster_bus_;   // port_ + 10000 must be free too
+  bool started_ = false;
+  mutable bool handed_out_ = false;
   std::string dir_;
   pid_t pid_ = -1;
 };

@@ -43,6 +43,13 @@ std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t
   return {};
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
 double percentile_us(std::vector<double> samples, double pct) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());

@@ -35,6 +35,9 @@ AlignedBuffer aligned_buffer(std::size_t bytes, std::size_t alignment);
 std::string check_memory(std::uint64_t count, std::uint64_t bytes, std::uint64_t copies,
                          std::string_view what);
 
+// The median of `v` (the mean of the middle two for an even count; 0 when empty); sorts a copy.
+double median(std::vector<double> v);
+
 // Percentile (0..100) of `samples` in microseconds; sorts a copy.
 double percentile_us(std::vector<double> samples, double pct);
 

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "bench_util.hpp"
 #include "cli.hpp"
 #include "tier/dsv4/geometry.hpp"
 #include "tier/dsv4/page_codec.hpp"
@@ -24,6 +25,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using tier::bench::median;
 
 // `n` synthetic fp8-like bytes: a quantized bell curve.
 std::vector<std::byte> synthetic_bytes(std::size_t n, std::uint64_t seed) {
@@ -110,10 +112,6 @@ tier::Status bench_page(Bench& b, int rounds) {
     enc_ratio.push_back(m / e);
     dec_ratio.push_back(mb / d);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   fmt::print("memcpy            {:7.2f} GB/s  (one contiguous copy of the image; back: {:.2f})\n",
              gbps(image_bytes, t_memcpy), gbps(image_bytes, t_memcpy_back));
   fmt::print("PAGE encode       {:7.2f} GB/s  {:.2f}x memcpy  ({} spans, plan + gather)\n",

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "cli.hpp"
 #include "tier/dsv4/geometry.hpp"
 #include "tier/dsv4/kv_layout.hpp"
@@ -42,15 +43,11 @@ namespace {
 
 using namespace tier;
 using namespace tier::engine;
+using tier::bench::median;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // Runs the worker's progress() on its own thread whenever work was submitted, as an engine's

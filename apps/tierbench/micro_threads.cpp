@@ -25,11 +25,6 @@ struct Round {
   double memcpy = 0, save = 0, load = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
 // Threads that run phases on command: run(n, fn) has the first n threads call fn(thread) at
 // once and returns the seconds from their start to the last one's end.
 class Crew {

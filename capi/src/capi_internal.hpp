@@ -11,6 +11,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -106,6 +108,14 @@ class Call {
 // BAD_STATE for a call through a closed handle: "the <what> is closed".
 inline Status closed_handle(const char* what) {
   return Status(Code::kBadState, std::string("the ") + what + " is closed");
+}
+// A C string of `s` the caller frees with tier_free; std::bad_alloc (NO_SPACE through guarded())
+// when there is no memory.
+inline char* dup_string(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
 }
 inline Status need(const void* p, const char* what) {
   return p ? Status::ok() : Status::invalid(std::string(what) + " is NULL");

@@ -22,6 +22,7 @@ using namespace tier;
 using namespace tier::engine;
 using tier::capi::Call;
 using tier::capi::closed_handle;
+using tier::capi::dup_string;
 using tier::capi::from_key;
 using tier::capi::guarded;
 using tier::capi::need;
@@ -88,13 +89,6 @@ void close_handle(H* h, Release release) noexcept {
   if (!h || !h->life.mark_closed()) return;
   h->life.wait_calls();
   release(h);
-}
-
-char* dup_string(const std::string& s) {
-  char* p = static_cast<char*>(std::malloc(s.size() + 1));
-  if (!p) throw std::bad_alloc();
-  std::memcpy(p, s.c_str(), s.size() + 1);
-  return p;
 }
 
 Result<EngineConfig> parse_config(const char* json, const tier_key* page_ns) {
@@ -241,6 +235,15 @@ auto layout_value(const tier_dsv4_layout* l, F&& get) noexcept -> decltype(get(*
   if (!l) return 0;
   Call call(l->life);
   return call ? get(*l->layout) : 0;
+}
+// A scheduler's value under its lock, or 0 when the scheduler is NULL or closed.
+template <class F>
+auto scheduler_value(tier_scheduler* s, F&& get) noexcept -> decltype(get(*s->scheduler)) {
+  if (!s) return 0;
+  Call call(s->life);
+  if (!call) return 0;
+  std::lock_guard<std::mutex> lock(s->mu);
+  return get(*s->scheduler);
 }
 // A worker count, or 0 when the worker is NULL or closed.
 template <class F>
@@ -515,11 +518,7 @@ int tier_scheduler_add_request_extra(tier_scheduler* s, uint64_t request_id,
   });
 }
 uint32_t tier_scheduler_epoch(tier_scheduler* s) {
-  if (!s) return 0;
-  Call call(s->life);
-  if (!call) return 0;
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->scheduler->epoch();
+  return scheduler_value(s, [](const Scheduler& sc) { return sc.epoch(); });
 }
 int tier_scheduler_lookup(tier_scheduler* s, uint64_t handle, tier_match* out) {
   return with_scheduler(s, [&](Scheduler& sc) -> Status {
@@ -616,20 +615,10 @@ int tier_scheduler_finish(tier_scheduler* s, uint64_t handle, int32_t* free_now)
   });
 }
 uint64_t tier_scheduler_loads_pending(tier_scheduler* s) {
-  std::uint64_t n = 0;
-  with_scheduler(s, [&](Scheduler& sc) {
-    n = sc.loads_pending();
-    return Status::ok();
-  });
-  return n;
+  return scheduler_value(s, [](const Scheduler& sc) { return sc.loads_pending(); });
 }
 uint64_t tier_scheduler_saves_pending(tier_scheduler* s) {
-  std::uint64_t n = 0;
-  with_scheduler(s, [&](Scheduler& sc) {
-    n = sc.saves_pending();
-    return Status::ok();
-  });
-  return n;
+  return scheduler_value(s, [](const Scheduler& sc) { return sc.saves_pending(); });
 }
 int tier_engine_metrics_json(tier_scheduler* s, tier_worker* const* workers, size_t worker_count,
                              char** out) {

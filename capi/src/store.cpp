@@ -24,14 +24,6 @@ namespace tier::capi {
 namespace {
 thread_local std::string t_last_error;
 
-// A C string of `s` the caller frees with tier_free.
-char* dup_string(const std::string& s) {
-  char* p = static_cast<char*>(std::malloc(s.size() + 1));
-  if (!p) throw std::bad_alloc();
-  std::memcpy(p, s.c_str(), s.size() + 1);
-  return p;
-}
-
 ObjectKey object_key(const tier_store& s, const tier_key& k) { return {s.ns, to_key(k), s.rank}; }
 
 // A caller's timeout in milliseconds (< 0: `fallback`); anything above a year is a year, so the
@@ -236,9 +228,7 @@ Result<Region> to_region(tier_store& store, const tier_region& r) {
 }
 
 void release_store(tier_store* store) noexcept {
-  if (!store->life.release()) return;
-  store->stack->flush(std::chrono::milliseconds(store->op_timeout_ms)).ignore();
-  delete store;
+  if (store->life.release()) delete store;  // ~TierStack flushes (op_timeout), then closes
 }
 
 }  // namespace tier::capi

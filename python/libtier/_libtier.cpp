@@ -240,37 +240,19 @@ std::int64_t timeout_ms(std::optional<double> seconds) {
 
 // ---- keys ---------------------------------------------------------------------------------
 
-// 32 hex digits (the high 64 bits first, as tier_key_to_hex writes them) into `k`, read in place
-// from the str's UTF-8 (a key per item of every batch: no copy, no call into C). False when it
-// is not such a str; the caller then asks tier_key_from_hex for the error.
-bool parse_hex_key(py::handle h, tier_key& k) {
-  Py_ssize_t n = 0;
-  const char* p = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
-  if (p == nullptr) {
-    PyErr_Clear();
-    return false;
-  }
-  if (n != 32) return false;
-  std::uint64_t word[2] = {0, 0};  // hi, lo
-  for (int i = 0; i < 32; ++i) {
-    const char c = p[i];
-    const int d = (c >= '0' && c <= '9') ? c - '0'
-                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-    if (d < 0) return false;
-    word[i / 16] = (word[i / 16] << 4) | static_cast<std::uint64_t>(d);
-  }
-  for (int i = 0; i < 8; ++i) {
-    k.bytes[i] = static_cast<std::uint8_t>(word[1] >> (8 * i));
-    k.bytes[8 + i] = static_cast<std::uint8_t>(word[0] >> (8 * i));
-  }
-  return true;
-}
-
 tier_key to_key(py::handle h) {
   tier_key k{};
   if (py::isinstance<py::str>(h)) {
-    if (!parse_hex_key(h, k)) check(tier_key_from_hex(h.cast<std::string>().c_str(), &k));
+    // The str's own UTF-8 (kept in the str, NUL-terminated): no copy per key of a batch.
+    Py_ssize_t n = 0;
+    const char* p = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+    if (p == nullptr) {
+      PyErr_Clear();
+      raise_invalid("a key str is not valid UTF-8");
+    }
+    if (std::memchr(p, 0, static_cast<std::size_t>(n)) != nullptr)
+      raise_invalid("a key str holds a NUL character");
+    check(tier_key_from_hex(p, &k));
   } else if (py::isinstance<py::bytes>(h)) {
     std::string b = h.cast<std::string>();
     if (b.size() != 16) raise_invalid("a key in bytes is 16 bytes, got " + std::to_string(b.size()));

@@ -1,19 +1,19 @@
 #pragma once
-// Overflow-checked size arithmetic: the one place where sizes that come from outside the library
-// (a caller's regions, a record on disk, a field of a shared segment, a peer's reply, a profile)
-// are added or multiplied. A sum that would wrap is an error, never a small number that a
-// buffer is then sized by (a region of 2^64 - 8 bytes once made `96 + size` a 88-byte image).
+// Overflow-checked size arithmetic for sizes a caller hands the data path (a region list, a
+// request's tail and skip, an image header's payload size): a sum that would wrap is an error,
+// never a small number that a buffer is then sized by (a region of 2^64 - 8 bytes once made
+// `96 + size` an 88-byte image). The stack, the C API's codec, the identity codec and
+// Backend::submit's request checks use it.
 //
 //   std::uint64_t end;
 //   if (add_overflows(offset, length, &end)) return Status::invalid("...");
 //   TIER_ASSIGN_OR_RETURN(std::size_t bytes, checked_total(regions));
 //
-// Everything here is inline, noexcept where it returns no Status, and usable from plugins.
+// Everything here is inline and usable from plugins.
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <type_traits>
 
 #include "tier/region.hpp"
@@ -26,21 +26,6 @@ template <class T>
 [[nodiscard]] constexpr bool add_overflows(T a, T b, T* out) noexcept {
   static_assert(std::is_unsigned_v<T>, "sizes are unsigned");
   return __builtin_add_overflow(a, b, out);
-}
-// *out = a * b; true when the product does not fit T.
-template <class T>
-[[nodiscard]] constexpr bool mul_overflows(T a, T b, T* out) noexcept {
-  static_assert(std::is_unsigned_v<T>, "sizes are unsigned");
-  return __builtin_mul_overflow(a, b, out);
-}
-
-// a + b, or InvalidArgument "<what>: <a> + <b> does not fit in 64 bits".
-inline Result<std::uint64_t> checked_add(std::uint64_t a, std::uint64_t b, std::string_view what) {
-  std::uint64_t sum = 0;
-  if (add_overflows(a, b, &sum))
-    return Status::invalid(std::string(what) + ": " + std::to_string(a) + " + " +
-                           std::to_string(b) + " does not fit in 64 bits");
-  return sum;
 }
 
 // InvalidArgument when a region's end wraps the address space (its bytes cannot exist).

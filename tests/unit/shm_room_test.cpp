@@ -1,5 +1,5 @@
 // The shm tier on a /dev/shm too small for its segment (issue 14: Docker's default /dev/shm is
-// 64 MB): a clear NoSpace error when the tier starts, never a SIGBUS later, with or without
+// 64 MB): a clear NoSpace error when the tier starts, never a SIGBUS later, whatever the
 // `prefault`. main() moves this process into a private mount namespace (a user namespace too when
 // not root) with an 8 MiB tmpfs on /dev/shm (tests/support/private_shm.hpp), so nothing outside
 // sees it; where the kernel or the container refuses that, the test exits 77 (skipped).
@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shm/store.hpp"
@@ -21,13 +22,18 @@
 
 using namespace tier;
 using tier::cpu::ShmConfig;
+using tier::cpu::ShmPrefault;
 using tier::cpu::ShmStore;
 using tier::test::key_of;
 using tier::test::make_image;
 
 namespace {
 
-ShmConfig config(const std::string& name, std::uint64_t capacity, bool prefault) {
+// Every prefault mode, with its name in a profile.
+constexpr std::pair<ShmPrefault, const char*> kPrefaults[] = {
+    {ShmPrefault::kOff, "off"}, {ShmPrefault::kOpen, "open"}, {ShmPrefault::kBackground, "background"}};
+
+ShmConfig config(const std::string& name, std::uint64_t capacity, ShmPrefault prefault) {
   ShmConfig cfg;
   cfg.segment = name;
   cfg.capacity = capacity;
@@ -44,10 +50,10 @@ std::uint64_t free_bytes() {
 }  // namespace
 
 TEST_CASE(
-    "shm: a segment larger than /dev/shm is a clear error at start, with or without prefault") {
+    "shm: a segment larger than /dev/shm is a clear error at start, whatever the prefault") {
   REQUIRE(free_bytes() <= (8u << 20));
-  for (bool prefault : {false, true}) {
-    CAPTURE(prefault);
+  for (auto [prefault, prefault_name] : kPrefaults) {
+    CAPTURE(prefault_name);
     auto store = ShmStore::open(config("libtier-room-big", 64u << 20, prefault));
     REQUIRE_FALSE(store.is_ok());
     CHECK(store.status().code() == Code::kNoSpace);
@@ -59,7 +65,7 @@ TEST_CASE(
     auto b = Registry::global().create_backend(
         "cpu", BackendContext{
                    "cpu", 64u << 20,
-                   Json{{"mode", "shm"}, {"segment", "libtier-room-big"}, {"prefault", prefault}}});
+                   Json{{"mode", "shm"}, {"segment", "libtier-room-big"}, {"prefault", prefault_name}}});
     REQUIRE_FALSE(b.is_ok());
     CHECK(b.status().code() == Code::kNoSpace);
     // Nothing is left behind: the room is all still free.
@@ -71,7 +77,7 @@ TEST_CASE(
 
 TEST_CASE("shm: a segment that fits reserves its memory, so filling it never faults") {
   {
-    auto store = ShmStore::open(config("libtier-room-fits", 4u << 20, false));
+    auto store = ShmStore::open(config("libtier-room-fits", 4u << 20, ShmPrefault::kOff));
     REQUIRE_MESSAGE(store.is_ok(), store.status().to_string());
     CHECK(free_bytes() < (3u << 20));  // reserved at creation, not on first touch
     // Someone else fills the rest of /dev/shm; this tier's puts still land in reserved memory.
@@ -95,7 +101,7 @@ TEST_CASE("shm: a segment that fits reserves its memory, so filling it never fau
 TEST_CASE(
     "shm: an existing segment whose memory is not all there is reserved at open, or refused") {
   {
-    auto store = ShmStore::open(config("libtier-room-sparse", 4u << 20, false));
+    auto store = ShmStore::open(config("libtier-room-sparse", 4u << 20, ShmPrefault::kOff));
     REQUIRE(store.is_ok());
   }
   // Give back the segment's last 2 MiB (its arena's tail), then let a filler take all the room.
@@ -110,8 +116,8 @@ TEST_CASE(
   REQUIRE(fd >= 0);
   (void)::posix_fallocate(fd, 0, static_cast<off_t>(free_bytes()));
   ::close(fd);
-  for (bool prefault : {false, true}) {
-    CAPTURE(prefault);
+  for (auto [prefault, prefault_name] : kPrefaults) {
+    CAPTURE(prefault_name);
     auto store = ShmStore::open(config("libtier-room-sparse", 4u << 20, prefault));
     REQUIRE_FALSE(store.is_ok());
     CHECK(store.status().code() == Code::kNoSpace);
@@ -119,7 +125,7 @@ TEST_CASE(
   }
   // With room again, the open reserves what is missing and the segment works.
   ::unlink("/dev/shm/filler");
-  auto store = ShmStore::open(config("libtier-room-sparse", 4u << 20, true));
+  auto store = ShmStore::open(config("libtier-room-sparse", 4u << 20, ShmPrefault::kOpen));
   REQUIRE_MESSAGE(store.is_ok(), store.status().to_string());
   for (std::uint64_t n = 0; n < 32; ++n) {
     auto img = make_image(key_of(n), 200'000);

@@ -11,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -48,12 +50,14 @@ struct Segment {
   ~Segment() { ShmStore::remove_segment(name).ignore(); }
 };
 
-Json shm_options(const std::string& segment, bool prefault = false) {
+// Children fork()ed from this multi-threaded process start no thread (ThreadSanitizer cannot
+// follow them): their tiers map pages on first use ("off"), not on a mapping thread.
+Json shm_options(const std::string& segment, const char* prefault = "off") {
   return Json{{"mode", "shm"}, {"segment", segment}, {"block_size", 16384}, {"prefault", prefault}};
 }
 
 PluginPtr<Backend> open_backend(const std::string& segment, std::uint64_t capacity = kCapacity,
-                                bool prefault = false) {
+                                const char* prefault = "off") {
   auto b = Registry::global().create_backend(
       "cpu", BackendContext{"cpu", capacity, shm_options(segment, prefault)});
   if (!b) {
@@ -291,7 +295,7 @@ TEST_CASE("shm: a restarted process finds what it stored before") {
   CHECK(wait_child(first) == 128 + SIGKILL);
   // Second life: every object is there, bit-exact (prefault maps the pages, keeping the bytes).
   pid_t second = spawn([&] {
-    auto b = open_backend(seg.name, kCapacity, true);
+    auto b = open_backend(seg.name, kCapacity, "open");
     if (!b) return kChildSetup;
     std::vector<std::byte> buf(300'000);
     for (std::uint64_t i = 0; i < 40; ++i) {
@@ -399,7 +403,7 @@ TEST_CASE("shm: a restarted engine's TierStack finds its prefix warm") {
   ::alarm(60);
   const std::string profile = fmt::format(
       R"({{"tiers": [{{"name": "host", "capacity": "16MiB",
-           "backend": {{"type": "cpu", "mode": "shm", "segment": "{}"}}}}]}})",
+           "backend": {{"type": "cpu", "mode": "shm", "segment": "{}", "prefault": "off"}}}}]}})",
       seg.name);
   auto data_of = [](std::uint64_t n) {
     std::vector<std::byte> d(50'000);
@@ -618,6 +622,7 @@ TEST_CASE("shm: a put being copied is invisible, and a put of its key meanwhile 
     cpu::ShmConfig cfg;
     cfg.segment = seg.name;
     cfg.capacity = kCapacity;
+    cfg.prefault = cpu::ShmPrefault::kOff;  // a forked child starts no thread
     auto store = ShmStore::open(cfg);
     if (!store) return kChildSetup;
     Status st = (*store)->put_with(
@@ -662,5 +667,63 @@ TEST_CASE("shm: a put being copied is invisible, and a put of its key meanwhile 
   CHECK(out == img);
   for (int fd : {reserved[0], reserved[1], go[0], go[1]}) ::close(fd);
   b.reset();
+  check_segment(seg.name);
+}
+
+namespace {
+
+// KiB of the segment `name` mapped into this process's page tables (/proc/self/smaps: Rss).
+std::uint64_t mapped_kib(const std::string& name) {
+  std::ifstream smaps("/proc/self/smaps");
+  const std::string path = "/dev/shm/" + name;
+  std::string line;
+  bool ours = false;
+  std::uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    if (line.find(':') == std::string::npos || line.find(' ') < line.find(':')) {  // a mapping
+      ours = line.size() > path.size() && line.ends_with(" " + path);
+      continue;
+    }
+    if (ours && line.starts_with("Rss:")) kib += std::stoull(line.substr(4));
+  }
+  return kib;
+}
+
+}  // namespace
+
+// The default: one idle-priority thread maps the segment into this process after it opens, so
+// puts and gets later pay no first-touch faults (docs/shm.md "Performance"), while the puts and
+// gets that come first run beside it and map what they use themselves.
+TEST_CASE("shm: prefault background maps the whole segment beside puts and gets; closing stops it") {
+  Segment seg;
+  ::alarm(150);
+  constexpr std::uint64_t kBig = 64ull << 20;
+  {  // "off": the arena is not mapped here until used
+    auto b = open_backend(seg.name, kBig, "off");
+    REQUIRE(b);
+    CHECK(mapped_kib(seg.name) < kBig / 1024 / 4);
+  }
+  auto b = open_backend(seg.name, kBig, "background");
+  REQUIRE(b);
+  std::vector<std::byte> out(300'000);
+  for (std::uint64_t i = 0; i < 64; ++i) {
+    auto img = make_image(key_of(i, 95), 200'000, i);
+    REQUIRE(run(*b, Op::kPut, key_of(i, 95), host_region(img)).status.is_ok());
+    Completion g = run(*b, Op::kGet, key_of(i, 95), host_region(out));
+    REQUIRE(g.status.is_ok());
+    CHECK(std::equal(img.begin(), img.end(), out.begin()));
+  }
+  // Idle priority: on a busy machine it may wait for a free core.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (mapped_kib(seg.name) < kBig / 1024 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(mapped_kib(seg.name) >= kBig / 1024);
+  b.reset();
+  for (int i = 0; i < 4; ++i) {  // closed at once: the mapping thread stops, nothing breaks
+    auto c = open_backend(seg.name, kBig, "background");
+    REQUIRE(c);
+    CHECK(run(*c, Op::kContains, key_of(i, 95)).status.is_ok());
+  }
+  ::alarm(0);
   check_segment(seg.name);
 }

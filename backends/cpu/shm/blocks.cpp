@@ -11,26 +11,31 @@
 
 namespace tier::cpu::shm {
 
-void map_pages(std::byte* p, std::uint64_t n) noexcept {
+bool map_pages(std::byte* p, std::uint64_t n, bool populate_only) noexcept {
   // MADV_POPULATE_READ (Linux 5.14): the kernel maps the range in one call, up to 16 pages per
   // fault where the pages are in memory (fault-around); tmpfs maps them writable. Earlier
   // kernels: one read per page (which also faults around).
-  if (::madvise(p, n, 22 /* MADV_POPULATE_READ */) == 0) return;
+  if (::madvise(p, n, 22 /* MADV_POPULATE_READ */) == 0) return true;
+  if (populate_only) return false;
   static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   auto* v = reinterpret_cast<volatile const std::byte*>(p);
   for (std::uint64_t off = 0; off < n; off += page) (void)v[off];
+  return true;
+}
+
+bool map_chunk(const Tables& t, std::uint64_t c, bool populate_only) noexcept {
+  if (t.mapped[c].load(std::memory_order_relaxed) != 0) return true;
+  const std::uint64_t off = c * kMapChunk;
+  if (!map_pages(t.arena + off, std::min(kMapChunk, t.blocks * t.block_bytes - off), populate_only))
+    return false;
+  t.mapped[c].store(1, std::memory_order_relaxed);
+  return true;
 }
 
 void Blocks::map(const std::byte* p, std::uint64_t n) const noexcept {
   if (t_.mapped == nullptr || n == 0) return;
-  const std::uint64_t arena_bytes = t_.blocks * t_.block_bytes;
   const auto begin = static_cast<std::uint64_t>(p - t_.arena);
-  for (std::uint64_t c = begin / kMapChunk; c <= (begin + n - 1) / kMapChunk; ++c) {
-    if (t_.mapped[c].load(std::memory_order_relaxed) != 0) continue;
-    const std::uint64_t off = c * kMapChunk;
-    map_pages(t_.arena + off, std::min(kMapChunk, arena_bytes - off));
-    t_.mapped[c].store(1, std::memory_order_relaxed);
-  }
+  for (std::uint64_t c = begin / kMapChunk; c <= (begin + n - 1) / kMapChunk; ++c) map_chunk(t_, c);
 }
 
 bool Blocks::walk(std::uint32_t first, std::uint32_t n, std::uint32_t& last,
@@ -111,7 +116,7 @@ bool Blocks::for_each_run(std::uint32_t first, std::uint64_t begin, std::uint64_
 Status Blocks::write_image(std::uint32_t first, std::span<const std::byte> image) const {
   auto copy = [&](std::uint64_t begin, std::uint64_t end) {
     return for_each_run(first, begin, end, [&](std::uint64_t off, std::byte* p, std::uint64_t n) {
-      std::memcpy(p, image.data() + off, n);
+      copy_bytes(p, image.data() + off, n);
     });
   };
   if (!crash_hook_installed()) return copy(0, image.size()) ? Status::ok() : corrupt();
@@ -131,7 +136,7 @@ Status Blocks::read_image(const ObjectKey& key, std::uint32_t first, std::uint32
   }
   auto copy = [&](std::uint64_t begin, std::uint64_t end) {
     return for_each_run(first, begin, end, [&](std::uint64_t off, std::byte* p, std::uint64_t n) {
-      std::memcpy(out.data() + off, p, n);
+      copy_bytes(out.data() + off, p, n);
     });
   };
   bool ok = copy(0, out.size() / 2);

@@ -39,7 +39,10 @@ Result<std::unique_ptr<CpuMode>> ShmMode::create(const BackendContext& ctx, PinF
   cfg.capacity = ctx.capacity_bytes;
   cfg.block_bytes = o.value("block_size", std::uint64_t{16384});
   cfg.max_objects = o.value("max_objects", std::uint64_t{0});
-  cfg.prefault = o.value("prefault", false);
+  const std::string prefault = o.value("prefault", std::string("background"));  // schema: an enum
+  cfg.prefault = prefault == "off"    ? ShmPrefault::kOff
+                 : prefault == "open" ? ShmPrefault::kOpen
+                                      : ShmPrefault::kBackground;
   cfg.mode = static_cast<std::uint32_t>(
       std::stoul(o.value("segment_mode", std::string("0600")), nullptr, 8));  // schema: an enum
   TIER_ASSIGN_OR_RETURN(auto store, ShmStore::open(cfg));

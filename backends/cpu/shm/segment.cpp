@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/file.h>
@@ -360,9 +362,14 @@ Segment::Segment(Segment&& o) noexcept
       base_(std::exchange(o.base_, nullptr)),
       bytes_(std::exchange(o.bytes_, 0)),
       guard_(std::move(o.guard_)),
-      t_(o.t_) {}
+      t_(o.t_),
+      mapper_(std::move(o.mapper_)) {}
 
 Segment::~Segment() {
+  if (mapper_.joinable()) {  // it maps pages of the mapping removed below
+    mapper_.request_stop();
+    mapper_.join();
+  }
   guard_.reset();
   if (base_ != nullptr) ::munmap(base_, bytes_);
 }
@@ -406,7 +413,7 @@ Result<Segment> Segment::open(const ShmConfig& cfg) {
     if (st.code() != Code::kNotFound) {
       TIER_RETURN_IF_ERROR(st);
       TIER_RETURN_IF_ERROR(s.check_geometry(cfg));
-      if (cfg.prefault) s.prefault();  // map every page here: no page faults later
+      if (cfg.prefault != ShmPrefault::kOff) s.prefault(cfg.prefault == ShmPrefault::kBackground);
       return s;
     }
     if (std::chrono::steady_clock::now() >= deadline)
@@ -565,9 +572,21 @@ Result<bool> Segment::create(const ShmConfig& cfg) {
   return true;
 }
 
-void Segment::prefault() {
-  map_pages(t_.arena, t_.blocks * t_.block_bytes);
-  for (std::uint64_t c = 0; c < mapped_chunks_; ++c) mapped_[c].store(1, std::memory_order_relaxed);
+void Segment::prefault(bool background) {
+  if (!background) {
+    for (std::uint64_t c = 0; c < mapped_chunks_; ++c) map_chunk(t_, c);
+    return;
+  }
+  mapper_ = std::jthread([t = t_, chunks = mapped_chunks_](std::stop_token stop) {
+    ::pthread_setname_np(::pthread_self(), "tier-shm-map");
+    // SCHED_IDLE: it runs on cores nothing else wants, never ahead of the process's own work.
+    // Refused (a seccomp policy): it runs at normal priority.
+    sched_param idle{};
+    ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle);
+    // Without MADV_POPULATE_READ (or on a truncated segment) it stops: first uses map the rest.
+    for (std::uint64_t c = 0; c < chunks && !stop.stop_requested(); ++c)
+      if (!map_chunk(t, c, /*populate_only=*/true)) return;
+  });
 }
 
 Status Segment::check_geometry(const ShmConfig& cfg) const {

@@ -16,13 +16,17 @@
 // before anything is bound. A file that is not recognisably a libtier segment is refused, never
 // reinitialized.
 //
-// Throws nothing: Boost's exceptions become IoError. Threads: one owner thread.
+// Throws nothing: Boost's exceptions become IoError. Threads: one owner thread; with
+// ShmPrefault::kBackground the segment also runs a mapping thread of its own, which touches
+// nothing but page tables and the process-local chunk bitmap, and which the destructor stops
+// and joins before unmapping.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "shm/format.hpp"
 #include "shm/guard.hpp"
@@ -34,7 +38,7 @@ namespace tier::cpu::shm {
 class Segment {
  public:
   // Maps the segment `cfg.segment`, creating it with `cfg`'s geometry and mode when it does not
-  // exist (with `cfg.prefault`, then mapping every page of its arena). One process at a time
+  // exist, then maps its arena as `cfg.prefault` says. One process at a time
   // creates it (a creation lock); the others wait for it (at most cfg.creation_wait) and map it.
   // Returns: InvalidArgument (bad config, geometry mismatch, not a libtier segment, owned by
   // another user, mode wider than asked), NoSpace (the file system cannot hold it), TimedOut
@@ -71,8 +75,9 @@ class Segment {
   // published one first.
   Result<bool> create(const ShmConfig& cfg);
   Status check_geometry(const ShmConfig& cfg) const;
-  // Maps every page of the arena in this process (keeping the bytes).
-  void prefault();
+  // Maps every page of the arena in this process (keeping the bytes): now, or (`background`) on
+  // the idle-priority thread mapper_, chunk by chunk, until done or stopped.
+  void prefault(bool background);
 
   std::string name_;
   std::unique_ptr<FaultLog> faults_;
@@ -82,6 +87,7 @@ class Segment {
   std::size_t bytes_ = 0;
   MappingGuard guard_;  // of [base_, base_ + bytes_)
   Tables t_;
+  std::jthread mapper_;  // ShmPrefault::kBackground; refers to the mapping and mapped_ only
 };
 
 }  // namespace tier::cpu::shm

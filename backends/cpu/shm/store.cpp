@@ -13,6 +13,7 @@
 #include "shm/recovery.hpp"
 #include "shm/segment.hpp"
 #include "tier/lease.hpp"
+#include "tier/object.hpp"
 
 namespace tier::cpu {
 
@@ -228,6 +229,9 @@ ShmStore::GetResult ShmStore::Impl::get(const ObjectKey& key, std::uint64_t capa
     return {st, 0};
   }
 
+  // The segment's processes verify on the same cores: this get takes its share of them.
+  const std::uint64_t clients = segment.tables().h->clients.load(std::memory_order_relaxed);
+  VerifyCpuShare share(static_cast<unsigned>(std::min<std::uint64_t>(clients, shm::kMaxClients)));
   Status verified = read(first, nblocks, bytes);
 
   if (Status st = lock(); !st) return {st, 0};

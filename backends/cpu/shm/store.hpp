@@ -45,12 +45,21 @@
 
 namespace tier::cpu {
 
+// When a process maps the segment's arena into its page tables (docs/shm.md "Performance"): a
+// page another process wrote costs a fault on its first touch here until it is mapped.
+enum class ShmPrefault : std::uint8_t {
+  kOff,         // each 2 MiB chunk on its first use by a put or get of this process
+  kOpen,        // the whole arena before open() returns (0.3-0.6 s per GiB on 2 busy cores)
+  kBackground,  // one idle-priority thread maps the whole arena after open() returns; a put or
+                // get that comes first maps its own chunk, as with kOff
+};
+
 struct ShmConfig {
   std::string segment;                // segment name (no slash): /dev/shm/<segment>
   std::uint64_t capacity = 0;         // bytes of object storage (rounded down to whole blocks)
   std::uint64_t block_bytes = 16384;  // allocation unit, a power of two in [4KiB, 64MiB]
   std::uint64_t max_objects = 0;      // index entries; 0 = one per block
-  bool prefault = false;              // map every page of the arena into this process at open
+  ShmPrefault prefault = ShmPrefault::kBackground;
   // Permission bits of a segment this process creates: 0600 (this user only, the default), 0660
   // (the user's group too) or 0666 (every local user). A segment owned by another user is opened
   // only when this is not 0600 and the segment's bits are exactly these (both sides opted in).

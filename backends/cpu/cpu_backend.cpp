@@ -54,7 +54,7 @@ Status gather_into(std::span<const Piece> pieces, const Region& head, RegionList
     for (std::size_t done = 0; done < r.size;) {
       if (p == pieces.size()) return false;
       std::size_t n = std::min(r.size - done, pieces[p].size() - off);
-      std::memcpy(pieces[p].data() + off, r.data + done, n);
+      copy_bytes(pieces[p].data() + off, r.data + done, n);
       done += n;
       off += n;
       if (off == pieces[p].size()) ++p, off = 0;

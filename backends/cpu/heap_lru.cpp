@@ -140,7 +140,7 @@ CpuMode::Outcome HeapLru::put(const ObjectKey& key, std::span<const std::byte> i
   return insert(
       key, image.size(),
       [&](Piece p) {
-        std::memcpy(p.data(), image.data(), p.size());
+        copy_bytes(p.data(), image.data(), p.size());
         return Status::ok();
       },
       on_evict);

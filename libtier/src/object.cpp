@@ -14,6 +14,7 @@
 #include <array>
 #include <cstring>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "verify_pool.hpp"
@@ -160,6 +161,11 @@ void set_verify_threads(unsigned threads) noexcept {
   detail::VerifyPool::instance().set_threads(threads);
 }
 
+VerifyCpuShare::VerifyCpuShare(unsigned processes) noexcept
+    : outer_(std::exchange(detail::VerifyPool::share(), std::max(processes, 1u))) {}
+
+VerifyCpuShare::~VerifyCpuShare() { detail::VerifyPool::share() = outer_; }
+
 void for_each_on_verify_threads(std::size_t count, void (*fn)(void* ctx, std::size_t i) noexcept,
                                 void* ctx) noexcept {
   detail::VerifyPool::instance().run(count, fn, ctx);
@@ -247,11 +253,12 @@ Status verify_payload(std::span<const std::span<const std::byte>> pieces,
 
 namespace {
 
-// Copy of one chunk that was just read (and is hot in cache): large destinations get
-// non-temporal stores, which skip the read-for-ownership of a plain memcpy.
+// Copies with non-temporal stores, which skip the read-for-ownership of a plain memcpy: for large
+// destinations nobody reads soon. The caller fences (_mm_sfence) before it reports the bytes.
 __attribute__((target("avx2"))) void stream_copy_avx2(std::byte* dst, const std::byte* src,
                                                       std::size_t n) noexcept {
-  std::size_t i = 0;
+  std::size_t i = std::min(n, (32 - reinterpret_cast<std::uintptr_t>(dst) % 32) % 32);
+  std::memcpy(dst, src, i);  // up to the first 32-byte boundary of `dst`
   for (; i + 128 <= n; i += 128) {
     __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
@@ -266,8 +273,18 @@ __attribute__((target("avx2"))) void stream_copy_avx2(std::byte* dst, const std:
 }
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+constexpr std::size_t kStreamFrom = 256 * 1024;  // smaller copies may stay in cache
 
 }  // namespace
+
+void copy_bytes(void* dst, const void* src, std::size_t n) noexcept {
+  if (!kHaveAvx2 || n < kStreamFrom) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  stream_copy_avx2(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n);
+  _mm_sfence();
+}
 
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept {
@@ -285,9 +302,7 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
   if (dst.size() < stored.size())
     return Status::invalid("destination smaller than the object");
   constexpr std::size_t kSlice = 16 * 1024;  // hashed, then copied while hot
-  constexpr std::size_t kStreamFrom = 256 * 1024;
-  const bool stream = kHaveAvx2 && stored.size() >= kStreamFrom &&
-                      reinterpret_cast<std::uintptr_t>(dst.data() + kObjectHeaderBytes) % 32 == 0;
+  const bool stream = kHaveAvx2 && stored.size() >= kStreamFrom;
   const std::byte* src = stored.data() + kObjectHeaderBytes;
   std::byte* out = dst.data() + kObjectHeaderBytes;
   // Hashes payload bytes [begin, begin + n) into `state` and copies them, slice by slice.
@@ -430,7 +445,7 @@ Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<
     while (n > 0) {
       while (payload[r].size == at) ++r, at = 0;  // sizes add up: r stays in range
       std::size_t k = std::min(n, payload[r].size - at);
-      std::memcpy(payload[r].data + at, p, k);
+      copy_bytes(payload[r].data + at, p, k);
       p += k;
       n -= k;
       at += k;

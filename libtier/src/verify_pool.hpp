@@ -8,7 +8,9 @@
 // (or with all of them busy on other callers' jobs) runs everything on the caller; so does a
 // run() that finds as many callers at work as the pool has threads (many threads of a stack
 // verifying at once: each keeps its chunks in its own core's cache), or so many that callers and
-// workers together would outnumber the process's CPUs. Workers start
+// workers together would outnumber the process's CPUs. A thread that shares the host's CPUs with
+// other processes verifying at once (share(n), set by tier::VerifyCpuShare) uses at most its
+// share of the CPUs, cpus / n threads, the caller included. Workers start
 // on the first run() that can use them, spin for a short while after each job (so back-to-back
 // gets find them awake) and then sleep on a futex. They run only the chunk functions of object.cpp,
 // never user code. A child process after fork() starts its own workers on first use.
@@ -40,6 +42,10 @@ class VerifyPool {
   void for_each(std::size_t count, F& f) noexcept {
     run(count, &call<F>, &f);
   }
+
+  // The processes, this one included, whose verification shares this host's CPUs with the run()
+  // calls of this thread (1: none but this one). Thread-local.
+  static unsigned& share() noexcept;
 
   // Threads a run() may use, the caller included (>= 1).
   unsigned threads() const noexcept { return workers_wanted_.load(std::memory_order_relaxed) + 1; }

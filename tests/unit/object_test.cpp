@@ -2,7 +2,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include "support/test_util.hpp"
 
@@ -446,5 +452,64 @@ TEST_CASE("scatter_verified: version 1 images, and version 2 chunks across store
     CHECK(scatter_verified(pieces, head, dst, k).code() == Code::kChecksumMismatch);
     CHECK(head == expected_head);
     CHECK(a == std::vector<std::byte>(a.size(), std::byte{0x5A}));
+  }
+}
+
+// Verification on a thread that shares the host with other processes (the shm tier's gets) takes
+// its share of the CPUs: with as many processes as CPUs, the caller alone.
+TEST_CASE("VerifyCpuShare: a thread's verification keeps to its share of the CPUs") {
+  if (std::thread::hardware_concurrency() < 2) return;  // one CPU: the caller is alone anyway
+  const unsigned before = verify_threads();
+  set_verify_threads(2);  // the caller and one worker
+  struct Seen {
+    std::mutex mu;
+    std::set<std::thread::id> threads;
+  };
+  auto run = [] {
+    Seen seen;
+    for_each_on_verify_threads(
+        128,
+        [](void* ctx, std::size_t) noexcept {
+          auto* s = static_cast<Seen*>(ctx);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a worker joins meanwhile
+          std::lock_guard lock(s->mu);
+          s->threads.insert(std::this_thread::get_id());
+        },
+        &seen);
+    return seen.threads.size();
+  };
+  CHECK(run() == 2);  // no share: the worker takes chunks too
+  {
+    VerifyCpuShare share(256);
+    CHECK(run() == 1);
+    {
+      VerifyCpuShare inner(1);  // the innermost holds
+      CHECK(run() == 2);
+    }
+    CHECK(run() == 1);
+  }
+  CHECK(run() == 2);
+  set_verify_threads(before);
+}
+
+// The tiers' copy: every size around the streaming threshold, every alignment of either side.
+TEST_CASE("copy_bytes copies exactly the bytes asked, whatever the size and alignment") {
+  std::vector<std::byte> src(600 * 1024 + 64), dst(src.size() + 64);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 7 + (i >> 9));
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{127}, std::size_t{4096},
+                        std::size_t{256 * 1024 - 1}, std::size_t{256 * 1024},
+                        std::size_t{256 * 1024 + 129}, std::size_t{600 * 1024}}) {
+    for (std::size_t so : {0, 1, 31}) {
+      for (std::size_t d : {0, 5, 32}) {
+        CAPTURE(n);
+        CAPTURE(so);
+        CAPTURE(d);
+        std::fill(dst.begin(), dst.end(), std::byte{0xee});
+        copy_bytes(dst.data() + d, src.data() + so, n);
+        CHECK(std::equal(src.begin() + so, src.begin() + so + n, dst.begin() + d));
+        CHECK(std::all_of(dst.begin(), dst.begin() + d, [](std::byte b) { return b == std::byte{0xee}; }));
+        CHECK(std::all_of(dst.begin() + d + n, dst.end(), [](std::byte b) { return b == std::byte{0xee}; }));
+      }
+    }
   }
 }

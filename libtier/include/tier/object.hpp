@@ -107,6 +107,12 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
                      const ObjectKey& expected) noexcept;
 
+// memcpy(dst, src, n) for the tiers' copies into and out of their storage (not overlapping): from
+// 256 KiB on (with AVX2) with non-temporal stores, which skip the read-for-ownership of a cached
+// store, so many threads copying at once move a third fewer bytes over the memory bus; every
+// byte is visible to other threads when it returns.
+void copy_bytes(void* dst, const void* src, std::size_t n) noexcept;
+
 // Copies a stored image, given as pieces in image order, to a scattered destination: its payload
 // into `payload` (host regions, in order), then its header into `header` (kObjectHeaderBytes),
 // which on entry holds a header naming the layout and stage ids the caller accepts. Everything is
@@ -162,6 +168,23 @@ void scrub_object(std::span<std::byte> image) noexcept;
 // the default again); the benchmarks use it to compare thread counts.
 unsigned verify_threads() noexcept;
 void set_verify_threads(unsigned threads) noexcept;
+
+// While it lives, verification started on this thread shares the host's CPUs with `processes`
+// processes (this one included) that verify at once: it uses at most max(1, CPUs / processes)
+// threads, the caller included (CPUs: the process's affinity mask), so that N processes do not
+// each wake a pool sized for the whole host onto the same cores. The shm tier sets it to its
+// segment's clients around each get (docs/shm.md "Performance"). 0 and 1: no other process.
+// Scopes nest; the innermost holds. Threads: a per-thread setting; any thread.
+class VerifyCpuShare {
+ public:
+  explicit VerifyCpuShare(unsigned processes) noexcept;
+  ~VerifyCpuShare();
+  VerifyCpuShare(const VerifyCpuShare&) = delete;
+  VerifyCpuShare& operator=(const VerifyCpuShare&) = delete;
+
+ private:
+  unsigned outer_;
+};
 
 // Calls fn(ctx, i) once for every i in [0, count) on the verification threads (the caller
 // included) and returns when every call has returned: for codecs that check a large frame in

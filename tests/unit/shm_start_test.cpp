@@ -42,6 +42,7 @@ ShmConfig config(const std::string& segment) {
   ShmConfig cfg;
   cfg.segment = segment;
   cfg.capacity = kCapacity;
+  cfg.prefault = cpu::ShmPrefault::kOff;  // no mapping thread: ranks are forked after it
   return cfg;
 }
 
@@ -66,7 +67,8 @@ std::set<std::string> dev_shm_names() {
   while (::read(start_fd, &c, 1) > 0) {
   }
   auto b = Registry::global().create_backend(
-      "cpu", BackendContext{"cpu", kCapacity, Json{{"mode", "shm"}, {"segment", segment}}});
+      "cpu", BackendContext{"cpu", kCapacity,  // "off": no mapping thread either
+                            Json{{"mode", "shm"}, {"segment", segment}, {"prefault", "off"}}});
   if (!b) {
     std::fprintf(stderr, "rank %u: %s\n", r, b.status().to_string().c_str());
     std::_Exit(1);

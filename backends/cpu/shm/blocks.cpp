@@ -11,6 +11,9 @@
 
 namespace tier::cpu::shm {
 
+namespace {
+
+// Maps [p, p + n) of a shared mapping into this process (`p` page-aligned); see map_chunk().
 bool map_pages(std::byte* p, std::uint64_t n, bool populate_only) noexcept {
   // MADV_POPULATE_READ (Linux 5.14): the kernel maps the range in one call, up to 16 pages per
   // fault where the pages are in memory (fault-around); tmpfs maps them writable. Earlier
@@ -22,6 +25,8 @@ bool map_pages(std::byte* p, std::uint64_t n, bool populate_only) noexcept {
   for (std::uint64_t off = 0; off < n; off += page) (void)v[off];
   return true;
 }
+
+}  // namespace
 
 bool map_chunk(const Tables& t, std::uint64_t c, bool populate_only) noexcept {
   if (t.mapped[c].load(std::memory_order_relaxed) != 0) return true;

@@ -20,13 +20,11 @@
 
 namespace tier::cpu::shm {
 
-// Maps [p, p + n) of a shared mapping into this process (`p` page-aligned), keeping the bytes:
-// MADV_POPULATE_READ, or a read per page where the kernel lacks it (unless `populate_only`).
-// False only when `populate_only` and the kernel refused (before Linux 5.14, or the file was
-// truncated under the mapping).
-bool map_pages(std::byte* p, std::uint64_t n, bool populate_only = false) noexcept;
 // Maps chunk `c` (kMapChunk bytes) of `t`'s arena into this process unless t.mapped says it is
-// already, then marks it; what map_pages() returns. Any thread: a chunk mapped twice costs time.
+// already, then marks it, keeping the bytes: MADV_POPULATE_READ, or a read per page where the
+// kernel lacks it (unless `populate_only`). False only when `populate_only` and the kernel refused
+// (before Linux 5.14, or the file was truncated under the mapping). Any thread: a chunk mapped
+// twice costs time.
 bool map_chunk(const Tables& t, std::uint64_t c, bool populate_only = false) noexcept;
 
 class Blocks {

@@ -43,6 +43,7 @@ Result<std::unique_ptr<CpuMode>> ShmMode::create(const BackendContext& ctx, PinF
   cfg.prefault = prefault == "off"    ? ShmPrefault::kOff
                  : prefault == "open" ? ShmPrefault::kOpen
                                       : ShmPrefault::kBackground;
+  if (pin != nullptr) cfg.prefault = ShmPrefault::kOff;  // registering it below maps every page
   cfg.mode = static_cast<std::uint32_t>(
       std::stoul(o.value("segment_mode", std::string("0600")), nullptr, 8));  // schema: an enum
   TIER_ASSIGN_OR_RETURN(auto store, ShmStore::open(cfg));

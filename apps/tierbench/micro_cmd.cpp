@@ -407,6 +407,7 @@ TIER_CLI_COMMAND(micro,
                  "sealing each image (payload checksum, header) as part of its put, as a "
                  "TierStack save of fresh bytes does; --threads N,... runs N threads on one "
                  "TierStack of that tier (saves, then loads, of their own host objects through "
-                 "the identity codec) beside N threads' memcpy in the same run, per N: median "
-                 "and min-max ratio of --rounds rounds, and the throughput against N/2's",
+                 "the identity codec) beside N threads' memcpy in the same run, every N in each "
+                 "of --rounds rounds; per N: median and min-max ratio, and the throughput "
+                 "against N/2's in the same round",
                  tier::bench::run_micro);

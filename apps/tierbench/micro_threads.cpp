@@ -127,16 +127,19 @@ int run_micro_threads(const ThreadsOptions& o) {
   if (!o.json)
     fmt::print("TierStack of tier \"{}\" ({}), {} objects of {} per thread, identity codec; "
                "ratio = GB/s / GB/s of N threads' memcpy of the same objects in the same round, "
-               "median [min-max] of {} rounds after a warm-up round\n"
-               "{:>7}  {:>11}  {:>9}  {:>18}  {:>9}  {:>18}  {:>12}  {:>12}\n",
+               "median [min-max] of {} rounds after a warm-up round, each round running every N "
+               "in turn; vs N/2 = GB/s / GB/s of N/2 threads in the same round\n"
+               "{:>7}  {:>11}  {:>9}  {:>18}  {:>9}  {:>18}  {:>18}  {:>18}\n",
                o.tier_name, o.profile_path, per, format_size(size), o.rounds, "threads",
                "memcpy GB/s", "save GB/s", "save/memcpy", "load GB/s", "load/memcpy",
                "save vs N/2", "load vs N/2");
-  std::vector<std::pair<std::size_t, Round>> medians;  // (N, median GB/s of each phase)
-  for (std::size_t n : o.threads) {
-    std::vector<Round> rounds;
-    for (std::uint64_t r = 0; r <= o.rounds; ++r) {
-      const bool last = r == o.rounds;
+  // Every round runs every N in turn, so a drift of the shared host (another tenant's traffic)
+  // falls on N and N/2 alike: "vs N/2" is the median of the ratios of the same round.
+  std::vector<std::vector<Round>> rounds(o.threads.size());  // per N, its measured rounds
+  for (std::uint64_t r = 0; r <= o.rounds; ++r) {
+    const bool last = r == o.rounds;
+    for (std::size_t at = 0; at < o.threads.size(); ++at) {
+      const std::size_t n = o.threads[at];
       Round g;
       const double total = bytes_per_thread * static_cast<double>(n);
       g.memcpy = total / crew.run(n, [&](std::size_t th) {
@@ -171,25 +174,36 @@ int run_micro_threads(const ThreadsOptions& o) {
           if (Status st = stack.remove(key(th, i)); !st) failed(st);  // the next round starts empty
         }
       });
-      if (r > 0) rounds.push_back(g);  // round 0 warms the tier's storage and the caches
+      if (r > 0) rounds[at].push_back(g);  // round 0 warms the tier's storage and the caches
     }
-    std::vector<double> save_ratio, load_ratio, mem, sv, ld;
-    for (const Round& g : rounds) {
+  }
+  for (std::size_t at = 0; at < o.threads.size(); ++at) {
+    const std::size_t n = o.threads[at];
+    const std::vector<Round>& mine = rounds[at];
+    const std::vector<Round>* half = nullptr;  // N/2's rounds, when N/2 ran too
+    for (std::size_t h = 0; h < o.threads.size(); ++h)
+      if (o.threads[h] * 2 == n) half = &rounds[h];
+    std::vector<double> save_ratio, load_ratio, mem, sv, ld, save_half, load_half;
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      const Round& g = mine[k];
       save_ratio.push_back(g.save / g.memcpy);
       load_ratio.push_back(g.load / g.memcpy);
       mem.push_back(g.memcpy);
       sv.push_back(g.save);
       ld.push_back(g.load);
+      if (half) {
+        save_half.push_back(g.save / (*half)[k].save);
+        load_half.push_back(g.load / (*half)[k].load);
+      }
     }
     const Round med{median(mem), median(sv), median(ld)};
-    const Round* half = nullptr;
-    for (const auto& [m, h] : medians)
-      if (m * 2 == n) half = &h;
-    auto vs_half = [&](double now, double before) {
-      return half ? fmt::format("{:.2f}x", now / before) : std::string("-");
-    };
     auto [smin, smax] = std::minmax_element(save_ratio.begin(), save_ratio.end());
     auto [lmin, lmax] = std::minmax_element(load_ratio.begin(), load_ratio.end());
+    auto vs_half = [&](const std::vector<double>& v) {
+      if (!half) return std::string("-");
+      auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      return fmt::format("{:.2f} [{:.2f}-{:.2f}]", median(v), *lo, *hi);
+    };
     if (o.json) {
       fmt::print("{}\n", Json{{"tier", o.tier_name},
                               {"threads", n},
@@ -205,20 +219,19 @@ int run_micro_threads(const ThreadsOptions& o) {
                               {"load_ratio", median(load_ratio)},
                               {"load_ratio_min", *lmin},
                               {"load_ratio_max", *lmax},
-                              {"save_vs_half", half ? Json(med.save / half->save) : Json()},
-                              {"load_vs_half", half ? Json(med.load / half->load) : Json()},
+                              {"save_vs_half", half ? Json(median(save_half)) : Json()},
+                              {"load_vs_half", half ? Json(median(load_half)) : Json()},
                               {"errors", errors_seen.load()}}
                              .dump());
     } else {
-      fmt::print("{:>7}  {:>11.2f}  {:>9.2f}  {:>18}  {:>9.2f}  {:>18}  {:>12}  {:>12}\n", n,
+      fmt::print("{:>7}  {:>11.2f}  {:>9.2f}  {:>18}  {:>9.2f}  {:>18}  {:>18}  {:>18}\n", n,
                  med.memcpy, med.save,
                  fmt::format("{:.2f} [{:.2f}-{:.2f}]", median(save_ratio), *smin, *smax),
                  med.load, fmt::format("{:.2f} [{:.2f}-{:.2f}]", median(load_ratio), *lmin, *lmax),
-                 vs_half(med.save, half ? half->save : 0), vs_half(med.load, half ? half->load : 0));
+                 vs_half(save_half), vs_half(load_half));
     }
-    std::fflush(stdout);
-    medians.emplace_back(n, med);
   }
+  std::fflush(stdout);
   if (errors_seen > 0) {
     fmt::print(stderr, "{} failed saves, loads or removes; first: {}\n", errors_seen.load(),
                first_error);

@@ -1,9 +1,10 @@
 #pragma once
 // tierbench micro --threads N[,N...]: N threads on one TierStack (the profile's tier --tier alone)
 // save, then load, their own host objects of --object-size bytes through the identity codec,
-// beside N threads copying the same bytes with memcpy in the same run (the baseline). For each N:
-// one warm-up round, then --rounds measured rounds; each round's ratio to that round's memcpy,
-// reported as the median and its min-max, and each median's throughput against N/2's.
+// beside N threads copying the same bytes with memcpy in the same run (the baseline). One warm-up
+// round, then --rounds measured rounds, each running every N in turn (a drift of the host's load
+// falls on all of them alike). Per N: each round's ratio to that round's memcpy, and its
+// throughput against N/2's in the same round, reported as the median and its min-max.
 
 #include <cstdint>
 #include <string>

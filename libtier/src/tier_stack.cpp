@@ -10,6 +10,7 @@
 #include "tier/checked.hpp"
 #include "tier/log.hpp"
 #include "tier_stack_impl.hpp"
+#include "verify_pool.hpp"
 
 namespace tier {
 
@@ -964,10 +965,12 @@ std::size_t TierStack::active_leases() { return impl_->active_leases(); }
 Result<int> TierStack::locate(const ObjectKey& key) { return impl_->locate(key); }
 Status TierStack::save(std::span<const SaveItem> items, const Codec& codec,
                        std::span<Status> out) {
+  detail::VerifyPool::Transfer busy;  // a caller of the verification pool throughout
   return impl_->save(items, codec, out);
 }
 Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
                        std::span<LoadResult> out) {
+  detail::VerifyPool::Transfer busy;
   return impl_->load(items, codec, out);
 }
 Status TierStack::remove(const ObjectKey& key) { return impl_->remove(key); }

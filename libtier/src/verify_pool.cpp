@@ -151,10 +151,12 @@ void VerifyPool::run(std::size_t count, ChunkFn fn, void* ctx) noexcept {
   // core's cache before the caller copies them), or when the callers and the workers together
   // would be more threads than the process has CPUs (16 threads of a stack copying on 16 CPUs:
   // a worker woken for them would only take a CPU from a caller).
+  // The threads that need a CPU besides the workers: the callers in run(), or the threads inside
+  // a transfer (hashing or copying) if more.
+  const unsigned busy = std::max(caller.before + 1, transfers_.load(std::memory_order_relaxed));
   unsigned workers = workers_wanted_.load(std::memory_order_relaxed);
   if (const unsigned n = share(); n > 1) workers = std::min(workers, std::max(cpus_ / n, 1u) - 1);
-  if (count == 1 || workers == 0 || caller.before + 1 >= workers + 1 ||
-      caller.before + 1 + workers > cpus_) {
+  if (count == 1 || workers == 0 || caller.before + 1 >= workers + 1 || busy + workers > cpus_) {
     for (std::size_t i = 0; i < count; ++i) fn(ctx, i);
     return;
   }

@@ -8,7 +8,10 @@
 // (or with all of them busy on other callers' jobs) runs everything on the caller; so does a
 // run() that finds as many callers at work as the pool has threads (many threads of a stack
 // verifying at once: each keeps its chunks in its own core's cache), or so many that callers and
-// workers together would outnumber the process's CPUs. A thread that shares the host's CPUs with
+// workers together would outnumber the process's CPUs. For that count a thread inside a transfer
+// (a Transfer scope: a TierStack save or load) counts whether or not it hashes at the moment: 16
+// threads saving on 16 CPUs need 16 CPUs even while half of them copy, so no worker is woken to
+// take a CPU from one of them. A thread that shares the host's CPUs with
 // other processes verifying at once (share(n), set by tier::VerifyCpuShare) uses at most its
 // share of the CPUs, cpus / n threads, the caller included. Workers start
 // on the first run() that can use them, spin for a short while after each job (so back-to-back
@@ -42,6 +45,16 @@ class VerifyPool {
   void for_each(std::size_t count, F& f) noexcept {
     run(count, &call<F>, &f);
   }
+
+  // Counts the calling thread as a caller while it lives (a save or load moving objects' bytes),
+  // whether or not it is inside run() at the moment. Nests.
+  class Transfer {
+   public:
+    Transfer() noexcept { instance().transfers_.fetch_add(1, std::memory_order_relaxed); }
+    ~Transfer() { instance().transfers_.fetch_sub(1, std::memory_order_relaxed); }
+    Transfer(const Transfer&) = delete;
+    Transfer& operator=(const Transfer&) = delete;
+  };
 
   // The processes, this one included, whose verification shares this host's CPUs with the run()
   // calls of this thread (1: none but this one). Thread-local.
@@ -83,7 +96,8 @@ class VerifyPool {
   std::atomic<std::uint32_t> generation_{0};  // workers of older generations exit
   std::atomic<std::uint32_t> epoch_{0};       // bumped for each job and each stop
   std::atomic<std::uint32_t> sleepers_{0};
-  std::atomic<unsigned> callers_{0};  // run() calls in progress
+  std::atomic<unsigned> callers_{0};    // run() calls in progress
+  std::atomic<unsigned> transfers_{0};  // Transfer scopes alive
 };
 
 }  // namespace tier::detail

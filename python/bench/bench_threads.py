@@ -6,8 +6,9 @@ SIZE bytes through one Store (the profile's tiers; batches of --batch arrays per
 released during every transfer), beside N threads copying the same arrays with numpy.copyto in
 the same round (numpy releases the GIL too): the baseline. One warm-up round, then ROUNDS
 measured rounds; prints each N's median GB/s, the median ratio to the numpy copy with its
-min-max over the rounds, and each median's throughput against N/2's. The last load of every N
-is compared with the saved bytes.
+min-max over the rounds, and its throughput against N/2's in the same round (each round runs
+every N in turn, so a drift of the host's load falls on all of them alike). The last load of
+every N is compared with the saved bytes.
 
     PYTHONPATH=build/python TIER_PLUGIN_DIR=build/libtier/plugins python3 \\
         python/bench/bench_threads.py --profile profiles/cpu.json --threads 1,2,4,8,16
@@ -121,49 +122,52 @@ def main(argv=None):
         print(f"one libtier.Store ({a.profile}) shared by N Python threads, {per} arrays of "
               f"{size} bytes per thread, {a.batch} per call; ratio = GB/s / GB/s of N threads' "
               f"numpy.copyto of the same arrays in the same round, median [min-max] of "
-              f"{a.rounds} rounds after a warm-up round")
+              f"{a.rounds} rounds after a warm-up round, each round running every N in turn; "
+              f"vs N/2 = GB/s / GB/s of N/2 threads in the same round")
         print(f"{'threads':>7}  {'numpy GB/s':>10}  {'save GB/s':>9}  {'save/numpy':>18}  "
-              f"{'load GB/s':>9}  {'load/numpy':>18}  {'save vs N/2':>11}  {'load vs N/2':>11}")
-    medians = {}
+              f"{'load GB/s':>9}  {'load/numpy':>18}  {'save vs N/2':>18}  "
+              f"{'load vs N/2':>18}")
+    # Every round runs every N in turn, so a drift of the shared host falls on N and N/2 alike.
+    rounds = {n: [] for n in counts}
     with libtier.Store.open(a.profile) as store:
-        for n in counts:
-            total = n * per * size / 1e9
-            rounds = []
-            for r in range(a.rounds + 1):
-                last = r == a.rounds
+        for r in range(a.rounds + 1):
+            last = r == a.rounds
+            for n in counts:
+                total = n * per * size / 1e9
                 g = {"numpy": total / crew.run(n, copy), "save": total / crew.run(n, save)}
                 if last:
                     crew.run(n, clear)
                 g["load"] = total / crew.run(n, load)
                 crew.run(n, check_and_remove if last else remove)
                 if r > 0:
-                    rounds.append(g)
-            med = {k: statistics.median(g[k] for g in rounds) for k in ("numpy", "save", "load")}
-            ratio = {k: [g[k] / g["numpy"] for g in rounds] for k in ("save", "load")}
-            half = medians.get(n // 2) if n % 2 == 0 else None
-            medians[n] = med
-            row = {"threads": n, "object_bytes": size, "objects_per_thread": per,
-                   "numpy_gb_per_s": med["numpy"], "save_gb_per_s": med["save"],
-                   "load_gb_per_s": med["load"],
-                   **{f"{k}_ratio": statistics.median(v) for k, v in ratio.items()},
-                   **{f"{k}_ratio_min": min(v) for k, v in ratio.items()},
-                   **{f"{k}_ratio_max": max(v) for k, v in ratio.items()},
-                   "save_vs_half": med["save"] / half["save"] if half else None,
-                   "load_vs_half": med["load"] / half["load"] if half else None}
-            if a.json:
-                print(json.dumps(row), flush=True)
-                continue
+                    rounds[n].append(g)
+    for n in counts:
+        mine = rounds[n]
+        half = rounds.get(n // 2) if n % 2 == 0 else None
+        med = {k: statistics.median(g[k] for g in mine) for k in ("numpy", "save", "load")}
+        ratio = {k: [g[k] / g["numpy"] for g in mine] for k in ("save", "load")}
+        vs_half = {k: [g[k] / h[k] for g, h in zip(mine, half)] if half else None
+                   for k in ("save", "load")}
+        row = {"threads": n, "object_bytes": size, "objects_per_thread": per,
+               "numpy_gb_per_s": med["numpy"], "save_gb_per_s": med["save"],
+               "load_gb_per_s": med["load"],
+               **{f"{k}_ratio": statistics.median(v) for k, v in ratio.items()},
+               **{f"{k}_ratio_min": min(v) for k, v in ratio.items()},
+               **{f"{k}_ratio_max": max(v) for k, v in ratio.items()},
+               **{f"{k}_vs_half": statistics.median(v) if v else None
+                  for k, v in vs_half.items()}}
+        if a.json:
+            print(json.dumps(row), flush=True)
+            continue
 
-            def cell(k):
-                return (f"{statistics.median(ratio[k]):.2f} "
-                        f"[{min(ratio[k]):.2f}-{max(ratio[k]):.2f}]")
+        def cell(v):
+            if not v:
+                return "-"
+            return f"{statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]"
 
-            def vs(k):
-                return f"{med[k] / half[k]:.2f}x" if half else "-"
-
-            print(f"{n:>7}  {med['numpy']:>10.2f}  {med['save']:>9.2f}  {cell('save'):>18}  "
-                  f"{med['load']:>9.2f}  {cell('load'):>18}  {vs('save'):>11}  {vs('load'):>11}",
-                  flush=True)
+        print(f"{n:>7}  {med['numpy']:>10.2f}  {med['save']:>9.2f}  {cell(ratio['save']):>18}  "
+              f"{med['load']:>9.2f}  {cell(ratio['load']):>18}  {cell(vs_half['save']):>18}  "
+              f"{cell(vs_half['load']):>18}", flush=True)
     crew.stop()
     problems = crew.errors + bad
     if problems:

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstring>
 #include <latch>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -69,7 +71,8 @@ LoadResult load(TierStack& s, const Codec& c, const ObjectKey& k, std::span<std:
 // the test lets it go.
 class HeldCodec final : public Codec, public PayloadCheck {
  public:
-  std::latch entered{1}, go{1};
+  explicit HeldCodec(std::ptrdiff_t loads = 1) : entered(loads) {}  // `loads` to enter
+  std::latch entered, go{1};
 
   std::string_view name() const noexcept override { return "held-identity"; }
   std::uint32_t format_id() const noexcept override { return kIdentityLayoutId; }
@@ -164,6 +167,57 @@ TEST_CASE("threads: a load copying out of the cpu tier stops no other save, load
   CHECK(held_result.status.is_ok());
   CHECK(held_result.tier == 0);
   CHECK(got == first);
+}
+
+// Threads inside the stack's transfers need their CPUs whether or not they hash at the moment: with
+// as many loads under way as the process has CPUs, a verification run wakes no worker to compete
+// with them (it would, counting only the threads inside a verification run at that moment).
+TEST_CASE("threads: a stack's transfers on every CPU keep the verification workers asleep") {
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus < 2 || cpus > 64) return;  // one CPU: the caller is alone anyway
+  const unsigned before = verify_threads();
+  set_verify_threads(2);  // the caller and one worker
+  auto stack = open_stack(kCpu);
+  auto codec = identity();
+  auto threads_seen = [] {
+    struct Seen {
+      std::mutex mu;
+      std::set<std::thread::id> threads;
+    } seen;
+    for_each_on_verify_threads(
+        128,
+        [](void* ctx, std::size_t) noexcept {
+          auto* s = static_cast<Seen*>(ctx);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a worker joins meanwhile
+          std::lock_guard lock(s->mu);
+          s->threads.insert(std::this_thread::get_id());
+        },
+        &seen);
+    return seen.threads.size();
+  };
+  CHECK(threads_seen() == 2);  // nobody else at work: the worker takes chunks too
+
+  HeldCodec held(cpus);
+  std::vector<std::vector<std::byte>> src, got;
+  for (unsigned i = 0; i < cpus; ++i) {
+    src.push_back(pattern(4096, 100 + i));
+    got.emplace_back(4096);
+    REQUIRE(save(*stack, *codec, key_of(100 + i), src.back()));
+  }
+  std::vector<LoadResult> results(cpus);
+  std::vector<std::thread> loaders;
+  for (unsigned i = 0; i < cpus; ++i)
+    loaders.emplace_back([&, i] { results[i] = load(*stack, held, key_of(100 + i), got[i]); });
+  held.entered.wait();         // every CPU has a thread inside a load
+  CHECK(threads_seen() == 1);  // so this run stays on its caller
+  held.go.count_down();
+  for (auto& th : loaders) th.join();
+  for (unsigned i = 0; i < cpus; ++i) {
+    CHECK(results[i].status.is_ok());
+    CHECK(got[i] == src[i]);
+  }
+  CHECK(threads_seen() == 2);  // the loads are over: the worker is back
+  set_verify_threads(before);
 }
 
 TEST_CASE("threads: saves of one key from several threads at once store one of them whole") {

@@ -162,6 +162,14 @@ Completion CpuBackend::contains(const IoRequest& r) {
 
 Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
   std::size_t n = 0;
+  // Gets into device memory of one submit may go to the GPU together (DeviceTransfer::plug).
+  struct Plug {
+    DeviceTransfer* d;
+    ~Plug() {
+      if (d != nullptr) d->plug(false);
+    }
+  } plug{device_ != nullptr && reqs.size() > 1 ? device_ : nullptr};
+  if (plug.d != nullptr) plug.d->plug(true);
   try {
     for (const IoRequest& r : reqs) {
       std::optional<Completion> c;  // the request's work, without ready_mu_

@@ -60,6 +60,10 @@ class DeviceTransfer {
   // still copying. DeviceError: the copy failed (the payload regions hold unspecified bytes, the
   // header is untouched) and the ticket ends. An unknown ticket is InvalidArgument.
   virtual Result<bool> scatter_done(std::uint64_t ticket, bool wait) noexcept = 0;
+  // Between plug(true) and plug(false) the caller submits several scattered gets at once (one
+  // Backend::submit): they may wait to be enqueued together (fewer, larger transfers) rather than
+  // each going at once; plug(false) enqueues whatever waits. Nests not: the tier's submit calls it.
+  virtual void plug(bool on) noexcept = 0;
   // Waits for every copy still in flight (their tickets stay to be reported by scatter_done):
   // before any change that could move, free or overwrite stored bytes.
   virtual void quiesce() noexcept = 0;

@@ -23,6 +23,13 @@ constexpr std::uint64_t kBatchBytes = 16u << 20;
 // Batches whose DMA is still running, per GPU, below which a new get is enqueued at once (so the
 // copy engine always has the next DMA queued while later gets gather into the open batch).
 constexpr std::size_t kBatchesInFlight = 2;
+// Inside a submit of several gets (plug()), the open batch goes once it holds this much payload
+// (and at the submit's end): the host checks and enqueues a batch of 4 MiB in less time than its
+// DMA takes, so the copy engine stays busy while the next one gathers. Measured on the H200 with
+// 1 MiB objects (16 and 64 per submit): 1 MiB 0.49-0.64x of the bulk copy, 2 MiB 0.82-0.89x,
+// 4 MiB 0.83-0.92x, 8 MiB 0.81-0.93x, 16 MiB 0.77-0.93x; sending a batch early whenever the
+// copy engine was idle made them vary (0.50-0.91x at 4 MiB).
+constexpr std::uint64_t kPluggedBatchBytes = 4u << 20;
 constexpr std::uint64_t kAlign = 256;
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
@@ -231,9 +238,13 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
 std::size_t PinnedTransfer::in_flight(int device) noexcept {
   std::size_t n = 0;
   for (auto& b : batches_) {
-    if (!b->flushed || b->device != device || b->landed.handle() == nullptr) continue;
+    if (!b->flushed || b->landed_seen || b->device != device || b->landed.handle() == nullptr)
+      continue;
     auto landed = b->landed.done();
-    if (!landed || !*landed) ++n;
+    if (landed && *landed)
+      b->landed_seen = true;
+    else
+      ++n;
   }
   return n;
 }
@@ -546,9 +557,12 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
         tickets_.push_back(std::move(t));
         ++next_ticket_;
         // While the GPU has little to do, the batch goes now; otherwise it grows until a batch in
-        // flight finishes or the caller waits.
+        // flight finishes or the caller waits. Inside a submit of several gets, it grows to
+        // kPluggedBatchBytes.
         const std::uint64_t id = tickets_.back().id;
-        if (in_flight(dev) < kBatchesInFlight) flush().ignore();  // the ticket reports a failure
+        const bool go = plugged_ ? open->payload_bytes >= kPluggedBatchBytes
+                                 : in_flight(dev) < kBatchesInFlight;
+        if (go) flush().ignore();  // the ticket reports a failure
         return id;
       }
     }
@@ -646,6 +660,11 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
   end(it, completed);
   if (!st) return st;
   return true;
+}
+
+void PinnedTransfer::plug(bool on) noexcept {
+  plugged_ = on;
+  if (!on) flush().ignore();  // its failure is its tickets'
 }
 
 void PinnedTransfer::quiesce() noexcept {

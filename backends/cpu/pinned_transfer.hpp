@@ -19,7 +19,9 @@
 // 16 MiB of payload) is enqueued as one DMA per run of adjacent stored images into one range of
 // the staging ring, one verification launch and one gated copy launch: at once while fewer than
 // two batches' DMAs are running on the GPU, otherwise when one of them has landed, the batch is
-// full, or a caller waits.
+// full, or a caller waits. Inside a submit of several gets (plug()), a batch goes when it holds
+// kPluggedBatchBytes (4 MiB) or the submit ends: enqueueing a batch costs the host more than one
+// 1 MiB object's DMA takes, so batches of one object each would starve the bus.
 //
 // Errors: NotSupported (no GPU), InvalidArgument, DeviceError; nothing throws or exits.
 // Threads: the tier's owner thread only.
@@ -55,6 +57,7 @@ class PinnedTransfer final : public DeviceTransfer {
                                           const ObjectKey& key, std::size_t skip,
                                           const PayloadCheck* check) noexcept override;
   Result<bool> scatter_done(std::uint64_t ticket, bool wait) noexcept override;
+  void plug(bool on) noexcept override;
   void quiesce() noexcept override;
 
  private:
@@ -82,6 +85,7 @@ class PinnedTransfer final : public DeviceTransfer {
     std::vector<Item> items;  // until flushed
     std::uint64_t payload_bytes = 0;
     bool flushed = false;
+    bool landed_seen = false;  // `landed` was found complete (no need to ask again)
     gpu::Event landed, done;
     std::size_t open = 0;  // its tickets not yet ended
   };
@@ -132,6 +136,7 @@ class PinnedTransfer final : public DeviceTransfer {
   std::vector<bool> verdict_used_;
   std::uint64_t next_ticket_ = 1;
   std::uint64_t next_batch_ = 1;
+  bool plugged_ = false;  // inside a submit of several gets (plug())
 };
 
 }  // namespace tier::cpu

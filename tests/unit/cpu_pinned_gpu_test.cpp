@@ -519,6 +519,22 @@ TEST_CASE("pinned heap tier: small scattered gets in one submit move in batches,
   get_all_one_rotten(*be, 1200, images, kRotten);
 }
 
+TEST_CASE("pinned heap tier: 1 MiB scattered gets of one submit, gathered into 4 MiB batches") {
+  // 21 payloads of 1 MiB in one submit (windows of 16 requests): inside the submit the open batch
+  // goes only once it holds 4 MiB, and what is left at the window's end goes then. The rotten
+  // one, in the middle of the third batch, fails alone and writes nothing.
+  auto be = open_tier(32u << 20);
+  constexpr std::uint64_t kCount = 21, kRotten = 9;
+  std::vector<std::vector<std::byte>> images;
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    images.push_back(make_image(key_of(1300 + i), 1u << 20, 90 + i));
+    auto stored = images.back();
+    if (i == kRotten) stored[kObjectHeaderBytes + 500'000] ^= std::byte{0x10};
+    REQUIRE(run(*be, Op::kPut, key_of(1300 + i), host_region(stored)).status);
+  }
+  get_all_one_rotten(*be, 1300, images, kRotten);
+}
+
 TEST_CASE("pinned heap tier: scattered gets the GPU does not verify (version 1, larger than the "
           "ring) are checked on the host") {
   auto be = open_tier(200u << 20);

@@ -16,6 +16,7 @@ namespace tier {
 
 using detail::kConcurrentSlice;
 using detail::kGatedSlice;
+using detail::kScatterBatch;
 using detail::Image;
 using detail::ImageBuffer;
 using Clock = std::chrono::steady_clock;
@@ -164,6 +165,15 @@ Result<std::uint64_t> TierStack::Impl::submit_one(int t, Op op, const ObjectKey&
                                                   Pending p, RegionList tail, std::size_t skip,
                                                   const PayloadCheck* check,
                                                   const ObjectHeader* expect) {
+  const std::uint64_t id = enter_pending(t, op, std::move(p), expect, buf);
+  const IoRequest req{op, key, buf, id, tail, skip, check};
+  Status why;
+  if (submit_requests(t, std::span(&req, 1), &why) == 0) return why;
+  return id;
+}
+
+std::uint64_t TierStack::Impl::enter_pending(int t, Op op, Pending p, const ObjectHeader* expect,
+                                             Region& buf) {
   p.tier = t;
   p.op = op;
   p.submitted = Clock::now();
@@ -172,27 +182,35 @@ Result<std::uint64_t> TierStack::Impl::submit_one(int t, Op op, const ObjectKey&
   {
     std::lock_guard lock(mu_);
     id = next_id_++;
-    entry = &pending_.emplace(id, std::move(p)).first->second;
+    entry = &pending_.emplace(id, std::move(p)).first->second;  // a node: stays put
   }
   if (expect != nullptr) {
     write_object_header(entry->header, *expect);
     buf = host_region(std::span<std::byte>(entry->header));
   }
-  IoRequest req{op, key, buf, id, tail, skip, check};
+  return id;
+}
+
+std::size_t TierStack::Impl::submit_requests(int t, std::span<const IoRequest> reqs, Status* why) {
+  std::size_t taken = 0;
   const auto deadline = Clock::now() + op_timeout_;
-  for (;;) {
-    auto r = call(t, [&](Backend& b) { return b.submit(std::span(&req, 1)); });
-    if (r && *r == 1) break;
+  while (taken < reqs.size()) {
+    auto r = call(t, [&](Backend& b) { return b.submit(reqs.subspan(taken)); });
+    if (r && *r > 0) {
+      taken += *r;
+      continue;
+    }
     if (!r || Clock::now() > deadline) {
+      if (why != nullptr) *why = r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
       std::lock_guard lock(mu_);
-      pending_.erase(id);
-      return r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
+      for (std::size_t k = taken; k < reqs.size(); ++k) pending_.erase(reqs[k].user_data);
+      break;
     }
     std::unique_lock lock(mu_);  // queue full: make room
     wait_once(t, kGatedSlice, lock);
   }
   drain_evictions();
-  return id;
+  return taken;
 }
 
 bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::microseconds wait) {
@@ -682,6 +700,18 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       return *form;
     };
     std::fill(ids.begin(), ids.end(), 0);
+    // Scattered gets go to the tier together, up to kScatterBatch per submit (a pinned tier then
+    // moves them in large transfers instead of one by one); the others one at a time.
+    std::vector<IoRequest> scattered;
+    std::vector<std::size_t> scattered_items;
+    auto submit_scattered = [&] {
+      if (scattered.empty()) return;
+      const std::size_t taken = submit_requests(tier, scattered);
+      for (std::size_t k = taken; k < scattered.size(); ++k) ids[scattered_items[k]] = 0;
+      scattered.clear();
+      scattered_items.clear();
+      reap(tier, 0, {});
+    };
     // Gets are served in item order as they finish: a tier that completes inside submit (the
     // cpu tier) has its image decoded while still in cache and the buffer reused by the next get.
     std::size_t served = 0;
@@ -691,11 +721,17 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       if (form) {
         // The header of what this load accepts; the tier overwrites it with the stored one.
         const ObjectHeader expect{codec.format_id(), 0, items[i].key, raw_size[i], 0};
-        ids[i] = submit_one(tier, Op::kGet, items[i].key, Region{}, Pending{}, items[i].dst,
-                            form->framing, form->check, &expect)
-                     .value_or(0);
-        reap(tier, 0, {});
-      } else if (unserved[i]) {
+        Region header;
+        ids[i] = enter_pending(tier, Op::kGet, Pending{}, &expect, header);
+        scattered.push_back(
+            IoRequest{Op::kGet, items[i].key, header, ids[i], items[i].dst, form->framing,
+                      form->check});
+        scattered_items.push_back(i);
+        if (scattered.size() == kScatterBatch) submit_scattered();
+        continue;
+      }
+      submit_scattered();  // first, so that tiers see the gets in item order
+      if (unserved[i]) {
         bufs[i] = pool_.acquire(max_image_bytes(tier, raw_size[i]));
         Pending p;
         p.image = bufs[i];
@@ -707,6 +743,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
         serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
                   unserved[served], start);
     }
+    submit_scattered();
     wait_for(std::span(ids).subspan(served));
     for (; served < items.size(); ++served)
       serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],

@@ -28,6 +28,8 @@ namespace detail {
 // enter it gets in after at most this).
 constexpr auto kConcurrentSlice = std::chrono::microseconds(10'000);
 constexpr auto kGatedSlice = std::chrono::microseconds(1'000);
+// Scattered gets of one load submitted to a tier together, at most.
+constexpr std::size_t kScatterBatch = 64;
 
 // Serialises the calls into a backend that is not concurrent. A thread that waits for the
 // backend's completions enters for one poll at a time and, when another thread waits to enter,
@@ -218,6 +220,14 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
                                    RegionList tail = {}, std::size_t skip = 0,
                                    const PayloadCheck* check = nullptr,
                                    const ObjectHeader* expect = nullptr);
+  // The parts of submit_one, for requests submitted together: enter_pending() registers `p` for
+  // tier `t` and returns its id (with `expect`, `buf` becomes the entry's own header holding
+  // `*expect`); submit_requests() submits `reqs` (user_data: ids from enter_pending) to tier `t`
+  // in as few Backend::submit calls as it takes them, and returns how many it submitted, the
+  // first ones; the rest leave pending_ and `why` (if given) says why (TimedOut: the queue
+  // stayed full).
+  std::uint64_t enter_pending(int t, Op op, Pending p, const ObjectHeader* expect, Region& buf);
+  std::size_t submit_requests(int t, std::span<const IoRequest> reqs, Status* why = nullptr);
   // Polls tier `t` (waiting up to `wait` for `min` completions), routes what it reaped, then
   // advances the demotions that queued up.
   void reap(int t, std::size_t min, std::chrono::microseconds wait);

@@ -36,6 +36,9 @@ struct FaultControl {
   std::function<void(const ObjectKey&, std::vector<std::byte>&)> mutate_put;
   // Called with every request the tier takes, in submission order.
   std::function<void(Op, const ObjectKey&)> observe;
+  // Called with the number of requests of each call into the tier's submit (at most the base
+  // class's window of 16).
+  std::function<void(std::size_t)> observe_submit;
   // Requests seen, per op: counted by every rank's thread (engine tests run ranks as threads).
   std::array<std::atomic<std::uint64_t>, kOpCount> ops{};
   void reset() {
@@ -43,6 +46,7 @@ struct FaultControl {
     fail_put = fail_get = drop_put = hide = hold_put = nullptr;
     mutate_put = nullptr;
     observe = nullptr;
+    observe_submit = nullptr;
     for (auto& n : ops) n = 0;
   }
   std::uint64_t count(Op op) const { return ops[static_cast<std::size_t>(op)].load(); }
@@ -74,6 +78,7 @@ class FaultInjectingBackend final : public Backend {
  protected:
   Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override {
     FaultControl& fc = fault_control();
+    if (fc.observe_submit) fc.observe_submit(reqs.size());
     std::size_t n = 0;
     auto taken = [&](const IoRequest& r) {
       ++fc.ops[static_cast<std::size_t>(r.op)];

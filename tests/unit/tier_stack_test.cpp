@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "support/fault_backend.hpp"
 #include "support/test_util.hpp"
 #include "tier/object.hpp"
 #include "tier/profile.hpp"
@@ -406,6 +407,47 @@ TEST_CASE("a load from a scatter tier fills several regions, and a miss or misma
   Json j = h.stack->metrics_json();
   CHECK(j["stack"]["loaded_bytes"] == kPayload);
   CHECK(j["tiers"]["cpu"]["checksum_failures"] == 0);
+}
+
+// The scattered gets of one load reach the tier together (a pinned tier moves them in large
+// transfers), still in item order, and a miss among them fails alone.
+TEST_CASE("a load's scattered gets reach the tier in submits of many, in item order") {
+  tier::test::register_faulty_backend();
+  tier::test::FaultControl& fc = tier::test::fault_control();
+  fc.reset();
+  Harness h(R"({"tiers":[{"name":"f","capacity":"1MiB","backend":"faulty"}]})");
+  REQUIRE(h.stack->tier(0).capabilities().scatter_gets);
+  constexpr std::uint64_t kCount = 40, kMissing = 17;
+  for (std::uint64_t i = 0; i < kCount; ++i)
+    if (i != kMissing) REQUIRE(h.save(key_of(2000 + i), i).is_ok());
+  std::vector<std::vector<std::byte>> got(kCount, std::vector<std::byte>(kPayload, std::byte{0xEE}));
+  std::vector<Region> dst;
+  std::vector<LoadItem> items;
+  for (std::uint64_t i = 0; i < kCount; ++i) dst.push_back(host_region(got[i]));
+  for (std::uint64_t i = 0; i < kCount; ++i)
+    items.push_back(LoadItem{key_of(2000 + i), RegionList(&dst[i], 1)});
+  std::vector<std::size_t> submits;
+  std::vector<ObjectKey> order;
+  fc.observe_submit = [&](std::size_t n) { submits.push_back(n); };
+  fc.observe = [&](Op op, const ObjectKey& k) {
+    if (op == Op::kGet) order.push_back(k);
+  };
+  std::vector<LoadResult> out(kCount);
+  REQUIRE(h.stack->load(items, *h.codec, out).is_ok());
+  fc.reset();
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    CAPTURE(i);
+    CHECK(order.at(i) == key_of(2000 + i));
+    if (i == kMissing) {
+      CHECK(out[i].status.code() == Code::kNotFound);
+      CHECK(got[i] == std::vector<std::byte>(kPayload, std::byte{0xEE}));
+    } else {
+      CHECK(out[i].status.is_ok());
+      CHECK(got[i] == Harness::data_of(i));
+    }
+  }
+  // Windows of 16 (Backend::submit's): 16 + 16 + 8, not 40 submits of one.
+  CHECK(submits == std::vector<std::size_t>{16, 16, 8});
 }
 
 TEST_CASE("clear removes a namespace's objects from every tier, every rank's, and nothing else") {

@@ -6,9 +6,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "tier/backend.hpp"
@@ -21,6 +24,25 @@ namespace tier::test {
 
 // Meson's exit code for a skipped test.
 inline constexpr int kSkip = 77;
+
+// How many threads a verification run of 128 chunks used (tier::for_each_on_verify_threads): the
+// caller alone (1), or the caller and workers. Each chunk takes 1 ms, so a free worker joins.
+inline std::size_t verify_threads_seen() {
+  struct Seen {
+    std::mutex mu;
+    std::set<std::thread::id> threads;
+  } seen;
+  for_each_on_verify_threads(
+      128,
+      [](void* ctx, std::size_t) noexcept {
+        auto* s = static_cast<Seen*>(ctx);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::lock_guard lock(s->mu);
+        s->threads.insert(std::this_thread::get_id());
+      },
+      &seen);
+  return seen.threads.size();
+}
 
 // `n` bytes from a fixed generator seeded with `seed` (inputs for hash and CRC checks).
 inline std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {

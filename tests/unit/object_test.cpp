@@ -461,23 +461,7 @@ TEST_CASE("VerifyCpuShare: a thread's verification keeps to its share of the CPU
   if (std::thread::hardware_concurrency() < 2) return;  // one CPU: the caller is alone anyway
   const unsigned before = verify_threads();
   set_verify_threads(2);  // the caller and one worker
-  struct Seen {
-    std::mutex mu;
-    std::set<std::thread::id> threads;
-  };
-  auto run = [] {
-    Seen seen;
-    for_each_on_verify_threads(
-        128,
-        [](void* ctx, std::size_t) noexcept {
-          auto* s = static_cast<Seen*>(ctx);
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a worker joins meanwhile
-          std::lock_guard lock(s->mu);
-          s->threads.insert(std::this_thread::get_id());
-        },
-        &seen);
-    return seen.threads.size();
-  };
+  auto run = tier::test::verify_threads_seen;
   CHECK(run() == 2);  // no share: the worker takes chunks too
   {
     VerifyCpuShare share(256);

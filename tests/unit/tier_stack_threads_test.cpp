@@ -10,8 +10,6 @@
 #include <atomic>
 #include <cstring>
 #include <latch>
-#include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -179,22 +177,7 @@ TEST_CASE("threads: a stack's transfers on every CPU keep the verification worke
   set_verify_threads(2);  // the caller and one worker
   auto stack = open_stack(kCpu);
   auto codec = identity();
-  auto threads_seen = [] {
-    struct Seen {
-      std::mutex mu;
-      std::set<std::thread::id> threads;
-    } seen;
-    for_each_on_verify_threads(
-        128,
-        [](void* ctx, std::size_t) noexcept {
-          auto* s = static_cast<Seen*>(ctx);
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a worker joins meanwhile
-          std::lock_guard lock(s->mu);
-          s->threads.insert(std::this_thread::get_id());
-        },
-        &seen);
-    return seen.threads.size();
-  };
+  auto threads_seen = tier::test::verify_threads_seen;
   CHECK(threads_seen() == 2);  // nobody else at work: the worker takes chunks too
 
   HeldCodec held(cpus);

@@ -704,6 +704,8 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     // moves them in large transfers instead of one by one); the others one at a time.
     std::vector<IoRequest> scattered;
     std::vector<std::size_t> scattered_items;
+    scattered.reserve(std::min(items.size(), kScatterBatch));  // no allocation once one is pending
+    scattered_items.reserve(scattered.capacity());
     auto submit_scattered = [&] {
       if (scattered.empty()) return;
       const std::size_t taken = submit_requests(tier, scattered);

@@ -6,6 +6,7 @@
 // never let the test thread in (the test would hang, then fail on its Meson timeout). Meson suite
 // `threads`: also run under ThreadSanitizer.
 #include <doctest/doctest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cstring>
@@ -171,8 +172,10 @@ TEST_CASE("threads: a load copying out of the cpu tier stops no other save, load
 // as many loads under way as the process has CPUs, a verification run wakes no worker to compete
 // with them (it would, counting only the threads inside a verification run at that moment).
 TEST_CASE("threads: a stack's transfers on every CPU keep the verification workers asleep") {
-  const unsigned cpus = std::thread::hardware_concurrency();
-  if (cpus < 2 || cpus > 64) return;  // one CPU: the caller is alone anyway
+  cpu_set_t affinity;  // the CPUs the pool counts: this process's
+  REQUIRE(::sched_getaffinity(0, sizeof affinity, &affinity) == 0);
+  const auto cpus = static_cast<unsigned>(CPU_COUNT(&affinity));
+  if (cpus < 2 || cpus > 64) return;  // one CPU: the caller is alone anyway; > 64: too many threads
   const unsigned before = verify_threads();
   set_verify_threads(2);  // the caller and one worker
   auto stack = open_stack(kCpu);

@@ -199,8 +199,8 @@ int run_micro_threads(const ThreadsOptions& o) {
     const Round med{median(mem), median(sv), median(ld)};
     auto [smin, smax] = std::minmax_element(save_ratio.begin(), save_ratio.end());
     auto [lmin, lmax] = std::minmax_element(load_ratio.begin(), load_ratio.end());
-    auto vs_half = [&](const std::vector<double>& v) {
-      if (!half) return std::string("-");
+    auto spread = [](const std::vector<double>& v) {  // "median [min-max]", or "-" when none
+      if (v.empty()) return std::string("-");
       auto [lo, hi] = std::minmax_element(v.begin(), v.end());
       return fmt::format("{:.2f} [{:.2f}-{:.2f}]", median(v), *lo, *hi);
     };
@@ -225,10 +225,8 @@ int run_micro_threads(const ThreadsOptions& o) {
                              .dump());
     } else {
       fmt::print("{:>7}  {:>11.2f}  {:>9.2f}  {:>18}  {:>9.2f}  {:>18}  {:>18}  {:>18}\n", n,
-                 med.memcpy, med.save,
-                 fmt::format("{:.2f} [{:.2f}-{:.2f}]", median(save_ratio), *smin, *smax),
-                 med.load, fmt::format("{:.2f} [{:.2f}-{:.2f}]", median(load_ratio), *lmin, *lmax),
-                 vs_half(save_half), vs_half(load_half));
+                 med.memcpy, med.save, spread(save_ratio), med.load, spread(load_ratio),
+                 spread(save_half), spread(load_half));
     }
   }
   std::fflush(stdout);

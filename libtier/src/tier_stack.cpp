@@ -677,6 +677,13 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   bool above_writable = false;  // a faster writable tier that a hit would be promoted into
   std::vector<std::uint64_t> ids(items.size());
   std::vector<Image> bufs(items.size());
+  // Scattered gets go to a tier together, up to kScatterBatch per submit (a pinned tier then
+  // moves them in large transfers instead of one by one): the requests not yet submitted and
+  // their items. Reserved before any entry is pending: no allocation in between.
+  std::vector<IoRequest> scattered;
+  std::vector<std::size_t> scattered_items;
+  scattered.reserve(std::min(items.size(), kScatterBatch));
+  scattered_items.reserve(scattered.capacity());
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (t > 0 && tiers_[t - 1]->spec.write) above_writable = true;
     if (!tiers_[t]->spec.read) continue;
@@ -700,12 +707,6 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       return *form;
     };
     std::fill(ids.begin(), ids.end(), 0);
-    // Scattered gets go to the tier together, up to kScatterBatch per submit (a pinned tier then
-    // moves them in large transfers instead of one by one); the others one at a time.
-    std::vector<IoRequest> scattered;
-    std::vector<std::size_t> scattered_items;
-    scattered.reserve(std::min(items.size(), kScatterBatch));  // no allocation once one is pending
-    scattered_items.reserve(scattered.capacity());
     auto submit_scattered = [&] {
       if (scattered.empty()) return;
       const std::size_t taken = submit_requests(tier, scattered);
@@ -732,8 +733,8 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
         if (scattered.size() == kScatterBatch) submit_scattered();
         continue;
       }
-      submit_scattered();  // first, so that tiers see the gets in item order
       if (unserved[i]) {
+        submit_scattered();  // first, so that the tier sees the gets in item order
         bufs[i] = pool_.acquire(max_image_bytes(tier, raw_size[i]));
         Pending p;
         p.image = bufs[i];

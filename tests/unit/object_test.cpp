@@ -3,10 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,17 @@ int device_count() noexcept;
 // pointer), or no GPU. Lets an edge that takes device pointers from a caller refuse one that
 // is not device memory before any kernel or copy touches it.
 int device_of(const void* p) noexcept;
+// The allocation device memory at `p` lies in: its GPU (device_of(p)) and the range [base,
+// base + size) the driver knows as one allocation, which holds `p`; size 0 when the driver
+// cannot say. nullopt where device_of(p) is -1. An edge that checks many regions of a few
+// allocations (a tensor's rows and heads) looks each allocation up once, and checks that every
+// byte of a region is device memory, not only its first.
+struct DeviceAllocation {
+  int device = -1;
+  const std::byte* base = nullptr;
+  std::size_t size = 0;
+};
+std::optional<DeviceAllocation> device_allocation_of(const void* p) noexcept;
 
 struct DeviceInfo {
   int ordinal = 0;

@@ -27,6 +27,24 @@ int device_of(const void* p) noexcept {
   return rt::device_of_pointer(p);
 }
 
+std::optional<DeviceAllocation> device_allocation_of(const void* p) noexcept {
+  const int device = device_of(p);
+  if (device < 0) return std::nullopt;
+  DeviceAllocation a;
+  a.device = device;
+  DeviceGuard guard(device);  // the driver's query needs the device's context current
+  void* base = nullptr;
+  std::size_t size = 0;
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  if (guard.status() && rt::address_range(p, &base, &size) &&
+      reinterpret_cast<std::uintptr_t>(base) <= at &&
+      at - reinterpret_cast<std::uintptr_t>(base) < size) {
+    a.base = static_cast<const std::byte*>(base);
+    a.size = size;
+  }
+  return a;
+}
+
 Result<DeviceInfo> device_info(int device) noexcept {
   if (device < 0 || device >= device_count())
     return Status::invalid("no GPU with ordinal " + std::to_string(device));

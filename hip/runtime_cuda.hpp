@@ -63,6 +63,31 @@ inline int device_of_pointer(const void* p) {
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
 }
+// The allocation [*base, *base + *size) holding device pointer `p`: the driver's
+// cuMemGetAddressRange, reached through the runtime (no link to the driver library). False when
+// the driver cannot say. Needs `p`'s device current.
+inline bool address_range(const void* p, void** base, size_t* size) {
+  using Fn = int (*)(unsigned long long*, size_t*, unsigned long long);  // CUresult, CUdeviceptr
+  static const Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuMemGetAddressRange", &f, cudaEnableDefault, &found);
+#endif
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return Fn{nullptr};
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  unsigned long long b = 0;
+  if (fn == nullptr || fn(&b, size, reinterpret_cast<unsigned long long>(p)) != 0) return false;
+  *base = reinterpret_cast<void*>(b);
+  return true;
+}
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
 }

@@ -57,6 +57,17 @@ inline int device_of_pointer(const void* p) {
   }
   return attr.memoryType == hipMemoryTypeDevice || attr.isManaged ? attr.device : -1;
 }
+// The allocation [*base, *base + *size) holding device pointer `p` (hipMemGetAddressRange).
+// False when the runtime cannot say. Needs `p`'s device current.
+inline bool address_range(const void* p, void** base, size_t* size) {
+  hipDeviceptr_t b = nullptr;
+  if (hipMemGetAddressRange(&b, size, const_cast<void*>(p)) != hipSuccess) {
+    (void)hipGetLastError();
+    return false;
+  }
+  *base = b;
+  return true;
+}
 inline Error memcpy_async(void* dst, const void* src, size_t n, StreamHandle s) {
   return hipMemcpyAsync(dst, src, n, hipMemcpyDefault, s);
 }

@@ -160,10 +160,11 @@ struct GpuExecutorsDeleter {
 using GpuExecutorsPtr = std::unique_ptr<GpuExecutors, GpuExecutorsDeleter>;
 GpuExecutorsPtr make_gpu_executors();
 Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept;
-// Region `index` of a list claims device memory of GPU `device` at `p`: InvalidArgument unless the
-// GPU runtime knows `p` as memory of that device (a caller's pointer is never trusted, a stray
-// one would fault the GPU context); NotSupported without the GPU floor.
-Status check_device_memory(const void* p, int device, std::size_t index) noexcept;
+// A list of regions claims device memory of GPU `device`: InvalidArgument (naming the region)
+// unless the GPU runtime knows every byte of each as memory of that device (a caller's pointer
+// or size is never trusted, a stray one would fault the GPU context); NotSupported without the
+// GPU floor. Each allocation the regions lie in is looked up once.
+Status check_device_memory(RegionList regions, int device) noexcept;
 
 // Moves the bytes of a region list to and from a stored payload: the payload is the regions'
 // bytes concatenated (layout id kIdentityLayoutId, so host and device copies of one object are

@@ -26,8 +26,8 @@ Result<std::int32_t> RegionCodec::check(RegionList regions) noexcept {
         return Status::invalid("region " + std::to_string(i) +
                                ": a list mixes host memory and devices");
       if (!r.data && r.size) return Status::invalid("region " + std::to_string(i) + " is NULL");
-      if (device) TIER_RETURN_IF_ERROR(check_device_memory(r.data, ordinal, i));
     }
+    if (device) TIER_RETURN_IF_ERROR(check_device_memory(regions, ordinal));
     return ordinal;
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "out of memory");

@@ -2,6 +2,8 @@
 // on that GPU's CopyContext (the streams, events and staging the process's other users of the
 // GPU share: a DSV4 layout's device memory, a pinned cpu tier), and page-locking of registered
 // host memory.
+#include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 
@@ -62,17 +64,43 @@ Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept {
   }
 }
 
-Status check_device_memory(const void* p, int device, std::size_t index) noexcept {
-  const int owner = gpu::device_of(p);
-  if (owner == device) return Status::ok();
-  try {
-    return Status::invalid(
-        "region " + std::to_string(index) + " claims memory of GPU " + std::to_string(device) +
-        (owner < 0 ? ", but the GPU runtime does not know it as device memory"
-                   : ", but it is memory of GPU " + std::to_string(owner)));
-  } catch (const std::bad_alloc&) {
-    return Status(Code::kNoSpace, "out of memory");
+Status check_device_memory(RegionList regions, int device) noexcept {
+  // The allocations met so far in this list (a tensor's rows and heads share one): a region
+  // inside one of them needs no lookup. The caller keeps its memory while the call lasts.
+  std::array<gpu::DeviceAllocation, 4> seen;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    const std::byte* at = regions[i].data;
+    const std::byte* const end = at + std::max<std::size_t>(regions[i].size, 1);
+    while (at < end) {  // every byte: a region may span allocations, never leave device memory
+      auto known = std::find_if(seen.begin(), seen.begin() + std::min(next, seen.size()),
+                                [&](const gpu::DeviceAllocation& a) {
+                                  return a.base <= at && at < a.base + a.size;
+                                });
+      if (known == seen.begin() + std::min(next, seen.size())) {
+        const auto found = gpu::device_allocation_of(at);
+        if (!found || found->device != device) {
+          try {
+            return Status::invalid(
+                "region " + std::to_string(i) + " claims memory of GPU " + std::to_string(device) +
+                (at != regions[i].data ? " for " + std::to_string(regions[i].size) +
+                                             " bytes, but its byte " +
+                                             std::to_string(at - regions[i].data)
+                                       : std::string()) +
+                (!found ? ", but the GPU runtime does not know it as device memory"
+                        : ", but it is memory of GPU " + std::to_string(found->device)));
+          } catch (const std::bad_alloc&) {
+            return Status(Code::kNoSpace, "out of memory");
+          }
+        }
+        if (found->size == 0) break;  // the driver cannot say where it ends: its first byte
+        known = seen.begin() + next++ % seen.size();
+        *known = *found;
+      }
+      at = known->base + known->size;
+    }
   }
+  return Status::ok();
 }
 
 namespace {

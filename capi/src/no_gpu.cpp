@@ -12,7 +12,7 @@ Result<CopyExecutor*> gpu_executor(GpuExecutors&, int) noexcept {
   return Status(Code::kNotSupported, "device memory: this libtier was built without a GPU");
 }
 
-Status check_device_memory(const void*, int, std::size_t) noexcept {
+Status check_device_memory(RegionList, int) noexcept {
   return Status(Code::kNotSupported, "device memory: this libtier was built without a GPU");
 }
 

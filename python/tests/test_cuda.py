@@ -28,3 +28,26 @@ def test_cuda_tensors_round_trip_in_place():
             assert torch.equal(a, b)
         assert [t.data_ptr() for t in dst] == ptrs  # written in place
         assert store.lookup_prefix(keys) == len(keys)
+
+
+
+def test_an_object_of_many_regions_of_two_tensors_round_trips():
+    """An object made of a region per head of a K and a V tensor, as an engine names its KV
+    (the C API looks each tensor's allocation up once per object, then checks every region
+    against it): saved and loaded exactly, in place."""
+    heads, run, n = 8, 64 << 10, 4
+    with libtier.Store.open(json.dumps(PROFILE), namespace={"model": "cuda-heads"}) as store:
+        keys = [libtier.external_key(f"heads-{i}") for i in range(n)]
+
+        def regions(k, v, i):
+            return [libtier.Region(t.data_ptr() + (h * n + i) * run, run,
+                                   libtier.MemoryKind.DEVICE, 0)
+                    for t in (k, v) for h in range(heads)]
+
+        k, v = (torch.randint(0, 255, (heads * n * run,), dtype=torch.uint8, device="cuda")
+                for _ in range(2))
+        assert store.save(keys, [regions(k, v, i) for i in range(n)]) == [libtier.Code.OK] * n
+        k2, v2 = torch.zeros_like(k), torch.zeros_like(v)
+        assert store.load(keys, [regions(k2, v2, i) for i in range(n)]) == [libtier.Code.OK] * n
+        torch.cuda.synchronize()
+        assert torch.equal(k, k2) and torch.equal(v, v2)

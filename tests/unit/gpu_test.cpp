@@ -377,6 +377,22 @@ TEST_CASE("registered host memory is reached zero-copy; the pinned pool leases a
   CHECK((*pool)->available() == (*pool)->count());
 }
 
+TEST_CASE("device_allocation_of: the GPU and the allocation that holds a device pointer") {
+  auto buf = DeviceBuffer::allocate(0, 3u << 20);
+  REQUIRE(buf);
+  for (std::size_t off : {std::size_t{0}, std::size_t{12345}, (std::size_t{3} << 20) - 1}) {
+    auto a = device_allocation_of(buf->data() + off);
+    REQUIRE(a.has_value());
+    CHECK(a->device == 0);
+    // The driver knows the allocation: it starts at the buffer and holds all of it.
+    CHECK(a->base == buf->data());
+    CHECK(a->size >= buf->size());
+  }
+  std::vector<std::byte> host(4096);
+  CHECK_FALSE(device_allocation_of(host.data()).has_value());
+  CHECK_FALSE(device_allocation_of(nullptr).has_value());
+}
+
 TEST_CASE("SlotStager: snapshot and restore through bounded rows, bit-exact (V4-Pro fp8)") {
   Executors ex;
   const Layout l = preset_layout("v4-pro-fp8", 2, 3, true);

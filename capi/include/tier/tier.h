@@ -235,7 +235,9 @@ int tier_memory_release(tier_memory* memory);
 
 /* One object of a batch: its key (in the store's namespace and rank) and its bytes as a
  * scatter/gather list (the object is the regions' bytes concatenated in order). A list is all
- * host memory (HOST, PINNED, SHM) or all DEVICE memory of one GPU. */
+ * host memory (HOST, PINNED, SHM) or all DEVICE memory of one GPU; every byte of a DEVICE region
+ * must be memory the GPU runtime knows on that GPU, else the item fails with INVALID_ARGUMENT
+ * before a byte moves (each allocation the list's regions lie in is looked up once). */
 typedef struct tier_item {
   tier_key key;
   const tier_region* regions;

@@ -368,8 +368,7 @@ void TierStack::Impl::put_background(int t, const ObjectKey& key, Image image, b
   }
 }
 
-void TierStack::Impl::wait_for(std::span<const std::uint64_t> ids) {
-  const auto deadline = Clock::now() + op_timeout_;
+void TierStack::Impl::wait_for(std::span<const std::uint64_t> ids, Clock::time_point deadline) {
   std::unique_lock lock(mu_);
   for (;;) {
     int waiting_tier = -1;
@@ -747,10 +746,14 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
                   unserved[served], start);
     }
     submit_scattered();
-    wait_for(std::span(ids).subspan(served));
-    for (; served < items.size(); ++served)
+    // The rest in item order, each as soon as it finished: a tier whose gets finish over time
+    // (the disk) has its first images decoded while later ones are still being read.
+    const auto deadline = Clock::now() + op_timeout_;
+    for (; served < items.size(); ++served) {
+      wait_for(std::span(ids).subspan(served, 1), deadline);
       serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
                 unserved[served], start);
+    }
   }
   const auto end = Clock::now();
   std::size_t refused = 0, first_refused = 0;

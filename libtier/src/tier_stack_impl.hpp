@@ -239,8 +239,10 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // (of mu_) held; returns with it held.
   void wait_once(int t, std::chrono::microseconds wait, std::unique_lock<std::mutex>& lock);
   void drain_evictions();
-  // Waits for foreground ids; on timeout they turn into background requests (TimedOut).
-  void wait_for(std::span<const std::uint64_t> ids);
+  // Waits for foreground ids until `deadline` (default: op_timeout from now); on timeout they
+  // turn into background requests (TimedOut).
+  void wait_for(std::span<const std::uint64_t> ids) { wait_for(ids, Clock::now() + op_timeout_); }
+  void wait_for(std::span<const std::uint64_t> ids, Clock::time_point deadline);
   bool finished(std::uint64_t id);
   // The completion of `id`, and (when `reaped` is given) when it was reaped.
   Completion take(std::uint64_t id, Clock::time_point* reaped = nullptr);

@@ -37,3 +37,4 @@ def test_tokens_identical_after_layer_offload_and_after_a_fresh_process_restore(
     assert report["pinned"]["objects"] == 16 and report["pinned"]["regions"] == 256
     assert report["ratios"]["pinned_restore_vs_bulk_h2d"] > 0
     assert report["fresh_process"]["disk_read_gbps"] > 0
+    assert report["fresh_process"]["new_file_read_gbps"] > 0

@@ -448,9 +448,24 @@ int device_of(py::handle obj) {
   return 0;  // the current device of the caller's CUDA context
 }
 
+// Reads libtier.Region objects. The caster looks the class up once, when it is made: a batch
+// makes one for all its regions (py::isinstance and py::cast look it up on every call, which was
+// a third of converting a list of regions). Needs the GIL, like every use of `obj`.
+class RegionCaster {
+ public:
+  // The Region `obj` is (or derives from), or null.
+  const Region* get(py::handle obj) {
+    if (!caster_.load(obj, false)) return nullptr;
+    return &py::detail::cast_op<const Region&>(caster_);
+  }
+
+ private:
+  py::detail::make_caster<Region> caster_;
+};
+
 // One buffer as a region (the accepted forms are listed in __init__.pyi).
-tier_region to_region(py::handle obj, bool writable) {
-  if (py::isinstance<Region>(obj)) return obj.cast<const Region&>().c();
+tier_region to_region(py::handle obj, bool writable, RegionCaster& regions) {
+  if (const Region* r = regions.get(obj)) return r->c();
   if (py::isinstance<py::array>(obj)) {
     auto a = py::reinterpret_borrow<py::array>(obj);
     if (!(a.flags() & py::array::c_style)) raise_invalid("buffer: the array is not C-contiguous");
@@ -484,6 +499,11 @@ tier_region to_region(py::handle obj, bool writable) {
                 "__array_interface__ or __cuda_array_interface__, a Region or (ptr, nbytes)");
 }
 
+tier_region to_region(py::handle obj, bool writable) {
+  RegionCaster regions;
+  return to_region(obj, writable, regions);
+}
+
 // A batch in C form: the items point into `regions`, which must not reallocate afterwards.
 struct Batch {
   std::vector<tier_key> keys;
@@ -504,11 +524,12 @@ Batch make_batch(py::handle keys, py::handle buffers, bool writable) {
   b.keys = to_keys(keys);
   std::vector<std::size_t> first{0};
   std::size_t n = 0;
+  RegionCaster regions;
   for (py::handle buf : buffers) {
     if (is_single_buffer(buf)) {
-      b.regions.push_back(to_region(buf, writable));
+      b.regions.push_back(to_region(buf, writable, regions));
     } else {
-      for (py::handle part : buf) b.regions.push_back(to_region(part, writable));
+      for (py::handle part : buf) b.regions.push_back(to_region(part, writable, regions));
     }
     first.push_back(b.regions.size());
     ++n;

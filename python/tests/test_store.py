@@ -115,6 +115,30 @@ def test_zero_copy_views():
     assert (r.ptr, r.nbytes, r.kind, r.device) == (0x10000, 4096, libtier.MemoryKind.DEVICE, 1)
 
 
+def test_an_object_of_many_regions_mixed_with_a_region_subclass_round_trips(store):
+    """Regions are read with one class lookup per batch: a list of many, a subclass of Region
+    among them and another buffer form after them, still round trips exactly."""
+
+    class Tagged(libtier.Region):
+        pass
+
+    src = np.random.default_rng(7).integers(0, 256, 64 * 100, dtype=np.uint8)
+    dst = np.zeros_like(src)
+
+    def regions(a):
+        out = [(Tagged if i % 3 == 0 else libtier.Region)(
+            a.ctypes.data + 64 * i, 64, libtier.MemoryKind.HOST, -1) for i in range(99)]
+        return out + [a[64 * 99:]]  # an array after the Regions
+
+    keys = [libtier.external_key("many-regions")]
+    assert store.save(keys, [regions(src)]) == [libtier.Code.OK]
+    assert store.load(keys, [regions(dst)]) == [libtier.Code.OK]
+    assert np.array_equal(src, dst)
+    with pytest.raises(libtier.InvalidArgument, match="expected a numpy array"):
+        store.save(keys, [[libtier.Region(src.ctypes.data, 64, libtier.MemoryKind.HOST, -1),
+                           object()]])
+
+
 def test_device_regions_are_refused_without_touching_them(store):
     class FakeCuda:
         __cuda_array_interface__ = {"data": (0x1000, False), "shape": (64,), "typestr": "|u1",

@@ -69,24 +69,27 @@ Status check_device_memory(RegionList regions, int device) noexcept {
   // inside one of them needs no lookup. The caller keeps its memory while the call lasts.
   std::array<gpu::DeviceAllocation, 4> seen;
   std::size_t next = 0;
+  const auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
   for (std::size_t i = 0; i < regions.size(); ++i) {
-    const std::byte* at = regions[i].data;
-    const std::byte* const end = at + std::max<std::size_t>(regions[i].size, 1);
-    while (at < end) {  // every byte: a region may span allocations, never leave device memory
+    const std::uintptr_t first = address(regions[i].data);
+    const std::uintptr_t bytes = std::max<std::size_t>(regions[i].size, 1);
+    std::uintptr_t at = first;
+    // Every byte, in address arithmetic (a size is the caller's: never a pointer past an
+    // object): a region may span allocations, never leave device memory.
+    while (at - first < bytes) {
       auto known = std::find_if(seen.begin(), seen.begin() + std::min(next, seen.size()),
                                 [&](const gpu::DeviceAllocation& a) {
-                                  return a.base <= at && at < a.base + a.size;
+                                  return address(a.base) <= at && at - address(a.base) < a.size;
                                 });
       if (known == seen.begin() + std::min(next, seen.size())) {
-        const auto found = gpu::device_allocation_of(at);
+        const auto found = gpu::device_allocation_of(reinterpret_cast<const void*>(at));
         if (!found || found->device != device) {
           try {
             return Status::invalid(
                 "region " + std::to_string(i) + " claims memory of GPU " + std::to_string(device) +
-                (at != regions[i].data ? " for " + std::to_string(regions[i].size) +
-                                             " bytes, but its byte " +
-                                             std::to_string(at - regions[i].data)
-                                       : std::string()) +
+                (at != first ? " for " + std::to_string(regions[i].size) + " bytes, but its byte " +
+                                   std::to_string(at - first)
+                             : std::string()) +
                 (!found ? ", but the GPU runtime does not know it as device memory"
                         : ", but it is memory of GPU " + std::to_string(found->device)));
           } catch (const std::bad_alloc&) {
@@ -97,7 +100,7 @@ Status check_device_memory(RegionList regions, int device) noexcept {
         known = seen.begin() + next++ % seen.size();
         *known = *found;
       }
-      at = known->base + known->size;
+      at = address(known->base) + known->size;
     }
   }
   return Status::ok();

@@ -32,6 +32,8 @@ struct FaultControl {
   // returning true: asked again at every poll, the put goes to the inner tier once it returns
   // false. A put held this way is a tier that has not answered yet.
   std::function<bool(const ObjectKey&)> hold_put;
+  // The same for gets: a get held this way is a read that has not finished yet.
+  std::function<bool(const ObjectKey&)> hold_get;
   // Called with each put's image (a private copy) before the inner tier stores it.
   std::function<void(const ObjectKey&, std::vector<std::byte>&)> mutate_put;
   // Called with every request the tier takes, in submission order.
@@ -43,7 +45,7 @@ struct FaultControl {
   std::array<std::atomic<std::uint64_t>, kOpCount> ops{};
   void reset() {
     fail_remove = false;
-    fail_put = fail_get = drop_put = hide = hold_put = nullptr;
+    fail_put = fail_get = drop_put = hide = hold_put = hold_get = nullptr;
     mutate_put = nullptr;
     observe = nullptr;
     observe_submit = nullptr;
@@ -113,7 +115,7 @@ class FaultInjectingBackend final : public Backend {
         fwd.tail = {};
         copies_[r.user_data] = std::move(copy);
       }
-      if (r.op == Op::kPut && fc.hold_put && fc.hold_put(r.key)) {
+      if (held(r)) {
         taken(r);
         held_.push_back(fwd);
         ++n;
@@ -134,7 +136,7 @@ class FaultInjectingBackend final : public Backend {
                               std::chrono::microseconds wait) noexcept override {
     FaultControl& fc = fault_control();
     for (std::size_t i = 0; i < held_.size();) {
-      if (fc.hold_put && fc.hold_put(held_[i].key)) {
+      if (held(held_[i])) {
         ++i;
         continue;
       }
@@ -142,7 +144,7 @@ class FaultInjectingBackend final : public Backend {
       if (!accepted || *accepted == 0) break;
       held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    if (!held_.empty()) wait = std::chrono::microseconds(0);  // a held put never completes here
+    if (!held_.empty()) wait = std::chrono::microseconds(0);  // a held request never completes here
     std::size_t n = std::min(out.size(), ready_.size());
     for (std::size_t i = 0; i < n; ++i) out[i] = ready_[i];
     ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
@@ -156,9 +158,16 @@ class FaultInjectingBackend final : public Backend {
   }
 
  private:
+  // Whether FaultControl holds `r` back now (hold_put, hold_get).
+  static bool held(const IoRequest& r) {
+    const FaultControl& fc = fault_control();
+    return (r.op == Op::kPut && fc.hold_put && fc.hold_put(r.key)) ||
+           (r.op == Op::kGet && fc.hold_get && fc.hold_get(r.key));
+  }
+
   PluginPtr<Backend> inner_;
   std::vector<Completion> ready_;
-  std::vector<IoRequest> held_;  // puts held by FaultControl::hold_put
+  std::vector<IoRequest> held_;  // requests held by FaultControl::hold_put and hold_get
   std::map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> copies_;
 };
 

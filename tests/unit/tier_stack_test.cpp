@@ -2,6 +2,7 @@
 // promotion, bounded write-through, namespace isolation, put-if-absent, corruption never served.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -448,6 +449,59 @@ TEST_CASE("a load's scattered gets reach the tier in submits of many, in item or
   }
   // Windows of 16 (Backend::submit's): 16 + 16 + 8, not 40 submits of one.
   CHECK(submits == std::vector<std::size_t>{16, 16, 8});
+}
+
+// A load serves the gets still out after its submits in item order, each as soon as it
+// finished: the first item's image is decoded into its regions while a later get is still
+// being read (a disk tier's reads finish over time). Here the second get is held until the first
+// item was decoded: a load that waited for every get before decoding any would time out on it.
+TEST_CASE("a load decodes each item as soon as its get finished, while later gets are out") {
+  tier::test::register_faulty_backend();
+  tier::test::FaultControl& fc = tier::test::fault_control();
+  fc.reset();
+  Harness h(R"({"stack":{"op_timeout":"2s"},)"
+            R"("tiers":[{"name":"f","capacity":"1MiB","backend":"faulty"}]})");
+  const ObjectKey first = key_of(3000), second = key_of(3001);
+  REQUIRE(h.save(first, 1).is_ok());
+  REQUIRE(h.save(second, 2).is_ok());
+  // The identity codec without its direct form (so the tier reads into the stack's buffers and
+  // the codec decodes them), counting decodes.
+  struct Counting final : Codec {
+    const Codec& inner;
+    mutable std::atomic<int> decoded{0};
+    explicit Counting(const Codec& c) : inner(c) {}
+    std::string_view name() const noexcept override { return inner.name(); }
+    std::uint32_t format_id() const noexcept override { return inner.format_id(); }
+    Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+      return inner.encoded_size(src);
+    }
+    Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
+      return inner.encode(src, dst);
+    }
+    Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
+      decoded.fetch_add(1);
+      return inner.decode(payload, dst);
+    }
+  } codec(*h.codec);
+  // The first get finishes 50 ms after the load starts (after its submits, which take
+  // microseconds); the second only once something was decoded.
+  const auto first_lands = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  fc.hold_get = [&](const ObjectKey& k) {
+    if (k == first) return std::chrono::steady_clock::now() < first_lands;
+    return k == second && codec.decoded.load() == 0;
+  };
+  std::vector<std::byte> a(kPayload, std::byte{0xEE}), b(kPayload, std::byte{0xEE});
+  Region ra = host_region(a), rb = host_region(b);
+  const std::vector<LoadItem> items = {LoadItem{first, RegionList(&ra, 1)},
+                                       LoadItem{second, RegionList(&rb, 1)}};
+  std::vector<LoadResult> out(2);
+  REQUIRE(h.stack->load(items, codec, out).is_ok());
+  fc.reset();
+  CHECK(out[0].status.is_ok());
+  CHECK_MESSAGE(out[1].status.is_ok(), out[1].status.to_string());
+  CHECK(a == Harness::data_of(1));
+  CHECK(b == Harness::data_of(2));
+  CHECK(codec.decoded.load() == 2);
 }
 
 TEST_CASE("clear removes a namespace's objects from every tier, every rank's, and nothing else") {

@@ -101,8 +101,9 @@ void VerifyPool::work(Job& j) noexcept {
     j.fn(j.ctx, i);
 }
 
-VerifyPool::Job* VerifyPool::claim() noexcept {
+VerifyPool::Job* VerifyPool::claim(std::uint32_t generation) noexcept {
   std::lock_guard lock(mu_);
+  if (generation_.load() != generation) return nullptr;
   for (Job* j : jobs_) {
     if (j->next.load(std::memory_order_relaxed) < j->count) {
       j->users.fetch_add(1, std::memory_order_relaxed);
@@ -117,7 +118,7 @@ void VerifyPool::worker(std::uint32_t generation) noexcept {
   for (;;) {
     const std::uint32_t e = epoch_.load();
     if (generation_.load() != generation) break;
-    if (Job* j = claim()) {
+    if (Job* j = claim(generation)) {
       work(*j);
       j->users.fetch_sub(1, std::memory_order_release);  // the last touch of *j
       continue;

@@ -82,7 +82,10 @@ class VerifyPool {
 
   explicit VerifyPool(unsigned threads) noexcept;
   void start_workers() noexcept;  // under mu_
-  Job* claim() noexcept;
+  // A job with chunks left, for a worker of `generation`; null when none, or when the pool's
+  // threads were set again since the worker started (it then leaves: checked under mu_, which
+  // set_threads() holds to start a generation, so an old worker never joins a later job).
+  Job* claim(std::uint32_t generation) noexcept;
   void worker(std::uint32_t generation) noexcept;
   static void work(Job& j) noexcept;
   static void after_fork_in_child() noexcept;

@@ -17,7 +17,7 @@ downloaded) runs on the GPU three times on the same random prompt:
   call and decodes. It reports the restore's rate against the disk's own read rate for the same
   bytes: the tier's data file read right after the restore with O_DIRECT, 4 MiB blocks, one
   reader (what `dd iflag=direct bs=4M` reads). For reference it also reports the rate of reading
-  a file just written (on a virtual disk, often faster than data written a while ago).
+  a file just written (on a virtual disk that rate need not be the tier's data's).
 
 Both modes must produce exactly the plain run's tokens, and bit for bit the same logits at every
 decode step (compared through a SHA-256 of them; exit status 1 otherwise). Each object is one
@@ -400,8 +400,9 @@ def resume(manifest_path):
     with open_store(manifest["profile"], args, "disk") as store:
         restore_ms = timed(lambda: check(store.load(keys, regions), "restore"))
         nbytes = sum(2 * k.numel() * k.element_size() for k, _ in kv)
-        # The disk's own rate for the bytes the restore read: the tier's data file from its start
-        # (its first objects, in the order they were saved), right after the restore.
+        # The disk's own rate for the bytes the restore read: as many bytes of the tier's data
+        # file from its start (the objects, in the order they were saved, and the unused ends of
+        # their 16 MiB regions, a few percent), right after the restore.
         disk = read_rate_gbps(os.path.join(manifest["workdir"], "data"), nbytes)
         # Again in this process: the disk is read again (O_DIRECT), without the first call's
         # one-time costs (the GPU's copy context, the stack's buffers faulted in).

@@ -448,18 +448,22 @@ int device_of(py::handle obj) {
   return 0;  // the current device of the caller's CUDA context
 }
 
-// Reads libtier.Region objects. The caster looks the class up once, when it is made: a batch
-// makes one for all its regions (py::isinstance and py::cast look it up on every call, which was
-// a third of converting a list of regions). Needs the GIL, like every use of `obj`.
+// Reads libtier.Region objects. The class is looked up once, when this is made: a batch makes
+// one for all its regions (py::isinstance<Region> and py::cast look it up on every call, which
+// was a third of converting a list of regions). Other buffers are told apart by a type check
+// alone (the caster's load would raise and format an AttributeError for each). Needs the GIL,
+// like every use of `obj`.
 class RegionCaster {
  public:
+  RegionCaster() : type_(py::type::of<Region>()) {}
   // The Region `obj` is (or derives from), or null.
   const Region* get(py::handle obj) {
-    if (!caster_.load(obj, false)) return nullptr;
+    if (!py::isinstance(obj, type_) || !caster_.load(obj, false)) return nullptr;
     return &py::detail::cast_op<const Region&>(caster_);
   }
 
  private:
+  py::type type_;
   py::detail::make_caster<Region> caster_;
 };
 

@@ -30,7 +30,6 @@ def test_cuda_tensors_round_trip_in_place():
         assert store.lookup_prefix(keys) == len(keys)
 
 
-
 def test_an_object_of_many_regions_of_two_tensors_round_trips():
     """An object made of a region per head of a K and a V tensor, as an engine names its KV
     (the C API looks each tensor's allocation up once per object, then checks every region

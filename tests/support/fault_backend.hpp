@@ -134,7 +134,6 @@ class FaultInjectingBackend final : public Backend {
   }
   Result<std::size_t> do_poll(std::span<Completion> out, std::size_t min,
                               std::chrono::microseconds wait) noexcept override {
-    FaultControl& fc = fault_control();
     for (std::size_t i = 0; i < held_.size();) {
       if (held(held_[i])) {
         ++i;

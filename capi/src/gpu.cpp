@@ -77,11 +77,11 @@ Status check_device_memory(RegionList regions, int device) noexcept {
     // Every byte, in address arithmetic (a size is the caller's: never a pointer past an
     // object): a region may span allocations, never leave device memory.
     while (at - first < bytes) {
-      auto known = std::find_if(seen.begin(), seen.begin() + std::min(next, seen.size()),
-                                [&](const gpu::DeviceAllocation& a) {
-                                  return address(a.base) <= at && at - address(a.base) < a.size;
-                                });
-      if (known == seen.begin() + std::min(next, seen.size())) {
+      const auto seen_end = seen.begin() + std::min(next, seen.size());
+      auto known = std::find_if(seen.begin(), seen_end, [&](const gpu::DeviceAllocation& a) {
+        return address(a.base) <= at && at - address(a.base) < a.size;
+      });
+      if (known == seen_end) {
         const auto found = gpu::device_allocation_of(reinterpret_cast<const void*>(at));
         if (!found || found->device != device) {
           try {

@@ -401,11 +401,15 @@ void TierStack::Impl::wait_for(std::span<const std::uint64_t> ids, Clock::time_p
   drain_evictions();
 }
 
-bool TierStack::Impl::finished(std::uint64_t id) {
-  if (id == 0) return true;
+std::size_t TierStack::Impl::finished_prefix(std::span<const std::uint64_t> ids) {
   std::lock_guard lock(mu_);
-  auto it = pending_.find(id);
-  return it != pending_.end() && it->second.finished;
+  std::size_t n = 0;
+  for (; n < ids.size(); ++n) {
+    if (ids[n] == 0) continue;
+    auto it = pending_.find(ids[n]);
+    if (it == pending_.end() || !it->second.finished) break;
+  }
+  return n;
 }
 
 Completion TierStack::Impl::take(std::uint64_t id, Clock::time_point* reaped) {
@@ -715,8 +719,15 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       reap(tier, 0, {});
     };
     // Gets are served in item order as they finish: a tier that completes inside submit (the
-    // cpu tier) has its image decoded while still in cache and the buffer reused by the next get.
+    // cpu tier) has its image decoded while still in cache and the buffer reused by the next get;
+    // a tier whose gets finish over time (the disk) has its first images decoded while later ones
+    // are still being read.
     std::size_t served = 0;
+    auto serve = [&](std::size_t n) {  // the next n items
+      for (; n > 0; --n, ++served)
+        serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
+                  unserved[served], start);
+    };
     for (std::size_t i = 0; i < items.size(); ++i) {
       std::optional<DirectPayload> form;
       if (unserved[i] && scatter && raw_size[i] > 0) form = direct(items[i].dst, raw_size[i]);
@@ -741,18 +752,19 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
                      .value_or(0);
         reap(tier, 0, {});
       }
-      for (; served <= i && finished(ids[served]); ++served)
-        serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
-                  unserved[served], start);
+      serve(finished_prefix(std::span(ids).subspan(served, i + 1 - served)));
     }
     submit_scattered();
-    // The rest in item order, each as soon as it finished: a tier whose gets finish over time
-    // (the disk) has its first images decoded while later ones are still being read.
+    // The rest: what finished already, then a wait for the next one (served whatever it became,
+    // finished or timed out), one deadline for them all.
     const auto deadline = Clock::now() + op_timeout_;
-    for (; served < items.size(); ++served) {
-      wait_for(std::span(ids).subspan(served, 1), deadline);
-      serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
-                unserved[served], start);
+    while (served < items.size()) {
+      std::size_t ready = finished_prefix(std::span(ids).subspan(served));
+      if (ready == 0) {
+        wait_for(std::span(ids).subspan(served, 1), deadline);
+        ready = 1;
+      }
+      serve(ready);
     }
   }
   const auto end = Clock::now();

@@ -243,7 +243,9 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // turn into background requests (TimedOut).
   void wait_for(std::span<const std::uint64_t> ids) { wait_for(ids, Clock::now() + op_timeout_); }
   void wait_for(std::span<const std::uint64_t> ids, Clock::time_point deadline);
-  bool finished(std::uint64_t id);
+  // How many of `ids`, from the first, have finished (0, never submitted, counts as finished);
+  // one look under mu_ for them all.
+  std::size_t finished_prefix(std::span<const std::uint64_t> ids);
   // The completion of `id`, and (when `reaped` is given) when it was reaped.
   Completion take(std::uint64_t id, Clock::time_point* reaped = nullptr);
   void recycle(Image& image) noexcept { pool_.recycle(image); }

@@ -444,10 +444,27 @@ struct VerifyItem {
   const CrcClaim* crc = nullptr;  // must stay valid until the call returns
 };
 inline constexpr std::size_t kMaxVerifyBatch = 16;
-// verify_payload_async for up to kMaxVerifyBatch payloads in two launches on `s`, whatever their
-// number. Errors: InvalidArgument (as verify_payload_async, for any item; more than
-// kMaxVerifyBatch items), DeviceError.
-Status verify_payloads_async(std::span<const VerifyItem> items, const Stream& s) noexcept;
+// Device words a batched verification counts each payload's finished thread blocks in, so the
+// last one computes the verdict in the same launch. Zero between launches: allocate() enqueues
+// their zeroing on `s`, and a launch that completed has zeroed what it used. Launches that share
+// one must not overlap: use it on one stream (`s`). A launch that failed on the device may leave
+// them nonzero; the device is unusable then anyway.
+class VerifyCounters {
+ public:
+  static Result<VerifyCounters> allocate(const Stream& s) noexcept;
+  std::byte* words() const noexcept { return words_.data(); }
+  int device() const noexcept { return words_.region().device; }
+
+ private:
+  static constexpr std::size_t kWords = 2 * kMaxVerifyBatch;  // per item: count, CRC register
+  DeviceBuffer words_;
+};
+// verify_payload_async for up to kMaxVerifyBatch payloads in one launch on `s`, whatever their
+// number, counting in `counters` (of `s`'s GPU, used on `s` alone). Errors: InvalidArgument (as
+// verify_payload_async, for any item; more than kMaxVerifyBatch items; counters of another GPU),
+// DeviceError.
+Status verify_payloads_async(std::span<const VerifyItem> items, VerifyCounters& counters,
+                             const Stream& s) noexcept;
 
 // Whether `p` is page-locked host memory mapped for the devices (cudaHostAlloc'd or registered).
 bool is_mapped_pinned(const void* p) noexcept;

@@ -205,62 +205,75 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// A batch of payloads verified by two launches (verify_payloads_async): batch_hashes' blocks are
-// every item's chunks in item order, then every item's CRC blocks; batch_verdicts has a block
-// per item. Passed by value (kernel parameters: at most kMaxVerifyBatch items, ~1.7 KiB).
+// A batch of payloads verified by one launch (verify_payloads_async): batch_hashes' blocks are
+// every item's chunks in item order (at least one block per item, so an empty payload gets its
+// verdict too), then every item's CRC blocks. Each block counts itself in its item's counter
+// (VerifyCounters: zero before the launch); the item's last block hashes the chunk list, writes
+// the verdict and zeroes the counter again. Passed by value (kernel parameters: at most
+// kMaxVerifyBatch items, ~1.7 KiB).
 struct BatchItem {
   const u8* payload;
-  u64 bytes;
+  u64 bytes, chunks;
   u64 chunk_base;  // the launch's block of this item's first chunk
   u64* list;
   unsigned int* verdict;
   unsigned int* host_verdict;
-  unsigned int* crc_acc;
   u64 expected;
   const u8* crc_data;
   u64 crc_len, crc_blocks, crc_base;  // crc_base: the first CRC block's index among CRC blocks
   unsigned int crc, crc_finish, with_crc;
+  unsigned int units;  // the item's blocks: its chunk blocks and CRC blocks
 };
 struct Batch {
   unsigned int count;
-  u64 chunk_blocks;  // blocks hashing chunks; CRC blocks follow
+  u64 chunk_blocks;        // blocks hashing chunks; CRC blocks follow
+  unsigned int* counters;  // per item: finished blocks, then the raw CRC register
   BatchItem items[kMaxVerifyBatch];
 };
 
 __global__ void __launch_bounds__(kThreads)
     batch_hashes(const Batch b, xxh3::Secret secret, CrcConsts consts) {
+  __shared__ Shared sh;
+  __shared__ bool last;
+  load_secret(sh, secret);
   const u64 block = blockIdx.x;
+  unsigned int i = 0;
   if (block >= b.chunk_blocks) {
     const u64 c = block - b.chunk_blocks;
-    unsigned int i = 0;
     while (i + 1 < b.count && c >= b.items[i + 1].crc_base) ++i;
     const BatchItem& it = b.items[i];
-    crc_pieces(it.crc_data, it.crc_len, c - it.crc_base, it.crc_blocks, consts, it.crc_acc);
-    return;
+    crc_pieces(it.crc_data, it.crc_len, c - it.crc_base, it.crc_blocks, consts,
+               b.counters + 2 * i + 1);
+  } else {
+    while (i + 1 < b.count && block >= b.items[i + 1].chunk_base) ++i;
+    const BatchItem& it = b.items[i];
+    const u64 chunk = block - it.chunk_base;
+    if (chunk < it.chunks) {  // else the one block of an empty payload
+      const u64 lo = chunk * kChunkBytes;
+      const u64 len = it.bytes - lo < kChunkBytes ? it.bytes - lo : kChunkBytes;
+      const u64 h = block_hash(it.payload + lo, len, sh);
+      if (threadIdx.x == 0) it.list[chunk] = h;
+    }
   }
-  unsigned int i = 0;
-  while (i + 1 < b.count && block >= b.items[i + 1].chunk_base) ++i;
+  // Thread 0 wrote this block's hash or CRC part: visible before its count, and the item's
+  // last block sees every other block's after its own fence.
   const BatchItem& it = b.items[i];
-  __shared__ Shared sh;
-  load_secret(sh, secret);
-  const u64 chunk = block - it.chunk_base;
-  const u64 lo = chunk * kChunkBytes;
-  const u64 len = it.bytes - lo < kChunkBytes ? it.bytes - lo : kChunkBytes;
-  const u64 h = block_hash(it.payload + lo, len, sh);
-  if (threadIdx.x == 0) it.list[chunk] = h;
-}
-
-__global__ void __launch_bounds__(kThreads) batch_verdicts(const Batch b, xxh3::Secret secret) {
-  const BatchItem& it = b.items[blockIdx.x];
-  __shared__ Shared sh;
-  load_secret(sh, secret);
-  const u64 chunks = (it.bytes + kChunkBytes - 1) / kChunkBytes;
-  const u64 h = block_hash(reinterpret_cast<const u8*>(it.list), chunks * 8, sh);
   if (threadIdx.x == 0) {
-    const bool crc_ok = it.with_crc == 0 || (*it.crc_acc ^ it.crc_finish) == it.crc;
+    __threadfence();
+    last = atomicAdd(b.counters + 2 * i, 1u) + 1 == it.units;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const u64 h = block_hash(reinterpret_cast<const u8*>(it.list), it.chunks * 8, sh);
+  if (threadIdx.x == 0) {
+    volatile unsigned int* words = b.counters + 2 * i;
+    const bool crc_ok = it.with_crc == 0 || (words[1] ^ it.crc_finish) == it.crc;
     const unsigned int v = h == it.expected && crc_ok ? kVerdictMatch : kVerdictMismatch;
     *it.verdict = v;
     if (it.host_verdict != nullptr) *it.host_verdict = v;
+    words[0] = 0;  // zero for the next launch
+    words[1] = 0;
   }
 }
 
@@ -368,12 +381,28 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   return Status::ok();
 }
 
-Status verify_payloads_async(std::span<const VerifyItem> items, const Stream& s) noexcept {
+Result<VerifyCounters> VerifyCounters::allocate(const Stream& s) noexcept {
+  TIER_ASSIGN_OR_RETURN(DeviceBuffer words,
+                        DeviceBuffer::allocate(s.device(), kWords * sizeof(std::uint32_t)));
+  DeviceGuard guard(s.device());
+  TIER_RETURN_IF_ERROR(guard.status());
+  TIER_GPU_TRY(rt::memset_async(words.data(), 0, words.size(),
+                                static_cast<rt::StreamHandle>(s.handle())));
+  VerifyCounters c;
+  c.words_ = std::move(words);
+  return std::move(c);
+}
+
+Status verify_payloads_async(std::span<const VerifyItem> items, VerifyCounters& counters,
+                             const Stream& s) noexcept {
   if (items.size() > kMaxVerifyBatch)
     return Status::invalid("verify_payloads_async: more than kMaxVerifyBatch payloads");
+  if (counters.words() == nullptr || counters.device() != s.device())
+    return Status::invalid("verify_payloads_async: counters not allocated on the stream's GPU");
   if (items.empty()) return Status::ok();
   Batch b{};
   b.count = static_cast<unsigned int>(items.size());
+  b.counters = reinterpret_cast<unsigned int*>(counters.words());
   u64 chunk_blocks = 0, crc_blocks = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const VerifyItem& v = items[i];
@@ -381,9 +410,9 @@ Status verify_payloads_async(std::span<const VerifyItem> items, const Stream& s)
     BatchItem& it = b.items[i];
     it.payload = reinterpret_cast<const u8*>(v.payload.data);
     it.bytes = v.payload.size;
+    it.chunks = chunk_count(v.payload.size);
     it.chunk_base = chunk_blocks;
     it.verdict = reinterpret_cast<unsigned int*>(v.scratch.data);
-    it.crc_acc = reinterpret_cast<unsigned int*>(v.scratch.data + 4);
     it.list = reinterpret_cast<u64*>(v.scratch.data + 8);
     TIER_RETURN_IF_ERROR(map_verdict(v.host_verdict, it.host_verdict));
     it.expected = v.expected;
@@ -396,7 +425,11 @@ Status verify_payloads_async(std::span<const VerifyItem> items, const Stream& s)
       it.crc_blocks = (it.crc_len + kCrcSpan - 1) / kCrcSpan;
       it.crc_finish = crc32::finish(0, it.crc_len);
     }
-    chunk_blocks += chunk_count(v.payload.size);
+    const u64 blocks = std::max<u64>(1, it.chunks);
+    if (blocks + it.crc_blocks > 0x7fffffffu)
+      return Status::invalid("verify_payloads_async: more than 2^31 chunks");
+    it.units = static_cast<unsigned int>(blocks + it.crc_blocks);
+    chunk_blocks += blocks;
     crc_blocks += it.crc_blocks;
   }
   if (chunk_blocks + crc_blocks > 0x7fffffffu)
@@ -405,14 +438,8 @@ Status verify_payloads_async(std::span<const VerifyItem> items, const Stream& s)
   DeviceGuard guard(s.device());
   TIER_RETURN_IF_ERROR(guard.status());
   auto stream = static_cast<rt::StreamHandle>(s.handle());
-  for (std::size_t i = 0; i < items.size(); ++i)
-    if (b.items[i].with_crc != 0) TIER_GPU_TRY(rt::memset_async(b.items[i].crc_acc, 0, 4, stream));
-  if (chunk_blocks + crc_blocks > 0) {
-    batch_hashes<<<static_cast<unsigned>(chunk_blocks + crc_blocks), kThreads, 0, stream>>>(
-        b, secret_bytes(), crc_tables());
-    TIER_GPU_TRY(rt::clear_last_error());
-  }
-  batch_verdicts<<<b.count, kThreads, 0, stream>>>(b, secret_bytes());
+  batch_hashes<<<static_cast<unsigned>(chunk_blocks + crc_blocks), kThreads, 0, stream>>>(
+      b, secret_bytes(), crc_tables());
   TIER_GPU_TRY(rt::clear_last_error());
   return Status::ok();
 }

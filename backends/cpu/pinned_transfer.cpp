@@ -121,9 +121,12 @@ Result<PinnedTransfer::Gpu*> PinnedTransfer::gpu_for(int device) noexcept {
   gpu::ExecutorOptions opts;
   opts.device = device;
   TIER_ASSIGN_OR_RETURN(auto executor, gpu::DeviceCopyExecutor::create(opts));
+  TIER_ASSIGN_OR_RETURN(auto counters,
+                        gpu::VerifyCounters::allocate(ctx->stream(gpu::Lane::kToDevice)));
   try {
     if (gpus_.size() <= d) gpus_.resize(d + 1);
-    gpus_[d] = std::make_unique<Gpu>(Gpu{std::move(ctx), std::move(executor)});
+    gpus_[d] =
+        std::make_unique<Gpu>(Gpu{std::move(ctx), std::move(executor), std::move(counters)});
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "pinned transfer: out of memory");
   }
@@ -345,7 +348,7 @@ Status PinnedTransfer::flush() noexcept {
             gpu::GatedScatter{CopyPlan{spans[i], MemoryKind::kDevice, dev, it.header.payload_bytes},
                               payload, reinterpret_cast<const std::uint32_t*>(scratch.data)});
       }
-      if (st) st = gpu::verify_payloads_async(verify, to);
+      if (st) st = gpu::verify_payloads_async(verify, g.counters, to);
       if (st) st = g.executor->scatter_batch_async(copies, to);
       if (st) st = b.done.record(to);
       // Retired behind its last reader whatever happened: enqueued work may still read it.

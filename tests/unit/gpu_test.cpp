@@ -663,10 +663,12 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
 }
 
 TEST_CASE(
-    "verify_payloads_async: a batch's verdicts equal one call each; a batched gated copy "
-    "writes only the verified payloads") {
+    "verify_payloads_async: a batch's verdicts equal one call each, launch after launch on the "
+    "same counters; a batched gated copy writes only the verified payloads") {
   auto s = Stream::create(0);
   REQUIRE(s);
+  auto counters = VerifyCounters::allocate(*s);
+  REQUIRE(counters);
   auto verdicts = PinnedBuffer::allocate(4096);
   REQUIRE(verdicts);
   auto* words = reinterpret_cast<std::uint32_t*>(verdicts->data());
@@ -690,7 +692,6 @@ TEST_CASE(
     dsts.push_back(std::move(DeviceBuffer::allocate(0, sizes[i] + 8)).value());
     const Region staged = payloads[i].region().slice(0, sizes[i]);
     if (sizes[i] > 0) REQUIRE(copy_async(staged, host_region(bytes[i]), *s));
-    REQUIRE(fill_async(dsts[i].region(), 0xee, s->handle()));
     std::uint64_t expected = payload_checksum(bytes[i], 2);
     if (i == 5) expected ^= 1;
     VerifyItem v{staged, expected, scratches[i].region(), words + i, nullptr};
@@ -702,24 +703,41 @@ TEST_CASE(
       v.crc = &claims[i];
     }
     items.push_back(v);
-    words[i] = 0;
     spans[i] = {CopySpan{dsts[i].data(), 0, sizes[i]}};
     copies.push_back(GatedScatter{CopyPlan{spans[i], MemoryKind::kDevice, 0, sizes[i]}, staged,
                                   reinterpret_cast<const std::uint32_t*>(scratches[i].data())});
   }
-  REQUIRE(verify_payloads_async(items, *s));
-  REQUIRE((*exec)->scatter_batch_async(copies, *s));
-  REQUIRE(s->synchronize());
-  for (std::size_t i = 0; i < n; ++i) {
-    CAPTURE(i);
-    const bool ok = i != 4 && i != 5;
-    CHECK(words[i] == (ok ? kVerdictMatch : kVerdictMismatch));
-    auto got = download(dsts[i], *s);
-    got.resize(sizes[i]);
-    CHECK(got == (ok ? bytes[i] : std::vector<std::byte>(sizes[i], std::byte{0xee})));
+  // Each launch's last block per item leaves the counters zero for the next: the same batch three
+  // times, then each item alone in reverse order (other counter words than in the batch).
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    for (std::size_t i = 0; i < n; ++i) {
+      words[i] = 0;
+      REQUIRE(fill_async(dsts[i].region(), 0xee, s->handle()));
+    }
+    if (round < 3) {
+      REQUIRE(verify_payloads_async(items, *counters, *s));
+      REQUIRE((*exec)->scatter_batch_async(copies, *s));
+    } else {
+      for (std::size_t i = n; i-- > 0;) {
+        REQUIRE(verify_payloads_async(std::span(&items[i], 1), *counters, *s));
+        REQUIRE((*exec)->scatter_batch_async(std::span(&copies[i], 1), *s));
+      }
+    }
+    REQUIRE(s->synchronize());
+    for (std::size_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      const bool ok = i != 4 && i != 5;
+      CHECK(words[i] == (ok ? kVerdictMatch : kVerdictMismatch));
+      auto got = download(dsts[i], *s);
+      got.resize(sizes[i]);
+      CHECK(got == (ok ? bytes[i] : std::vector<std::byte>(sizes[i], std::byte{0xee})));
+    }
   }
   std::vector<VerifyItem> too_many(kMaxVerifyBatch + 1, items[0]);
-  CHECK(verify_payloads_async(too_many, *s).code() == Code::kInvalidArgument);
+  CHECK(verify_payloads_async(too_many, *counters, *s).code() == Code::kInvalidArgument);
+  VerifyCounters none;
+  CHECK(verify_payloads_async(items, none, *s).code() == Code::kInvalidArgument);
   std::vector<std::byte> host(64);
   std::vector<CopySpan> one{CopySpan{dsts[0].data(), 0, 64}};
   const GatedScatter from_host[] = {

@@ -23,8 +23,8 @@ constexpr std::uint64_t kBatchBytes = 16u << 20;
 // Batches whose DMA is still running, per GPU, below which a new get is enqueued at once (so the
 // copy engine always has the next DMA queued while later gets gather into the open batch).
 constexpr std::size_t kBatchesInFlight = 2;
-// Inside a submit of several gets (plug()), the open batch goes once it holds this much payload
-// (and at the submit's end): the host checks and enqueues a batch of 4 MiB in less time than its
+// The open batch goes once it holds this much payload, inside a submit of several gets (plug())
+// or not, and at a plugged submit's end: the host checks and enqueues a batch of 4 MiB in less time than its
 // DMA takes, so the copy engine stays busy while the next one gathers. Measured on the H200 with
 // 1 MiB objects (16 and 64 per submit): 1 MiB 0.49-0.64x of the bulk copy, 2 MiB 0.82-0.89x,
 // 4 MiB 0.83-0.92x, 8 MiB 0.81-0.93x, 16 MiB 0.77-0.93x; sending a batch early whenever the
@@ -559,12 +559,12 @@ Result<std::uint64_t> PinnedTransfer::scatter_to_device(std::span<const Piece> p
         t.batch = open->id;
         tickets_.push_back(std::move(t));
         ++next_ticket_;
-        // While the GPU has little to do, the batch goes now; otherwise it grows until a batch in
-        // flight finishes or the caller waits. Inside a submit of several gets, it grows to
-        // kPluggedBatchBytes.
+        // A batch of kPluggedBatchBytes goes now. A smaller one goes now while the GPU has little
+        // to do; otherwise it grows until a batch in flight finishes or the caller waits. Inside
+        // a submit of several gets, it grows to kPluggedBatchBytes.
         const std::uint64_t id = tickets_.back().id;
-        const bool go = plugged_ ? open->payload_bytes >= kPluggedBatchBytes
-                                 : in_flight(dev) < kBatchesInFlight;
+        const bool go = open->payload_bytes >= kPluggedBatchBytes ||
+                        (!plugged_ && in_flight(dev) < kBatchesInFlight);
         if (go) flush().ignore();  // the ticket reports a failure
         return id;
       }

@@ -17,11 +17,12 @@
 // Scattered gets verified on the device are batched: each (a payload of at most 8 MiB) is checked
 // on the host when submitted and joins the open batch; a batch (up to kMaxVerifyBatch objects,
 // 16 MiB of payload) is enqueued as one DMA per run of adjacent stored images into one range of
-// the staging ring, one verification launch and one gated copy launch: at once while fewer than
-// two batches' DMAs are running on the GPU, otherwise when one of them has landed, the batch is
-// full, or a caller waits. Inside a submit of several gets (plug()), a batch goes when it holds
-// kPluggedBatchBytes (4 MiB) or the submit ends: enqueueing a batch costs the host more than one
-// 1 MiB object's DMA takes, so batches of one object each would starve the bus.
+// the staging ring, one verification launch and one gated copy launch. A batch goes once it holds
+// kPluggedBatchBytes (4 MiB); a smaller one at once while fewer than two batches' DMAs are
+// running on the GPU, otherwise when one of them has landed, the batch is full, or a caller
+// waits. Inside a submit of several gets (plug()), a smaller batch waits for more gets until the
+// submit ends: enqueueing a batch costs the host more than one 1 MiB object's DMA takes, so
+// batches of one object each would starve the bus.
 //
 // Errors: NotSupported (no GPU), InvalidArgument, DeviceError; nothing throws or exits.
 // Threads: the tier's owner thread only.

@@ -17,6 +17,7 @@ namespace tier {
 using detail::kConcurrentSlice;
 using detail::kGatedSlice;
 using detail::kScatterBatch;
+using detail::kScatterSubmitBytes;
 using detail::Image;
 using detail::ImageBuffer;
 using Clock = std::chrono::steady_clock;
@@ -680,11 +681,13 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   bool above_writable = false;  // a faster writable tier that a hit would be promoted into
   std::vector<std::uint64_t> ids(items.size());
   std::vector<Image> bufs(items.size());
-  // Scattered gets go to a tier together, up to kScatterBatch per submit (a pinned tier then
-  // moves them in large transfers instead of one by one): the requests not yet submitted and
-  // their items. Reserved before any entry is pending: no allocation in between.
+  // Scattered gets go to a tier together, up to kScatterBatch or kScatterSubmitBytes of payload
+  // per submit (a pinned tier then moves them in large transfers instead of one by one): the
+  // requests not yet submitted, their items and payload bytes. Reserved before any entry is
+  // pending: no allocation in between.
   std::vector<IoRequest> scattered;
   std::vector<std::size_t> scattered_items;
+  std::uint64_t scattered_bytes = 0;
   scattered.reserve(std::min(items.size(), kScatterBatch));
   scattered_items.reserve(scattered.capacity());
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
@@ -716,6 +719,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       for (std::size_t k = taken; k < scattered.size(); ++k) ids[scattered_items[k]] = 0;
       scattered.clear();
       scattered_items.clear();
+      scattered_bytes = 0;
       reap(tier, 0, {});
     };
     // Gets are served in item order as they finish: a tier that completes inside submit (the
@@ -740,7 +744,9 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
             IoRequest{Op::kGet, items[i].key, header, ids[i], items[i].dst, form->framing,
                       form->check});
         scattered_items.push_back(i);
-        if (scattered.size() == kScatterBatch) submit_scattered();
+        scattered_bytes += raw_size[i];
+        if (scattered.size() == kScatterBatch || scattered_bytes >= kScatterSubmitBytes)
+          submit_scattered();
         continue;
       }
       if (unserved[i]) {

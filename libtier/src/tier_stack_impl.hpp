@@ -28,8 +28,14 @@ namespace detail {
 // enter it gets in after at most this).
 constexpr auto kConcurrentSlice = std::chrono::microseconds(10'000);
 constexpr auto kGatedSlice = std::chrono::microseconds(1'000);
-// Scattered gets of one load submitted to a tier together, at most.
+// Scattered gets of one load submitted to a tier together, at most; they go as soon as their
+// payloads reach kScatterSubmitBytes, so the first transfer does not wait for the host's work on
+// the load's later items. Measured on the H200 (a 16k-token DSV4 restore, 16 gets of 5.8 MiB
+// into device memory from a pinned tier): with every get of the load in one submit, the first
+// DMA started 68-82 us after the load began; 4 MiB gathers a pinned tier's batch (its
+// kPluggedBatchBytes) in one submit.
 constexpr std::size_t kScatterBatch = 64;
+constexpr std::uint64_t kScatterSubmitBytes = 4u << 20;
 
 // Serialises the calls into a backend that is not concurrent. A thread that waits for the
 // backend's completions enters for one poll at a time and, when another thread waits to enter,

@@ -24,11 +24,11 @@ constexpr std::uint64_t kBatchBytes = 16u << 20;
 // copy engine always has the next DMA queued while later gets gather into the open batch).
 constexpr std::size_t kBatchesInFlight = 2;
 // The open batch goes once it holds this much payload, inside a submit of several gets (plug())
-// or not, and at a plugged submit's end: the host checks and enqueues a batch of 4 MiB in less time than its
-// DMA takes, so the copy engine stays busy while the next one gathers. Measured on the H200 with
-// 1 MiB objects (16 and 64 per submit): 1 MiB 0.49-0.64x of the bulk copy, 2 MiB 0.82-0.89x,
-// 4 MiB 0.83-0.92x, 8 MiB 0.81-0.93x, 16 MiB 0.77-0.93x; sending a batch early whenever the
-// copy engine was idle made them vary (0.50-0.91x at 4 MiB).
+// or not, and at a plugged submit's end: the host checks and enqueues a batch of 4 MiB in less
+// time than its DMA takes, so the copy engine stays busy while the next one gathers. Measured on
+// the H200 with 1 MiB objects (16 and 64 per submit): 1 MiB 0.49-0.64x of the bulk copy, 2 MiB
+// 0.82-0.89x, 4 MiB 0.83-0.92x, 8 MiB 0.81-0.93x, 16 MiB 0.77-0.93x; sending a batch early
+// whenever the copy engine was idle made them vary (0.50-0.91x at 4 MiB).
 constexpr std::uint64_t kPluggedBatchBytes = 4u << 20;
 constexpr std::uint64_t kAlign = 256;
 

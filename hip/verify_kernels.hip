@@ -426,9 +426,7 @@ Status verify_payloads_async(std::span<const VerifyItem> items, VerifyCounters& 
       it.crc_finish = crc32::finish(0, it.crc_len);
     }
     const u64 blocks = std::max<u64>(1, it.chunks);
-    if (blocks + it.crc_blocks > 0x7fffffffu)
-      return Status::invalid("verify_payloads_async: more than 2^31 chunks");
-    it.units = static_cast<unsigned int>(blocks + it.crc_blocks);
+    it.units = static_cast<unsigned int>(blocks + it.crc_blocks);  // launched only if < 2^31
     chunk_blocks += blocks;
     crc_blocks += it.crc_blocks;
   }

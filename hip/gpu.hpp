@@ -406,31 +406,51 @@ class DeviceCopyExecutor final : public CopyExecutor {
   std::unique_ptr<Impl> impl_;
 };
 
+// Device words a verification counts each payload's finished thread blocks in, so that the
+// payload's last block computes the verdict in the same launch (verify_payload_async,
+// verify_payloads_async). Zero between payloads: allocate() enqueues their zeroing on `s`, and a
+// payload whose launches completed has zeroed what it used (a call that fails after enqueueing
+// some of its launches zeroes them behind those). Verifications that share one must not overlap:
+// use it on one stream (`s`). A launch that failed on the device may leave them nonzero; the
+// device is unusable then anyway.
+inline constexpr std::size_t kMaxVerifyBatch = 16;
+class VerifyCounters {
+ public:
+  static Result<VerifyCounters> allocate(const Stream& s) noexcept;
+  std::byte* words() const noexcept { return words_.data(); }
+  int device() const noexcept { return words_.region().device; }
+
+ private:
+  static constexpr std::size_t kWords = 2 * kMaxVerifyBatch;  // per item: count, CRC register
+  DeviceBuffer words_;
+};
+
 // Object format version 2 payload verification on the device (docs/object-format.md): the
 // XXH3-64 of every 64 KiB chunk of `payload` (device memory, 8-byte aligned), the XXH3-64 of
 // their list, compared with `expected` (the header's payload checksum). Enqueued on `s` (nothing
-// waits on the host); the verdict, kVerdictMatch or kVerdictMismatch, is written to the
-// first 4 bytes of `scratch` (device memory, 8-byte aligned, at least verify_scratch_bytes()
-// bytes; the chunk list follows) and, when `host_verdict` is set (mapped pinned host memory), to
-// *host_verdict as well: read it after an event recorded behind this on `s` has completed.
+// waits on the host), counting in `counters` (of `s`'s GPU, used on `s` alone); the verdict,
+// kVerdictMatch or kVerdictMismatch, is written to the first 4 bytes of `scratch` (device
+// memory, 8-byte aligned, at least verify_scratch_bytes() bytes; the chunk list follows) and,
+// when `host_verdict` is set (mapped pinned host memory), to *host_verdict as well: read it after
+// an event recorded behind this on `s` has completed.
 // With `crc` (a codec's CrcClaim, PayloadCheck::check_head), the verdict is a match only if the
 // payload's bytes from crc->from to its end also have CRC-32 crc->crc (computed in 256-byte pieces
 // by as many threads and combined, hip/crc32.hpp).
 // Errors: InvalidArgument (memory kinds, alignment, scratch size, unmapped host verdict, a claim
-// past the payload), DeviceError.
+// past the payload, counters of another GPU), DeviceError.
 inline constexpr std::uint32_t kVerdictMatch = 1;
 inline constexpr std::uint32_t kVerdictMismatch = 2;
 std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept;
 // With `landings` (growing prefixes of the payload, each on the device once its event has
 // completed; the last one the whole payload), `s` waits for each in turn and the chunks and CRC
-// pieces of each part are checked as soon as it has landed, so little is left after the last
-// byte; without, the caller has ordered `s` after the whole payload.
+// pieces of each part are checked as soon as it has landed (one launch per part), so little is
+// left after the last byte; without, the caller has ordered `s` after the whole payload.
 struct Landing {
   std::uint64_t bytes = 0;
   const Event* event = nullptr;
 };
 Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
-                            std::uint32_t* host_verdict, const Stream& s,
+                            std::uint32_t* host_verdict, VerifyCounters& counters, const Stream& s,
                             const CrcClaim* crc = nullptr,
                             std::span<const Landing> landings = {}) noexcept;
 
@@ -443,26 +463,9 @@ struct VerifyItem {
   std::uint32_t* host_verdict = nullptr;
   const CrcClaim* crc = nullptr;  // must stay valid until the call returns
 };
-inline constexpr std::size_t kMaxVerifyBatch = 16;
-// Device words a batched verification counts each payload's finished thread blocks in, so the
-// last one computes the verdict in the same launch. Zero between launches: allocate() enqueues
-// their zeroing on `s`, and a launch that completed has zeroed what it used. Launches that share
-// one must not overlap: use it on one stream (`s`). A launch that failed on the device may leave
-// them nonzero; the device is unusable then anyway.
-class VerifyCounters {
- public:
-  static Result<VerifyCounters> allocate(const Stream& s) noexcept;
-  std::byte* words() const noexcept { return words_.data(); }
-  int device() const noexcept { return words_.region().device; }
-
- private:
-  static constexpr std::size_t kWords = 2 * kMaxVerifyBatch;  // per item: count, CRC register
-  DeviceBuffer words_;
-};
 // verify_payload_async for up to kMaxVerifyBatch payloads in one launch on `s`, whatever their
-// number, counting in `counters` (of `s`'s GPU, used on `s` alone). Errors: InvalidArgument (as
-// verify_payload_async, for any item; more than kMaxVerifyBatch items; counters of another GPU),
-// DeviceError.
+// number. Errors: InvalidArgument (as verify_payload_async, for any item; more than
+// kMaxVerifyBatch items), DeviceError.
 Status verify_payloads_async(std::span<const VerifyItem> items, VerifyCounters& counters,
                              const Stream& s) noexcept;
 

@@ -1,19 +1,21 @@
-// Version 2 payload verification on the device (gpu.hpp: verify_payload_async).
+// Version 2 payload verification on the device (gpu.hpp: verify_payload_async,
+// verify_payloads_async).
 //
-// Launches on the caller's stream: chunk_hashes (one per landed part of the payload, or one for
-// all of it), then list_verdict. chunk_hashes: one thread block per 64 KiB chunk. XXH3's
-// long path is a chain over 1,024-byte blocks (each block's stripe sums are added to the eight
-// accumulators, which are then scrambled), but the sums themselves are independent: 512
-// threads, one per (block, accumulator lane), load their lane's word of the block's 16 stripes
-// (8-byte aligned: chunks start at multiples of 64 KiB of an aligned payload) and add them up
-// at once; the partner lane's word sum comes through shared memory; then eight threads run the
-// cheap chain of scrambles over the 64 rows and thread 0 merges. list_verdict: one thread block
-// hashes the chunk list the same way (64 rows per pass), compares it with the header's payload
-// checksum and writes the verdict to device memory (for the gated copy that follows) and to
-// mapped host memory (for the poller). Inputs of at most 240 bytes take xxh3::short_hash64.
-// With a codec's CRC claim, more blocks of the first launch compute it meanwhile (crc_pieces: a
-// thread per 256-byte piece, a tree per block, one atomic xor per block); list_verdict finishes
-// the CRC and requires it too.
+// One kernel, batch_hashes, on the caller's stream: one thread block per 64 KiB chunk of each
+// payload, then the blocks of their CRC claims. XXH3's long path is a chain over 1,024-byte
+// blocks (each block's stripe sums are added to the eight accumulators, which are then
+// scrambled), but the sums themselves are independent: 512 threads, one per (block, accumulator
+// lane), load their lane's word of the block's 16 stripes (8-byte aligned: chunks start at
+// multiples of 64 KiB of an aligned payload) and add them up at once; the partner lane's word sum
+// comes through shared memory; then eight threads run the cheap chain of scrambles over the 64
+// rows and thread 0 merges. Every block then counts itself in its payload's counter
+// (VerifyCounters); the payload's last block hashes the chunk list the same way (64 rows per
+// pass), compares it with the header's payload checksum and writes the verdict to device memory
+// (for the gated copy that follows) and to mapped host memory (for the poller). Inputs of at
+// most 240 bytes take xxh3::short_hash64. A CRC claim's blocks compute it meanwhile (crc_pieces:
+// a thread per 256-byte piece, a tree per block, one atomic xor per block into the payload's
+// second counter word); the verdict requires it too. A large payload that lands in parts has
+// one launch per part, all counting into the same words.
 #include <algorithm>
 
 #include "crc32.hpp"
@@ -162,67 +164,28 @@ __device__ void crc_pieces(const u8* __restrict__ data, u64 len, u64 block, u64 
   }
 }
 
-// Which chunks and CRC blocks one launch takes: `chunk_count` chunks from `chunk_first`, then
-// `crc_count` of the `crc_blocks` CRC blocks from `crc_first`.
-struct Units {
-  u64 chunk_first, chunk_count, crc_first, crc_count, crc_blocks;
-};
-
-// Its first blocks hash one chunk each, the blocks after them compute CRC blocks of the
-// `crc_len` bytes at `crc_data`: both at once, on different multiprocessors.
-__global__ void __launch_bounds__(kThreads)
-    chunk_hashes(const u8* __restrict__ payload, u64 bytes, Units u, u64* __restrict__ out,
-                 xxh3::Secret secret, const u8* __restrict__ crc_data, u64 crc_len,
-                 CrcConsts consts, unsigned int* crc_acc) {
-  if (blockIdx.x >= u.chunk_count) {
-    crc_pieces(crc_data, crc_len, u.crc_first + (blockIdx.x - u.chunk_count), u.crc_blocks,
-               consts, crc_acc);
-    return;
-  }
-  __shared__ Shared sh;
-  load_secret(sh, secret);
-  const u64 chunk = u.chunk_first + blockIdx.x;
-  const u64 lo = chunk * kChunkBytes;
-  const u64 len = bytes - lo < kChunkBytes ? bytes - lo : kChunkBytes;
-  const u64 h = block_hash(payload + lo, len, sh);
-  if (threadIdx.x == 0) out[chunk] = h;
-}
-
-// The raw CRC register in *crc_acc, xor `finish` (CrcConsts::finish), must be `crc` (when
-// with_crc).
-__global__ void __launch_bounds__(kThreads)
-    list_verdict(const u64* __restrict__ list, u64 chunks, u64 expected, unsigned int* verdict,
-                 unsigned int* host_verdict, xxh3::Secret secret, bool with_crc,
-                 unsigned int finish, unsigned int crc, const unsigned int* crc_acc) {
-  __shared__ Shared sh;
-  load_secret(sh, secret);
-  const u64 h = block_hash(reinterpret_cast<const u8*>(list), chunks * 8, sh);
-  if (threadIdx.x == 0) {
-    const bool crc_ok = !with_crc || (*crc_acc ^ finish) == crc;
-    const unsigned int v = h == expected && crc_ok ? kVerdictMatch : kVerdictMismatch;
-    *verdict = v;
-    if (host_verdict != nullptr) *host_verdict = v;
-  }
-}
-
-// A batch of payloads verified by one launch (verify_payloads_async): batch_hashes' blocks are
-// every item's chunks in item order (at least one block per item, so an empty payload gets its
-// verdict too), then every item's CRC blocks. Each block counts itself in its item's counter
-// (VerifyCounters: zero before the launch); the item's last block hashes the chunk list, writes
-// the verdict and zeroes the counter again. Passed by value (kernel parameters: at most
-// kMaxVerifyBatch items, ~1.7 KiB).
+// Payloads verified by one launch (verify_payloads_async, and each part of verify_payload_async):
+// batch_hashes' blocks are every item's chunks of this launch in item order, then every item's
+// CRC blocks of this launch. Each block counts itself in its item's counter (VerifyCounters:
+// zero before an item's first launch); the item's last block, in whichever launch, hashes the
+// chunk list, writes the verdict and zeroes the counter again. An item has at least one chunk
+// block, so an empty payload gets its verdict too. Passed by value (kernel parameters: at most
+// kMaxVerifyBatch items, ~1.9 KiB).
 struct BatchItem {
   const u8* payload;
   u64 bytes, chunks;
-  u64 chunk_base;  // the launch's block of this item's first chunk
+  u64 chunk_first;  // this launch's first chunk of the item
+  u64 chunk_base;   // the launch's block of that chunk
   u64* list;
   unsigned int* verdict;
   unsigned int* host_verdict;
   u64 expected;
   const u8* crc_data;
-  u64 crc_len, crc_blocks, crc_base;  // crc_base: the first CRC block's index among CRC blocks
+  u64 crc_len, crc_blocks;
+  u64 crc_first;  // this launch's first CRC block of the item
+  u64 crc_base;   // its index among the launch's CRC blocks
   unsigned int crc, crc_finish, with_crc;
-  unsigned int units;  // the item's blocks: its chunk blocks and CRC blocks
+  unsigned int units;  // the item's blocks over all its launches: chunk blocks and CRC blocks
 };
 struct Batch {
   unsigned int count;
@@ -242,12 +205,12 @@ __global__ void __launch_bounds__(kThreads)
     const u64 c = block - b.chunk_blocks;
     while (i + 1 < b.count && c >= b.items[i + 1].crc_base) ++i;
     const BatchItem& it = b.items[i];
-    crc_pieces(it.crc_data, it.crc_len, c - it.crc_base, it.crc_blocks, consts,
+    crc_pieces(it.crc_data, it.crc_len, it.crc_first + (c - it.crc_base), it.crc_blocks, consts,
                b.counters + 2 * i + 1);
   } else {
     while (i + 1 < b.count && block >= b.items[i + 1].chunk_base) ++i;
     const BatchItem& it = b.items[i];
-    const u64 chunk = block - it.chunk_base;
+    const u64 chunk = it.chunk_first + (block - it.chunk_base);
     if (chunk < it.chunks) {  // else the one block of an empty payload
       const u64 lo = chunk * kChunkBytes;
       const u64 len = it.bytes - lo < kChunkBytes ? it.bytes - lo : kChunkBytes;
@@ -313,71 +276,112 @@ const CrcConsts& crc_tables() {
 
 }  // namespace
 
-// Scratch: the verdict (4 bytes), the CRC accumulator (4 bytes), then the chunk list.
+// Scratch: the verdict (4 bytes), 4 bytes unused (the list stays 8-byte aligned), the chunk list.
 std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept {
   return 8 + 8 * chunk_count(payload_bytes);
 }
 
+namespace {
+
+// The launch-independent part of one item of batch_hashes: its payload, scratch, verdict and
+// CRC claim, with `units` its blocks over all launches. Checked as verify_payload_async says.
+Status describe_item(const VerifyItem& v, BatchItem& it) noexcept {
+  TIER_RETURN_IF_ERROR(check_item(v.payload, v.scratch, v.crc));
+  it = BatchItem{};
+  it.payload = reinterpret_cast<const u8*>(v.payload.data);
+  it.bytes = v.payload.size;
+  it.chunks = chunk_count(v.payload.size);
+  it.verdict = reinterpret_cast<unsigned int*>(v.scratch.data);
+  it.list = reinterpret_cast<u64*>(v.scratch.data + 8);
+  TIER_RETURN_IF_ERROR(map_verdict(v.host_verdict, it.host_verdict));
+  it.expected = v.expected;
+  if (v.crc != nullptr) {
+    it.with_crc = 1;
+    it.crc = v.crc->crc;
+    it.crc_data = it.payload + v.crc->from;
+    it.crc_len = v.payload.size - v.crc->from;
+    it.crc_blocks = (it.crc_len + kCrcSpan - 1) / kCrcSpan;
+    it.crc_finish = crc32::finish(0, it.crc_len);
+  }
+  const u64 units = std::max<u64>(1, it.chunks) + it.crc_blocks;
+  if (units > 0x7fffffffu)
+    return Status::invalid("verify_payload_async: payload of more than 2^31 chunks");
+  it.units = static_cast<unsigned int>(units);
+  return Status::ok();
+}
+
+Status check_counters(const VerifyCounters& counters, const Stream& s) noexcept {
+  if (counters.words() == nullptr || counters.device() != s.device())
+    return Status::invalid("verification counters not allocated on the stream's GPU");
+  return Status::ok();
+}
+
+Status launch(const Batch& b, u64 blocks, const Stream& s) noexcept {
+  if (blocks > 0x7fffffffu)
+    return Status::invalid("verification of more than 2^31 chunks in one launch");
+  batch_hashes<<<static_cast<unsigned>(blocks), kThreads, 0,
+                 static_cast<rt::StreamHandle>(s.handle())>>>(b, secret_bytes(), crc_tables());
+  TIER_GPU_TRY(rt::clear_last_error());
+  return Status::ok();
+}
+
+}  // namespace
+
 Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
-                            std::uint32_t* host_verdict, const Stream& s, const CrcClaim* crc,
-                            std::span<const Landing> landings) noexcept {
-  TIER_RETURN_IF_ERROR(check_item(payload, scratch, crc));
+                            std::uint32_t* host_verdict, VerifyCounters& counters, const Stream& s,
+                            const CrcClaim* crc, std::span<const Landing> landings) noexcept {
+  TIER_RETURN_IF_ERROR(check_counters(counters, s));
+  Batch b{};
+  b.count = 1;
+  b.counters = reinterpret_cast<unsigned int*>(counters.words());
+  BatchItem& it = b.items[0];
+  TIER_RETURN_IF_ERROR(describe_item(VerifyItem{payload, expected, scratch, host_verdict, crc}, it));
   for (std::size_t i = 0; i < landings.size(); ++i)
     if (landings[i].event == nullptr || landings[i].bytes > payload.size ||
         (i > 0 && landings[i].bytes < landings[i - 1].bytes))
       return Status::invalid("verify_payload_async: landings must grow within the payload");
   if (!landings.empty() && landings.back().bytes != payload.size)
     return Status::invalid("verify_payload_async: the last landing must be the whole payload");
-  unsigned int* mapped = nullptr;
-  TIER_RETURN_IF_ERROR(map_verdict(host_verdict, mapped));
   DeviceGuard guard(s.device());
   TIER_RETURN_IF_ERROR(guard.status());
-  const xxh3::Secret& secret = secret_bytes();
-  const u64 chunks = chunk_count(payload.size);
-  auto* verdict = reinterpret_cast<unsigned int*>(scratch.data);
-  auto* crc_acc = reinterpret_cast<unsigned int*>(scratch.data + 4);
-  auto* list = reinterpret_cast<u64*>(scratch.data + 8);
-  auto stream = static_cast<rt::StreamHandle>(s.handle());
-  const u64 crc_len = crc != nullptr ? payload.size - crc->from : 0;
-  const u64 crc_blocks = (crc_len + kCrcSpan - 1) / kCrcSpan;
-  if (chunks + crc_blocks > 0x7fffffffu)
-    return Status::invalid("verify_payload_async: payload of more than 2^31 chunks");
-  CrcConsts consts = crc_tables();
-  if (crc != nullptr) {
-    consts.finish = crc32::finish(0, crc_len);
-    TIER_GPU_TRY(rt::memset_async(crc_acc, 0, 4, stream));
-  }
-  // Launches the chunks and CRC blocks that lie wholly in the payload's first `landed` bytes
-  // and no earlier launch took. CRC block b covers the claim's bytes [b * span - pad,
-  // (b + 1) * span - pad) (right-aligned: crc_pieces).
-  const u64 pad = crc_blocks * kCrcSpan - crc_len;
-  Units u{0, 0, 0, 0, crc_blocks};
+  // Each launch takes the chunks and CRC blocks that lie wholly in the payload's first `landed`
+  // bytes and no earlier launch took (the last one the rest, and an empty payload's one block).
+  // CRC block k covers the claim's bytes [k * span - pad, (k + 1) * span - pad) (right-aligned:
+  // crc_pieces).
+  const u64 pad = it.crc_blocks * kCrcSpan - it.crc_len;
+  u64 chunks_taken = 0, crc_taken = 0;
   auto launch_landed = [&](u64 landed) -> Status {
-    const u64 chunk_to = landed == payload.size ? chunks : landed / kChunkBytes;
+    const u64 chunk_to =
+        landed == payload.size ? std::max<u64>(1, it.chunks) : landed / kChunkBytes;
     u64 crc_to = 0;
     if (crc != nullptr && landed >= crc->from)
-      crc_to = std::min<u64>(crc_blocks, (landed - crc->from + pad) / kCrcSpan);
-    u.chunk_first += u.chunk_count;
-    u.crc_first += u.crc_count;
-    u.chunk_count = chunk_to > u.chunk_first ? chunk_to - u.chunk_first : 0;
-    u.crc_count = crc_to > u.crc_first ? crc_to - u.crc_first : 0;
-    if (u.chunk_count + u.crc_count == 0) return Status::ok();
-    chunk_hashes<<<static_cast<unsigned>(u.chunk_count + u.crc_count), kThreads, 0, stream>>>(
-        reinterpret_cast<const u8*>(payload.data), payload.size, u, list, secret,
-        reinterpret_cast<const u8*>(payload.data) + (crc != nullptr ? crc->from : 0), crc_len,
-        consts, crc_acc);
-    TIER_GPU_TRY(rt::clear_last_error());
-    return Status::ok();
+      crc_to = std::min<u64>(it.crc_blocks, (landed - crc->from + pad) / kCrcSpan);
+    it.chunk_first = chunks_taken;
+    it.crc_first = crc_taken;
+    b.chunk_blocks = chunk_to > chunks_taken ? chunk_to - chunks_taken : 0;
+    const u64 crc_count = crc_to > crc_taken ? crc_to - crc_taken : 0;
+    chunks_taken += b.chunk_blocks;
+    crc_taken += crc_count;
+    if (b.chunk_blocks + crc_count == 0) return Status::ok();
+    return launch(b, b.chunk_blocks + crc_count, s);
   };
-  if (landings.empty()) TIER_RETURN_IF_ERROR(launch_landed(payload.size));
+  if (landings.empty()) return launch_landed(payload.size);
   for (const Landing& l : landings) {
-    TIER_RETURN_IF_ERROR(stream_wait_event(s, l.event->handle()));
-    TIER_RETURN_IF_ERROR(launch_landed(l.bytes));
+    auto part = [&]() -> Status {
+      TIER_RETURN_IF_ERROR(stream_wait_event(s, l.event->handle()));
+      return launch_landed(l.bytes);
+    };
+    const Status st = part();
+    if (!st) {
+      // The launches already enqueued counted part of the item: zero its words behind them.
+      if (chunks_taken + crc_taken > 0) {
+        const rt::Error zeroed = rt::memset_async(b.counters, 0, 2 * sizeof(unsigned int),
+                                                  static_cast<rt::StreamHandle>(s.handle()));
+        static_cast<void>(zeroed);  // the call's error is `st`
+      }
+      return st;
+    }
   }
-  list_verdict<<<1, kThreads, 0, stream>>>(list, chunks, expected, verdict, mapped, secret,
-                                           crc != nullptr, consts.finish,
-                                           crc != nullptr ? crc->crc : 0u, crc_acc);
-  TIER_GPU_TRY(rt::clear_last_error());
   return Status::ok();
 }
 
@@ -397,49 +401,24 @@ Status verify_payloads_async(std::span<const VerifyItem> items, VerifyCounters& 
                              const Stream& s) noexcept {
   if (items.size() > kMaxVerifyBatch)
     return Status::invalid("verify_payloads_async: more than kMaxVerifyBatch payloads");
-  if (counters.words() == nullptr || counters.device() != s.device())
-    return Status::invalid("verify_payloads_async: counters not allocated on the stream's GPU");
+  TIER_RETURN_IF_ERROR(check_counters(counters, s));
   if (items.empty()) return Status::ok();
   Batch b{};
   b.count = static_cast<unsigned int>(items.size());
   b.counters = reinterpret_cast<unsigned int*>(counters.words());
   u64 chunk_blocks = 0, crc_blocks = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    const VerifyItem& v = items[i];
-    TIER_RETURN_IF_ERROR(check_item(v.payload, v.scratch, v.crc));
     BatchItem& it = b.items[i];
-    it.payload = reinterpret_cast<const u8*>(v.payload.data);
-    it.bytes = v.payload.size;
-    it.chunks = chunk_count(v.payload.size);
+    TIER_RETURN_IF_ERROR(describe_item(items[i], it));
     it.chunk_base = chunk_blocks;
-    it.verdict = reinterpret_cast<unsigned int*>(v.scratch.data);
-    it.list = reinterpret_cast<u64*>(v.scratch.data + 8);
-    TIER_RETURN_IF_ERROR(map_verdict(v.host_verdict, it.host_verdict));
-    it.expected = v.expected;
     it.crc_base = crc_blocks;
-    if (v.crc != nullptr) {
-      it.with_crc = 1;
-      it.crc = v.crc->crc;
-      it.crc_data = it.payload + v.crc->from;
-      it.crc_len = v.payload.size - v.crc->from;
-      it.crc_blocks = (it.crc_len + kCrcSpan - 1) / kCrcSpan;
-      it.crc_finish = crc32::finish(0, it.crc_len);
-    }
-    const u64 blocks = std::max<u64>(1, it.chunks);
-    it.units = static_cast<unsigned int>(blocks + it.crc_blocks);  // launched only if < 2^31
-    chunk_blocks += blocks;
+    chunk_blocks += it.units - it.crc_blocks;
     crc_blocks += it.crc_blocks;
   }
-  if (chunk_blocks + crc_blocks > 0x7fffffffu)
-    return Status::invalid("verify_payloads_async: more than 2^31 chunks");
   b.chunk_blocks = chunk_blocks;
   DeviceGuard guard(s.device());
   TIER_RETURN_IF_ERROR(guard.status());
-  auto stream = static_cast<rt::StreamHandle>(s.handle());
-  batch_hashes<<<static_cast<unsigned>(chunk_blocks + crc_blocks), kThreads, 0, stream>>>(
-      b, secret_bytes(), crc_tables());
-  TIER_GPU_TRY(rt::clear_last_error());
-  return Status::ok();
+  return launch(b, chunk_blocks + crc_blocks, s);
 }
 
 }  // namespace tier::gpu

@@ -325,7 +325,9 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
       auto ring = DeviceBuffer::allocate(device, k * (n + 4096));
       auto exec = DeviceCopyExecutor::create(ExecutorOptions{device});
       auto words = PinnedBuffer::allocate(4 * k);
-      if (!st || !up || !ring || !exec || !words) return cli::fail("tier diagnostics failed");
+      auto counters = VerifyCounters::allocate(stream);
+      if (!st || !up || !ring || !exec || !words || !counters)
+        return cli::fail("tier diagnostics failed");
       std::vector<Event> landed;
       for (std::uint64_t j = 0; j < k; ++j)
         landed.push_back(std::move(Event::create(device)).value());
@@ -346,7 +348,8 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
           TIER_RETURN_IF_ERROR(stream_wait_event(stream, landed[j].handle()));
           TIER_RETURN_IF_ERROR(
               verify_payload_async(staged, sums[j], scratch,
-                                   reinterpret_cast<std::uint32_t*>(words->data()) + j, stream));
+                                   reinterpret_cast<std::uint32_t*>(words->data()) + j, *counters,
+                                   stream));
           spans[j] = {CopySpan{dst->data() + j * n, 0, payload}};
           TIER_RETURN_IF_ERROR((*exec)->scatter_async(
               CopyPlan{spans[j], MemoryKind::kDevice, device, payload}, staged, stream,

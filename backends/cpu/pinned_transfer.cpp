@@ -422,8 +422,8 @@ Result<bool> PinnedTransfer::enqueue_large(Gpu& g, std::span<const Piece> pieces
     }
     if (st)
       st = gpu::verify_payload_async(staged, h.payload_checksum, scratch,
-                                     reinterpret_cast<std::uint32_t*>(verdicts_.data()) + word, to,
-                                     crc, landings);
+                                     reinterpret_cast<std::uint32_t*>(verdicts_.data()) + word,
+                                     g.counters, to, crc, landings);
     std::vector<CopySpan> spans;
     payload_spans(payload, skip, spans);
     if (st)

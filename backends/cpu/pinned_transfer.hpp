@@ -67,7 +67,7 @@ class PinnedTransfer final : public DeviceTransfer {
   struct Gpu {
     std::shared_ptr<gpu::CopyContext> ctx;
     std::unique_ptr<gpu::DeviceCopyExecutor> executor;
-    gpu::VerifyCounters counters;  // the batches' verification, on the kToDevice lane
+    gpu::VerifyCounters counters;  // every verification of this GPU's, on the kToDevice lane
   };
   // A scattered get of the open batch: checked on the host, not yet enqueued.
   struct Item {

@@ -557,6 +557,9 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
           "writes only verified bytes") {
   auto s = Stream::create(0);
   REQUIRE(s);
+  // One set of counters for every call below: each completed call leaves them zero.
+  auto counters = VerifyCounters::allocate(*s);
+  REQUIRE(counters);
   auto verdicts = PinnedBuffer::allocate(4096);
   REQUIRE(verdicts);
   auto* word = reinterpret_cast<std::uint32_t*>(verdicts->data());
@@ -581,7 +584,7 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
     const CopyPlan plan{spans, MemoryKind::kDevice, 0, n};
     for (std::uint64_t expected : {want + 1, want}) {  // a wrong checksum first: nothing written
       *word = 0;
-      REQUIRE(verify_payload_async(staged, expected, scratch->region(), word, *s));
+      REQUIRE(verify_payload_async(staged, expected, scratch->region(), word, *counters, *s));
       REQUIRE((*exec)->scatter_async(plan, staged, *s, gate));
       REQUIRE(s->synchronize());
       CHECK(*word == (expected == want ? kVerdictMatch : kVerdictMismatch));
@@ -596,11 +599,13 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
     for (std::uint32_t claimed : {crc ^ 0x100u, crc}) {
       const CrcClaim claim{from, claimed};
       *word = 0;
-      REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *s, &claim));
+      REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *counters, *s, &claim));
       REQUIRE(s->synchronize());
       CHECK(*word == (claimed == crc ? kVerdictMatch : kVerdictMismatch));
     }
-    // Landing in three parts on another stream, checked part by part: the same verdicts.
+    // Landing in three parts on another stream, checked part by part (the second part twice:
+    // a launch with nothing new to check): the same verdicts, and a batch on the same counters
+    // afterwards too.
     {
       auto dma = Stream::create(0);
       REQUIRE(dma);
@@ -616,17 +621,26 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
                              *dma));
         REQUIRE(events[k].record(*dma));
         landings.push_back(Landing{hi, &events[k]});
+        if (k == 1) landings.push_back(landings.back());
       }
       for (std::uint32_t claimed : {crc ^ 0x100u, crc}) {
         const CrcClaim claim{from, claimed};
         *word = 0;
-        REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *s, &claim, landings));
+        REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *counters, *s,
+                                     &claim, landings));
         REQUIRE(s->synchronize());
         CHECK(*word == (claimed == crc ? kVerdictMatch : kVerdictMismatch));
       }
+      const CrcClaim claim{from, crc};
+      const VerifyItem alone{staged, want, scratch->region(), word, &claim};
+      *word = 0;
+      REQUIRE(verify_payloads_async(std::span(&alone, 1), *counters, *s));
+      REQUIRE(s->synchronize());
+      CHECK(*word == kVerdictMatch);
       const Landing short_of_it[] = {Landing{n / 2, &events[0]}};
       if (n > 1)
-        CHECK(verify_payload_async(staged, want, scratch->region(), word, *s, nullptr, short_of_it)
+        CHECK(verify_payload_async(staged, want, scratch->region(), word, *counters, *s, nullptr,
+                                   short_of_it)
                   .code() == Code::kInvalidArgument);
     }
     // One flipped bit in the first, a middle and the last byte fails.
@@ -637,28 +651,35 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
       bad[at] ^= std::byte{0x10};
       REQUIRE(copy_async(staged, host_region(bad), *s));
       *word = 0;
-      REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *s));
+      REQUIRE(verify_payload_async(staged, want, scratch->region(), word, *counters, *s));
       REQUIRE(s->synchronize());
       CHECK(*word == kVerdictMismatch);
     }
   }
-  // Refusals: host memory, misalignment, a short scratch, an unmapped host word.
+  // Refusals: host memory, misalignment, a short scratch, an unmapped host word, a claim past
+  // the payload, counters not allocated.
   auto payload = DeviceBuffer::allocate(0, 1 << 20);  // 16 chunks: 136 scratch bytes
   auto scratch = DeviceBuffer::allocate(0, 64);
   REQUIRE((payload && scratch));
   std::vector<std::byte> host(64);
   std::uint32_t plain = 0;
-  CHECK(verify_payload_async(host_region(host), 0, scratch->region(), nullptr, *s).code() ==
+  VerifyCounters& c = *counters;
+  CHECK(verify_payload_async(host_region(host), 0, scratch->region(), nullptr, c, *s).code() ==
         Code::kInvalidArgument);
-  CHECK(verify_payload_async(payload->region().slice(1, 100), 0, scratch->region(), nullptr, *s)
+  CHECK(verify_payload_async(payload->region().slice(1, 100), 0, scratch->region(), nullptr, c,
+                             *s)
             .code() == Code::kInvalidArgument);
-  CHECK(verify_payload_async(payload->region(), 0, scratch->region(), nullptr, *s).code() ==
+  CHECK(verify_payload_async(payload->region(), 0, scratch->region(), nullptr, c, *s).code() ==
         Code::kInvalidArgument);
-  CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), &plain, *s)
+  CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), &plain, c, *s)
             .code() == Code::kInvalidArgument);
   const CrcClaim past{101, 0};
-  CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), nullptr, *s,
-                             &past)
+  CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), nullptr, c,
+                             *s, &past)
+            .code() == Code::kInvalidArgument);
+  VerifyCounters none;
+  CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), nullptr, none,
+                             *s)
             .code() == Code::kInvalidArgument);
 }
 

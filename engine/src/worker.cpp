@@ -258,21 +258,23 @@ void Worker::submit(const StepPlan& plan, const DeviceOrder& after) {
     if (q.op.slot) snapshot(q, after);
   // Every rank holds what its load will read: rank 0 from the lookup on (the op's lease is its
   // own), the other ranks from the plan's arrival here until their load ends.
-  std::vector<std::uint64_t> own_leases(plan.loads.size(), 0);
+  std::vector<QueuedLoad> queued(plan.loads.size());
   for (std::size_t i = 0; i < plan.loads.size(); ++i) {
-    const LoadOp& op = plan.loads[i];
-    if (config_.lease_timeout_ms == 0) break;
+    QueuedLoad& q = queued[i];
+    q.op = plan.loads[i];
+    if (config_.lease_timeout_ms == 0) continue;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (op.lease != 0 && leases_.count(op.lease) != 0) continue;
+      if (q.op.lease != 0 && leases_.count(q.op.lease) != 0) continue;
     }
-    if (!page_destinations(op)) continue;  // malformed: its load refuses it, no tier is asked
-    auto l = lease(op.chunk_keys, op.slot, std::chrono::milliseconds(config_.lease_timeout_ms));
-    if (l) own_leases[i] = l->id;  // best effort: a tier that cannot lease holds nothing
+    q.destinations = page_destinations(q.op);
+    if (!q.destinations) continue;  // malformed: its load refuses it, no tier is asked
+    auto l =
+        lease(q.op.chunk_keys, q.op.slot, std::chrono::milliseconds(config_.lease_timeout_ms));
+    if (l) q.lease = l->id;  // best effort: a tier that cannot lease holds nothing
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (std::size_t i = 0; i < plan.loads.size(); ++i)
-    loads_.push_back(QueuedLoad{plan.loads[i], own_leases[i]});
+  for (QueuedLoad& q : queued) loads_.push_back(std::move(q));
   for (QueuedSave& q : accepted) saves_.push_back(std::move(q));
 }
 
@@ -314,9 +316,9 @@ std::size_t Worker::progress(std::size_t max_saves) {
     loads.swap(loads_);
   }
   std::size_t done = 0;
-  for (const QueuedLoad& q : loads) {
+  for (QueuedLoad& q : loads) {
     const LoadOp& op = q.op;
-    const WorkerOutcome outcome = run_load(op);
+    const WorkerOutcome outcome = run_load(q);
     release_lease(op.lease);  // the load ended: its lookup lease is no longer needed
     release_lease(q.lease);   // and the one this rank took at submit()
     (outcome == WorkerOutcome::kOk ? counters_.loads_ok : counters_.loads_failed).add();
@@ -363,7 +365,7 @@ std::vector<std::uint64_t> Worker::loaded_bytes_by_tier() const {
   return loaded_by_tier_;
 }
 
-std::optional<std::vector<std::vector<Region>>> Worker::page_destinations(const LoadOp& op) {
+std::optional<Worker::PageDestinations> Worker::page_destinations(const LoadOp& op) {
   const std::uint64_t chunk = config_.chunk_tokens;
   if (op.page_start % chunk != 0 || op.page_end <= op.page_start) return std::nullopt;
   const std::size_t blocks_per_chunk = chunk / config_.block_tokens;
@@ -373,7 +375,7 @@ std::optional<std::vector<std::vector<Region>>> Worker::page_destinations(const 
   std::vector<std::uint32_t> ids = op.block_ids;
   std::sort(ids.begin(), ids.end());
   if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) return std::nullopt;
-  std::vector<std::vector<Region>> regions(op.chunk_keys.size());
+  PageDestinations regions(op.chunk_keys.size());
   std::lock_guard<std::mutex> lock(layout_mu_);
   for (std::size_t i = 0; i < op.chunk_keys.size(); ++i) {
     auto r = layout_.page_regions(
@@ -384,9 +386,11 @@ std::optional<std::vector<std::vector<Region>>> Worker::page_destinations(const 
   return regions;
 }
 
-WorkerOutcome Worker::run_load(const LoadOp& op) {
+WorkerOutcome Worker::run_load(QueuedLoad& q) {
+  const LoadOp& op = q.op;
   // PAGE first; the SLOT is fetched only when every chunk loaded.
-  auto regions = page_destinations(op);
+  if (!q.destinations) q.destinations = page_destinations(op);
+  const auto& regions = q.destinations;
   if (!regions) return WorkerOutcome::kPageUnavailable;
   std::vector<LoadItem> items;
   items.reserve(op.chunk_keys.size());

@@ -73,6 +73,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <unordered_set>
@@ -231,9 +232,14 @@ class Worker final : public TierView {
   }
 
  private:
+  // The destination regions of a load's PAGE chunks, one vector per chunk (page_destinations).
+  using PageDestinations = std::vector<std::vector<Region>>;
   struct QueuedLoad {
     LoadOp op;
     std::uint64_t lease = 0;  // this rank's own lease of the op's objects (submit()), or 0
+    // Computed at submit() when it checked the op before leasing (the layout's regions of a
+    // block never change), else by run_load().
+    std::optional<PageDestinations> destinations;
   };
   struct QueuedSave {
     SaveOp op;
@@ -245,11 +251,11 @@ class Worker final : public TierView {
   Worker(const EngineConfig& config, std::uint32_t rank, TierStack& stack, KvLayout& layout,
          PluginPtr<Codec> identity);
   void report(Channel c, const OperationId& id, WorkerOutcome outcome);
-  // The destination regions of a load's PAGE chunks, one vector per chunk, or nullopt when the
-  // operation is malformed (unaligned, blocks not matching its chunks, a block named twice or
-  // outside the layout's pool). Takes layout_mu_.
-  std::optional<std::vector<std::vector<Region>>> page_destinations(const LoadOp& op);
-  WorkerOutcome run_load(const LoadOp& op);
+  // The destination regions of a load's PAGE chunks, or nullopt when the operation is malformed
+  // (unaligned, blocks not matching its chunks, a block named twice or outside the layout's
+  // pool). Takes layout_mu_.
+  std::optional<PageDestinations> page_destinations(const LoadOp& op);
+  WorkerOutcome run_load(QueuedLoad& q);
   void run_save(QueuedSave& q);
   WorkerOutcome save_slot(QueuedSave& q);
   // Polls `probe` until it sees the object (kOk), the probe fails (`failed`) or the publication

@@ -37,4 +37,8 @@ def test_tokens_identical_after_layer_offload_and_after_a_fresh_process_restore(
     assert report["pinned"]["objects"] == 16 and report["pinned"]["regions"] == 256
     assert report["ratios"]["pinned_restore_vs_bulk_h2d"] > 0
     assert report["fresh_process"]["disk_read_gbps"] > 0
+    passes = report["fresh_process"]["disk_read_passes_gbps"]
+    assert len(passes) == 4 and min(passes) > 0
+    # The rate is the passes' bytes over their time: between the slowest and fastest pass.
+    assert min(passes) * 0.999 <= report["fresh_process"]["disk_read_gbps"] <= max(passes) * 1.001
     assert report["fresh_process"]["new_file_read_gbps"] > 0

@@ -64,7 +64,8 @@ __device__ u64 block_hash(const u8* p, u64 len, Shared& sh) {
     if (b <= blocks) {
       // Block b: 16 stripes, or the partial block's stripes and the input's last 64 bytes.
       // Every load is issued before any is used: a load followed by its use, stripe after
-      // stripe, waited for each memory round trip in turn (11 us of a block's time).
+      // stripe, waited for one memory round trip after another (by ncu on the H200, a 4 MiB
+      // batch's launch took 22.2 us that way, 19.2 us this way).
       const unsigned n = b < blocks ? xxh3::kStripesPerBlock : stripes;
       const u8* at = p + b * xxh3::kBlockBytes + 8 * lane;
       u64 v[xxh3::kStripesPerBlock];

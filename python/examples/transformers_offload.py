@@ -279,8 +279,9 @@ def read_rate_gbps(path, nbytes, block=4 << 20, passes=4):
     """(GB/s, [GB/s of each pass]) of reading the first `nbytes` of `path` (rounded down to whole
     blocks, at least one) with O_DIRECT, one reader, `block` bytes per read (dd iflag=direct
     bs=4M), `passes` times: all the passes' bytes over all their time. On the device machine's
-    virtual disk, passes right after each other alternate between about 1.3 and 2.0 GB/s, so no
-    single pass (and no median of an odd count) is the disk's rate."""
+    virtual disk, passes right after each other differ by up to 1.5x (in some runs they alternate
+    between about 1.3 and 2.0 GB/s), so no single pass (and no median of an odd count) is the
+    disk's rate."""
     import mmap
 
     nbytes = max(block, nbytes // block * block)
@@ -470,7 +471,8 @@ def main(argv=None):
               f"{report['ratios']['disk_restore_vs_disk_read']:.2f}x the disk's own read rate "
               f"({b['disk_read_gbps']:.2f} GB/s: the same bytes of the tier's data file, O_DIRECT, "
               f"4 MiB reads, 4 passes at "
-              f"{', '.join(f'{x:.2f}' for x in b['disk_read_passes_gbps'])} GB/s); again in that process {b['restore_warm_ms']:.2f} ms = "
+              f"{', '.join(f'{x:.2f}' for x in b['disk_read_passes_gbps'])} GB/s); "
+              f"again in that process {b['restore_warm_ms']:.2f} ms = "
               f"{b['restore_warm_gbps'] / b['disk_read_gbps']:.2f}x; a file just written reads "
               f"at {b['new_file_read_gbps']:.2f} GB/s")
     return 0 if all(report["identical"].values()) else 1

@@ -95,6 +95,11 @@ void VerifyPool::start_workers() noexcept {
   }
 }
 
+void VerifyPool::prestart() noexcept {
+  std::lock_guard lock(mu_);
+  start_workers();
+}
+
 void VerifyPool::work(Job& j) noexcept {
   for (std::size_t i = j.next.fetch_add(1, std::memory_order_relaxed); i < j.count;
        i = j.next.fetch_add(1, std::memory_order_relaxed))

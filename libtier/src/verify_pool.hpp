@@ -16,7 +16,8 @@
 // share of the CPUs, cpus / n threads, the caller included. Workers start
 // on the first run() that can use them, spin for a short while after each job (so back-to-back
 // gets find them awake) and then sleep on a futex. They run only the chunk functions of object.cpp,
-// never user code. A child process after fork() starts its own workers on first use.
+// never user code (prestart() starts them earlier). A child process after fork() starts its own
+// workers on first use.
 //
 // Threads: run() may be called from any number of threads at once; jobs share the workers.
 // Errors: none; a worker that cannot be started leaves its share to the caller.
@@ -65,6 +66,9 @@ class VerifyPool {
   // Uses `threads` (caller included, at most 256; 0 = the default) from the next run() on; the
   // current workers exit once they finish the chunk they hold.
   void set_threads(unsigned threads) noexcept;
+  // Starts the workers now (a TierStack's open) instead of in the first run() that can use them,
+  // so that run() neither creates threads nor waits for a thread that has just started.
+  void prestart() noexcept;
 
  private:
   struct Job {

@@ -107,8 +107,8 @@ Status TierStack::Impl::open(const Profile& profile, Registry& registry) {
   const Tier& first = at(first_writable_);
   gather_saves_ = first.caps.gather_puts && first.caps.io_alignment <= 1 && !first.stage &&
                   writable == 1;
-  // The verification threads start now, not inside the first load (where starting 7 of them
-  // and waiting for a new one's first chunk delayed the first verified get by about 1 ms).
+  // The verification threads start now, not inside the first verified save or load, which
+  // started them and waited for a new one's first chunk (docs/object-format.md).
   detail::VerifyPool::instance().prestart();
   return Status::ok();
 }

@@ -13,11 +13,11 @@
 // threads saving on 16 CPUs need 16 CPUs even while half of them copy, so no worker is woken to
 // take a CPU from one of them. A thread that shares the host's CPUs with
 // other processes verifying at once (share(n), set by tier::VerifyCpuShare) uses at most its
-// share of the CPUs, cpus / n threads, the caller included. Workers start
-// on the first run() that can use them, spin for a short while after each job (so back-to-back
-// gets find them awake) and then sleep on a futex. They run only the chunk functions of object.cpp,
-// never user code (prestart() starts them earlier). A child process after fork() starts its own
-// workers on first use.
+// share of the CPUs, cpus / n threads, the caller included. Workers start when a TierStack opens
+// (prestart()), else on the first run() that can use them, spin for a short while after each job
+// (so back-to-back gets find them awake) and then sleep on a futex. They run only the chunk
+// functions of object.cpp, never user code. A child process after fork() starts its own workers
+// on first use.
 //
 // Threads: run() may be called from any number of threads at once; jobs share the workers.
 // Errors: none; a worker that cannot be started leaves its share to the caller.

@@ -106,16 +106,15 @@ __device__ u64 block_hash(const u8* p, u64 len, Shared& sh) {
 constexpr u64 kCrcPiece = 256;
 constexpr u64 kCrcSpan = kCrcPiece * kThreads;  // bytes per CRC block
 
-// Shift factors the host computes once per payload (a GF(2) power is a long chain of dependent
-// steps: slow on one GPU thread): x^(8 * kCrcPiece * 2^k) for the tree's levels, x^(8 *
-// kCrcSpan * 2^k) for the blocks' shifts, and the term the initial value adds over the range.
+// Shift factors the host computes once (a GF(2) power is a long chain of dependent steps: slow
+// on one GPU thread): x^(8 * kCrcPiece * 2^k) for the tree's levels, x^(8 * kCrcSpan * 2^k) for
+// the blocks' shifts.
 struct CrcConsts {
   crc32::u32 level[16];
   crc32::u32 span[48];
-  crc32::u32 finish;
 };
 
-// CrcConsts' tables (finish left 0): squares of x^(8 * kCrcPiece) and of x^(8 * kCrcSpan).
+// CrcConsts' tables: squares of x^(8 * kCrcPiece) and of x^(8 * kCrcSpan).
 CrcConsts crc_powers() {
   CrcConsts c{};
   c.level[0] = crc32::shift_factor(kCrcPiece);
@@ -147,23 +146,20 @@ __device__ void crc_pieces(const u8* __restrict__ data, u64 len, u64 block, u64 
     if ((reinterpret_cast<unsigned long long>(p) & 7u) == 0) {
       // Eight words per round, all loaded before the first is used (one memory round trip per
       // round instead of one per word).
+      auto feed = [&](u64 w) {  // eight bytes, lowest first
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          c = table[(c ^ static_cast<crc32::u32>(w >> (8 * k))) & 0xffu] ^ (c >> 8);
+      };
       constexpr u64 kRound = 8;
       for (; i + 8 * kRound <= n; i += 8 * kRound) {
         u64 w[kRound];
 #pragma unroll
         for (u64 j = 0; j < kRound; ++j) w[j] = xxh3::load64_aligned(p + i + 8 * j);
 #pragma unroll
-        for (u64 j = 0; j < kRound; ++j)
-#pragma unroll
-          for (int k = 0; k < 8; ++k)
-            c = table[(c ^ static_cast<crc32::u32>(w[j] >> (8 * k))) & 0xffu] ^ (c >> 8);
+        for (u64 j = 0; j < kRound; ++j) feed(w[j]);
       }
-      for (; i + 8 <= n; i += 8) {  // eight bytes per load
-        const u64 w = xxh3::load64_aligned(p + i);
-#pragma unroll
-        for (int k = 0; k < 8; ++k)
-          c = table[(c ^ static_cast<crc32::u32>(w >> (8 * k))) & 0xffu] ^ (c >> 8);
-      }
+      for (; i + 8 <= n; i += 8) feed(xxh3::load64_aligned(p + i));
     }
     c = crc32::raw_update(c, p + i, n - i, table);
   }
@@ -259,30 +255,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The checks verify_payload_async makes of one payload.
-Status check_item(Region payload, Region scratch, const CrcClaim* crc) noexcept {
-  if (payload.kind != MemoryKind::kDevice || scratch.kind != MemoryKind::kDevice)
-    return Status::invalid("verify_payload_async: payload and scratch must be device memory");
-  if (reinterpret_cast<std::uintptr_t>(payload.data) % 8 != 0 ||
-      reinterpret_cast<std::uintptr_t>(scratch.data) % 8 != 0)
-    return Status::invalid("verify_payload_async: payload and scratch must be 8-byte aligned");
-  if (scratch.size < verify_scratch_bytes(payload.size))
-    return Status::invalid("verify_payload_async: scratch smaller than verify_scratch_bytes()");
-  if (crc != nullptr && crc->from > payload.size)
-    return Status::invalid("verify_payload_async: CRC claim past the payload's end");
-  return Status::ok();
-}
-
-// The device address of a host verdict word (mapped pinned memory), or null for none.
-Status map_verdict(std::uint32_t* host_verdict, unsigned int*& mapped) noexcept {
-  mapped = nullptr;
-  if (host_verdict == nullptr) return Status::ok();
-  mapped = static_cast<unsigned int*>(rt::mapped_device_pointer(host_verdict));
-  if (mapped == nullptr)
-    return Status::invalid("verify_payload_async: the host verdict is not mapped pinned memory");
-  return Status::ok();
-}
-
 const xxh3::Secret& secret_bytes() {
   static const xxh3::Secret secret = xxh3::default_secret();
   return secret;
@@ -293,32 +265,37 @@ const CrcConsts& crc_tables() {
   return powers;
 }
 
-}  // namespace
-
-// Scratch: the verdict (4 bytes), 4 bytes unused (the list stays 8-byte aligned), the chunk list.
-std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept {
-  return 8 + 8 * chunk_count(payload_bytes);
-}
-
-namespace {
-
 // The launch-independent part of one item of batch_hashes: its payload, scratch, verdict and
-// CRC claim, with `units` its blocks over all launches. Checked as verify_payload_async says.
+// CRC claim, with `units` its blocks over all launches, after the checks verify_payload_async
+// makes of one payload.
 Status describe_item(const VerifyItem& v, BatchItem& it) noexcept {
-  TIER_RETURN_IF_ERROR(check_item(v.payload, v.scratch, v.crc));
+  const Region payload = v.payload, scratch = v.scratch;
+  if (payload.kind != MemoryKind::kDevice || scratch.kind != MemoryKind::kDevice)
+    return Status::invalid("verify_payload_async: payload and scratch must be device memory");
+  if (reinterpret_cast<std::uintptr_t>(payload.data) % 8 != 0 ||
+      reinterpret_cast<std::uintptr_t>(scratch.data) % 8 != 0)
+    return Status::invalid("verify_payload_async: payload and scratch must be 8-byte aligned");
+  if (scratch.size < verify_scratch_bytes(payload.size))
+    return Status::invalid("verify_payload_async: scratch smaller than verify_scratch_bytes()");
+  if (v.crc != nullptr && v.crc->from > payload.size)
+    return Status::invalid("verify_payload_async: CRC claim past the payload's end");
   it = BatchItem{};
-  it.payload = reinterpret_cast<const u8*>(v.payload.data);
-  it.bytes = v.payload.size;
-  it.chunks = chunk_count(v.payload.size);
-  it.verdict = reinterpret_cast<unsigned int*>(v.scratch.data);
-  it.list = reinterpret_cast<u64*>(v.scratch.data + 8);
-  TIER_RETURN_IF_ERROR(map_verdict(v.host_verdict, it.host_verdict));
+  if (v.host_verdict != nullptr) {  // its device address: mapped pinned memory
+    it.host_verdict = static_cast<unsigned int*>(rt::mapped_device_pointer(v.host_verdict));
+    if (it.host_verdict == nullptr)
+      return Status::invalid("verify_payload_async: the host verdict is not mapped pinned memory");
+  }
+  it.payload = reinterpret_cast<const u8*>(payload.data);
+  it.bytes = payload.size;
+  it.chunks = chunk_count(payload.size);
+  it.verdict = reinterpret_cast<unsigned int*>(scratch.data);
+  it.list = reinterpret_cast<u64*>(scratch.data + 8);
   it.expected = v.expected;
   if (v.crc != nullptr) {
     it.with_crc = 1;
     it.crc = v.crc->crc;
     it.crc_data = it.payload + v.crc->from;
-    it.crc_len = v.payload.size - v.crc->from;
+    it.crc_len = payload.size - v.crc->from;
     it.crc_blocks = (it.crc_len + kCrcSpan - 1) / kCrcSpan;
     it.crc_finish = crc32::finish(0, it.crc_len);
   }
@@ -345,6 +322,11 @@ Status launch(const Batch& b, u64 blocks, const Stream& s) noexcept {
 }
 
 }  // namespace
+
+// Scratch: the verdict (4 bytes), 4 bytes unused (the list stays 8-byte aligned), the chunk list.
+std::size_t verify_scratch_bytes(std::size_t payload_bytes) noexcept {
+  return 8 + 8 * chunk_count(payload_bytes);
+}
 
 Status verify_payload_async(Region payload, std::uint64_t expected, Region scratch,
                             std::uint32_t* host_verdict, VerifyCounters& counters, const Stream& s,

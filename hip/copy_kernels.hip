@@ -30,6 +30,8 @@ constexpr std::size_t kDescriptorSlots = 32;   // made at creation
 constexpr std::size_t kSlotBytes = 64 * 1024;  // 2,048 tiles of a slot made at creation
 constexpr std::size_t kMaxDescriptorSlots = 256;  // more only while that many launches run
 constexpr std::uint64_t kRingAlign = 256;
+// Ranges of the staging ring remembered before the oldest completed ones are asked about.
+constexpr std::size_t kRangesKept = 64;
 
 struct Tile {
   const unsigned char* src;
@@ -171,7 +173,8 @@ struct CopyContext::State {
   Stream lanes[kLanes];
 
   std::mutex events_mu;
-  std::deque<Event> spare_events;
+  std::deque<Event> spare_events;      // given back with their work perhaps pending
+  std::vector<Event> completed_events;  // given back with their work completed
 
   std::mutex launch_mu;  // slots, next_slot, retired_slots
   PinnedBuffer descriptors;  // kDescriptorSlots x kSlotBytes, the first slots' memory
@@ -192,16 +195,18 @@ struct CopyContext::State {
   std::vector<Range> ranges;  // acquired, in acquisition order
 
   Result<Event> take_event() noexcept;
-  void give_event(Event e) noexcept;
+  void give_event(Event e, bool completed = false) noexcept;
   // Launches copy_tiles over `tiles` on `s` (a descriptor slot whose last launch completed).
   Status launch(const std::vector<Tile>& tiles, rt::StreamHandle s) noexcept;
 };
 
 namespace {
-// Gives an event back to the context's pool when it goes out of scope, whatever happened.
+// Gives an event back to the context's pool when it goes out of scope, whatever happened
+// (`completed`: its work was waited for).
 struct EventBack {
   CopyContext::State& st;
   Event& e;
+  bool completed = false;
   ~EventBack();
 };
 }  // namespace
@@ -211,6 +216,11 @@ struct EventBack {
 Result<Event> CopyContext::State::take_event() noexcept {
   {
     std::lock_guard<std::mutex> lock(events_mu);
+    if (!completed_events.empty()) {
+      Event e = std::move(completed_events.back());
+      completed_events.pop_back();
+      return std::move(e);
+    }
     // The oldest few: one still pending (given back with its work in flight) does not keep the
     // ones behind it from being reused.
     for (std::size_t i = 0; i < spare_events.size() && i < 4; ++i) {
@@ -225,16 +235,19 @@ Result<Event> CopyContext::State::take_event() noexcept {
   return Event::create(device);
 }
 
-void CopyContext::State::give_event(Event e) noexcept {
+void CopyContext::State::give_event(Event e, bool completed) noexcept {
   if (e.handle() == nullptr) return;
   std::lock_guard<std::mutex> lock(events_mu);
   try {
-    spare_events.push_back(std::move(e));
+    if (completed)
+      completed_events.push_back(std::move(e));
+    else
+      spare_events.push_back(std::move(e));
   } catch (const std::bad_alloc&) {  // destroyed instead
   }
 }
 
-EventBack::~EventBack() { st.give_event(std::move(e)); }
+EventBack::~EventBack() { st.give_event(std::move(e), completed); }
 
 Status CopyContext::State::launch(const std::vector<Tile>& tiles, rt::StreamHandle s) noexcept {
   if (tiles.empty()) return Status::ok();
@@ -365,7 +378,9 @@ const Stream& CopyContext::stream(Lane lane) const noexcept {
   return state_->lanes[static_cast<std::size_t>(lane)];
 }
 Result<Event> CopyContext::take_event() noexcept { return state_->take_event(); }
-void CopyContext::give_event(Event e) noexcept { state_->give_event(std::move(e)); }
+void CopyContext::give_event(Event e, bool completed) noexcept {
+  state_->give_event(std::move(e), completed);
+}
 
 Status CopyContext::order_after(void* stream, void* event) noexcept {
   DeviceGuard guard(state_->device);
@@ -462,22 +477,29 @@ Result<RingRange> CopyContext::ring_acquire(std::uint64_t bytes, const Stream& s
     TIER_ASSIGN_OR_RETURN(st.ring, DeviceBuffer::allocate(st.device, ring_bytes()));
   }
   const std::uint64_t lo = st.ring_head + n <= ring_bytes() ? st.ring_head : 0, hi = lo + n;
-  // Retired ranges that completed are forgotten; the rest that overlap are waited for on `s`.
+  auto overlaps = [&](const State::Range& r) { return r.lo < hi && lo < r.hi; };
+  for (const State::Range& r : st.ranges)
+    if (!r.retired && overlaps(r))
+      return Status(Code::kRejected, "staging ring: the range is still being filled");
+  // The retired ranges it overlaps are waited for on `s` (device-side), then forgotten: the new
+  // range takes their place. No runtime query: asking whether an event completed cost up to 2 us
+  // per event on the H200 (a probe's timestamps), and this runs before a batch's first DMA.
+  for (const State::Range& r : st.ranges)
+    if (overlaps(r)) TIER_RETURN_IF_ERROR(stream_wait_event(s, r.done.handle()));
   for (auto it = st.ranges.begin(); it != st.ranges.end();) {
-    if (it->retired) {
-      auto done = it->done.done();
-      if (done && *done) {
-        st.give_event(std::move(it->done));
-        it = st.ranges.erase(it);
-        continue;
-      }
+    if (overlaps(*it)) {
+      st.give_event(std::move(it->done));
+      it = st.ranges.erase(it);
+    } else {
+      ++it;
     }
-    if (it->lo < hi && lo < it->hi) {
-      if (!it->retired)
-        return Status(Code::kRejected, "staging ring: the range is still being filled");
-      TIER_RETURN_IF_ERROR(stream_wait_event(s, it->done.handle()));
-    }
-    ++it;
+  }
+  // Many small ranges: the oldest that completed are forgotten, so their events go back.
+  while (st.ranges.size() >= kRangesKept && st.ranges.front().retired) {
+    auto done = st.ranges.front().done.done();
+    if (!done || !*done) break;
+    st.give_event(std::move(st.ranges.front().done), true);
+    st.ranges.erase(st.ranges.begin());
   }
   try {
     st.ranges.push_back(State::Range{st.next_range, lo, hi, Event{}, false});
@@ -501,7 +523,7 @@ Status CopyContext::ring_retire(const RingRange& r, const Stream& s) noexcept {
       if (!rec) x.done.synchronize().ignore();  // completion unproven otherwise
       return rec;
     }
-  st.give_event(std::move(e));
+  st.give_event(std::move(e), true);  // never recorded
   return Status::invalid("staging ring: unknown range");
 }
 
@@ -719,7 +741,7 @@ Status DeviceCopyExecutor::run_on_lane(const CopyPlan& plan, Region image, bool 
   DeviceGuard guard(opts_.device);
   TIER_RETURN_IF_ERROR(guard.status());
   TIER_ASSIGN_OR_RETURN(Event done, ctx_->take_event());
-  const EventBack back{ctx_->state(), done};
+  EventBack back{ctx_->state(), done};
   auto enqueue = [&]() -> Status {
     std::lock_guard<std::mutex> lock(impl_->mu);
     Impl& im = *impl_;
@@ -738,7 +760,9 @@ Status DeviceCopyExecutor::run_on_lane(const CopyPlan& plan, Region image, bool 
     lane.synchronize().ignore();
     return st;
   }
-  return done.synchronize();
+  Status synced = done.synchronize();
+  back.completed = synced.is_ok();
+  return synced;
 }
 
 Status DeviceCopyExecutor::gather(const CopyPlan& plan, std::span<std::byte> image) noexcept {

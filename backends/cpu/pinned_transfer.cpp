@@ -179,7 +179,7 @@ Status PinnedTransfer::put_from_device(std::span<const Piece> pieces, Region src
   if (st) st = done.record(s);
   // Copies already enqueued write into the pieces: wait for them whatever happened.
   Status sync = st ? done.synchronize() : s.synchronize();
-  g->ctx->give_event(std::move(done));
+  g->ctx->give_event(std::move(done), sync.is_ok());
   TIER_RETURN_IF_ERROR(st);
   TIER_RETURN_IF_ERROR(sync);
   auto h = header_of(pieces);
@@ -230,7 +230,7 @@ Status PinnedTransfer::get_to_device(Region dst, std::span<const Piece> pieces,
   // Copies already enqueued write into dst: wait whatever happened.
   Status sync = st ? done.synchronize() : s.synchronize();
   if (st && sync && verified) {
-    g->ctx->give_event(std::move(done));
+    g->ctx->give_event(std::move(done), true);
     return Status::ok();
   }
   if (!st) return fail(st);
@@ -599,16 +599,16 @@ void PinnedTransfer::end(std::vector<Ticket>::iterator it, bool events_completed
                : nullptr;
   if (g != nullptr && events_completed) {
     // Completed events go back to the context's pool (after a device error they are dropped).
-    g->ctx->give_event(std::move(it->done));
-    for (gpu::Event& e : it->landed) g->ctx->give_event(std::move(e));
+    g->ctx->give_event(std::move(it->done), true);
+    for (gpu::Event& e : it->landed) g->ctx->give_event(std::move(e), true);
   }
   if (it->batch != 0) {
     auto b = std::find_if(batches_.begin(), batches_.end(),
                           [&](const auto& x) { return x->id == it->batch; });
     if (b != batches_.end() && --(*b)->open == 0 && (*b)->flushed) {
       if (g != nullptr && events_completed) {
-        g->ctx->give_event(std::move((*b)->done));
-        g->ctx->give_event(std::move((*b)->landed));
+        g->ctx->give_event(std::move((*b)->done), true);
+        g->ctx->give_event(std::move((*b)->landed), true);
       }
       batches_.erase(b);
     }
@@ -624,8 +624,9 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
                          [&](const Ticket& t) { return t.id == ticket; });
   if (it == tickets_.end()) return Status::invalid("pinned transfer: unknown scatter ticket");
   const gpu::Event* done = &it->done;
+  Batch* b = nullptr;
   if (it->batch != 0) {
-    Batch* b = find_batch(it->batch);
+    b = find_batch(it->batch);
     if (b == nullptr) return Status(Code::kBadState, "pinned transfer: a ticket lost its batch");
     if (!b->flushed) {
       // Waiting, or the GPU has nothing else of this tier's to do: enqueue it now.
@@ -636,7 +637,7 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
   }
   Status st = it->failed;  // a failed flush has waited for what it enqueued
   bool completed = true;   // the events' work has run: they may be reused
-  if (st) {
+  if (st && !(b != nullptr && b->done_seen)) {
     if (wait) {
       st = done->synchronize();
     } else {
@@ -648,6 +649,8 @@ Result<bool> PinnedTransfer::scatter_done(std::uint64_t ticket, bool wait) noexc
       completed = false;
       st = Status(Code::kDeviceError,
                   fmt::format("pinned tier: the copy into device memory failed: {}", st.message()));
+    } else if (b != nullptr) {
+      b->done_seen = true;
     }
   }
   if (st && it->verdict >= 0) {

@@ -88,6 +88,7 @@ class PinnedTransfer final : public DeviceTransfer {
     std::uint64_t payload_bytes = 0;
     bool flushed = false;
     bool landed_seen = false;  // `landed` was found complete (no need to ask again)
+    bool done_seen = false;    // `done` too: its other tickets end without asking the runtime
     gpu::Event landed, done;
     std::size_t open = 0;  // its tickets not yet ended
   };

@@ -813,6 +813,24 @@ TEST_CASE(
   REQUIRE(t->synchronize());
   CHECK(head == std::vector<std::byte>(4096, std::byte{0x22}));
 
+  // The event pool: an event given back with its work pending is not handed out while that work
+  // runs; one given back as completed is handed out first, without asking the runtime.
+  auto ev1 = ctx.take_event();
+  REQUIRE(ev1);
+  void* const pending = ev1->handle();
+  REQUIRE(spin_async(s->handle(), 0, 100'000'000));
+  REQUIRE(ev1->record(*s));
+  ctx.give_event(std::move(*ev1));
+  auto ev2 = ctx.take_event();
+  REQUIRE(ev2);
+  CHECK(ev2->handle() != pending);
+  void* const completed = ev2->handle();
+  ctx.give_event(std::move(*ev2), true);
+  auto ev3 = ctx.take_event();
+  REQUIRE(ev3);
+  CHECK(ev3->handle() == completed);
+  REQUIRE(s->synchronize());
+
   // The pinned pool: a buffer whose last use has not run is not lent again.
   auto p1 = ctx.take_pinned(1 << 20);
   REQUIRE(p1);

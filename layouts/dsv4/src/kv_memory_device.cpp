@@ -20,9 +20,10 @@ class PendingCopy final : public PendingImage {
   PendingCopy(std::shared_ptr<gpu::CopyContext> ctx, gpu::PinnedStaging memory, gpu::Event done,
               std::size_t bytes)
       : ctx_(std::move(ctx)), memory_(std::move(memory)), done_(std::move(done)), bytes_(bytes) {}
-  ~PendingCopy() override { ctx_->give_event(std::move(done_)); }
+  ~PendingCopy() override { ctx_->give_event(std::move(done_), waited_); }
   Result<std::span<std::byte>> wait() override {
     TIER_RETURN_IF_ERROR(done_.synchronize());
+    waited_ = true;
     return memory_.bytes().first(bytes_);
   }
 
@@ -31,6 +32,7 @@ class PendingCopy final : public PendingImage {
   gpu::PinnedStaging memory_;  // back to the pool on destruction, reused once `done_` completed
   gpu::Event done_;
   std::size_t bytes_;
+  bool waited_ = false;  // done_ completed: back to the pool as such
 };
 
 // A snapshot already in host memory.
@@ -183,7 +185,7 @@ class DeviceMemory final : public KvMemory {
     TIER_ASSIGN_OR_RETURN(gpu::Event e, ctx_->take_event());
     Status st = e.record(lane);
     st = st ? e.synchronize() : lane.synchronize();
-    ctx_->give_event(std::move(e));
+    ctx_->give_event(std::move(e), st.is_ok());
     return st;
   }
 

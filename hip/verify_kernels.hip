@@ -91,9 +91,20 @@ __device__ u64 block_hash(const u8* p, u64 len, Shared& sh) {
     sh.sums[row][lane] = products + sh.words[row][lane ^ 1];  // acc[i ^ 1] gets lane i's words
     __syncthreads();
     if (threadIdx.x < 8) {
-      for (unsigned r = 0; r < kRows && first + r <= blocks; ++r) {
-        acc += sh.sums[r][lane];
-        if (first + r < blocks) acc = xxh3::scramble(acc, scramble_key);
+      // The chain, eight rows' sums read ahead of their steps: a read from shared memory right
+      // before its use put its latency on every step of the chain.
+      const u64 rows = blocks - first + 1 < kRows ? blocks - first + 1 : kRows;
+      for (unsigned r0 = 0; r0 < rows; r0 += 8) {
+        u64 sum[8];
+#pragma unroll
+        for (unsigned k = 0; k < 8; ++k) sum[k] = r0 + k < rows ? sh.sums[r0 + k][lane] : 0;
+#pragma unroll
+        for (unsigned k = 0; k < 8; ++k) {
+          if (r0 + k < rows) {
+            acc += sum[k];
+            if (first + r0 + k < blocks) acc = xxh3::scramble(acc, scramble_key);
+          }
+        }
       }
     }
     __syncthreads();  // the rows are refilled by the next pass

@@ -166,6 +166,10 @@ struct CopyContext::State {
     std::uint64_t id = 0, lo = 0, hi = 0;
     Event done;  // recorded at retirement
     bool retired = false;
+    // When it replaced retired ranges: recorded on its first stream after that stream's waits
+    // for them, and waited for by its retirement on any other stream.
+    Event after;
+    void* first = nullptr;  // its first stream
   };
 
   int device = 0;
@@ -481,18 +485,44 @@ Result<RingRange> CopyContext::ring_acquire(std::uint64_t bytes, const Stream& s
   for (const State::Range& r : st.ranges)
     if (!r.retired && overlaps(r))
       return Status(Code::kRejected, "staging ring: the range is still being filled");
-  // The retired ranges it overlaps are waited for on `s` (device-side), then forgotten: the new
-  // range takes their place. No runtime query: asking whether an event completed cost up to 2 us
-  // per event on the H200 (a probe's timestamps), and this runs before a batch's first DMA.
-  for (const State::Range& r : st.ranges)
-    if (overlaps(r)) TIER_RETURN_IF_ERROR(stream_wait_event(s, r.done.handle()));
+  // The retired ranges it overlaps are waited for on `s` (device-side), then give up the bytes
+  // it covers: a later range that overlaps those overlaps the new range too and waits for its
+  // retirement, which follows `s`'s waits (`after`). One covered whole is forgotten; one that
+  // reaches past an end keeps guarding the rest; one that the new range lies inside stays whole.
+  // No runtime query: asking whether an event completed cost up to 2 us per event on the H200 (a
+  // probe's timestamps), and this runs before a batch's DMA.
+  Event after;
+  for (const State::Range& r : st.ranges) {
+    if (!overlaps(r)) continue;
+    TIER_RETURN_IF_ERROR(stream_wait_event(s, r.done.handle()));
+    if (after.handle() == nullptr) {
+      TIER_ASSIGN_OR_RETURN(after, st.take_event());
+    }
+  }
+  if (after.handle() != nullptr) {
+    Status rec = after.record(s);
+    if (!rec) {
+      st.give_event(std::move(after));
+      return rec;
+    }
+  }
+  try {
+    st.ranges.reserve(st.ranges.size() + 1);  // the push_back below cannot fail once bytes moved
+  } catch (const std::bad_alloc&) {
+    st.give_event(std::move(after));
+    return Status(Code::kNoSpace, "staging ring: out of memory");
+  }
   for (auto it = st.ranges.begin(); it != st.ranges.end();) {
-    if (overlaps(*it)) {
+    if (overlaps(*it) && lo <= it->lo && it->hi <= hi) {
       st.give_event(std::move(it->done));
       it = st.ranges.erase(it);
-    } else {
-      ++it;
+      continue;
     }
+    if (overlaps(*it) && lo <= it->lo)
+      it->lo = hi;
+    else if (overlaps(*it) && it->hi <= hi)
+      it->hi = lo;
+    ++it;
   }
   // Many small ranges: the oldest that completed are forgotten, so their events go back.
   while (st.ranges.size() >= kRangesKept && st.ranges.front().retired) {
@@ -501,11 +531,8 @@ Result<RingRange> CopyContext::ring_acquire(std::uint64_t bytes, const Stream& s
     st.give_event(std::move(st.ranges.front().done), true);
     st.ranges.erase(st.ranges.begin());
   }
-  try {
-    st.ranges.push_back(State::Range{st.next_range, lo, hi, Event{}, false});
-  } catch (const std::bad_alloc&) {
-    return Status(Code::kNoSpace, "staging ring: out of memory");
-  }
+  st.ranges.push_back(State::Range{st.next_range, lo, hi, Event{}, false, std::move(after),
+                                   s.handle()});
   st.ring_head = hi;
   return RingRange{st.next_range++, lo, Region{st.ring.data() + lo, n, MemoryKind::kDevice,
                                                st.device}};
@@ -517,10 +544,16 @@ Status CopyContext::ring_retire(const RingRange& r, const Stream& s) noexcept {
   std::lock_guard<std::mutex> lock(st.ring_mu);
   for (State::Range& x : st.ranges)
     if (x.id == r.id && !x.retired) {
-      Status rec = e.record(s);
+      const bool follow = x.after.handle() != nullptr && x.first != s.handle();
+      Status waited = follow ? stream_wait_event(s, x.after.handle()) : Status::ok();
+      Status rec = waited ? e.record(s) : std::move(waited);
+      if (!rec) {  // the event proves nothing: wait here for what it would have followed
+        s.synchronize().ignore();
+        if (follow) x.after.synchronize().ignore();
+      }
+      st.give_event(std::move(x.after));
       x.done = std::move(e);
       x.retired = true;
-      if (!rec) x.done.synchronize().ignore();  // completion unproven otherwise
       return rec;
     }
   st.give_event(std::move(e), true);  // never recorded

@@ -310,9 +310,11 @@ class CopyContext {
   // The device staging ring (64 MiB of this GPU, allocated on first use): ring_acquire() hands
   // out `bytes` (rounded up to 256) after the previous range, from the start when the end is
   // reached, and makes `s` wait (device-side) for every retired range it overlaps; ring_retire()
-  // ends a range once everything enqueued on `s` so far has run. A range overlapping one that is
-  // acquired and not yet retired is refused. Errors: Rejected (larger than the ring, or it would
-  // overlap a range not yet retired), NoSpace (the ring cannot be allocated), DeviceError.
+  // ends a range once everything enqueued on `s` so far has run, and what the range's first
+  // stream waited for when it was acquired (no host wait, no runtime query). A range
+  // overlapping one that is acquired and not yet retired is refused. Errors: Rejected (larger
+  // than the ring, or it would overlap a range not yet retired), NoSpace (the ring cannot be
+  // allocated), DeviceError.
   Result<RingRange> ring_acquire(std::uint64_t bytes, const Stream& s) noexcept;
   Status ring_retire(const RingRange& r, const Stream& s) noexcept;
   static constexpr std::uint64_t ring_bytes() noexcept { return std::uint64_t{64} << 20; }

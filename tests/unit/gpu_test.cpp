@@ -813,6 +813,49 @@ TEST_CASE(
   REQUIRE(t->synchronize());
   CHECK(head == std::vector<std::byte>(4096, std::byte{0x22}));
 
+  // A retired range that a later range covers only in part keeps guarding its rest: a range on
+  // a third stream that overlaps only that rest still waits for the work behind it.
+  auto u = Stream::create(0);
+  REQUIRE(u);
+  auto all = ctx.ring_acquire(CopyContext::ring_bytes(), *s);  // from the start: [0, ring)
+  REQUIRE(all);
+  REQUIRE(spin_async(s->handle(), 0, 100'000'000));  // stands for a reader of `all`
+  REQUIRE(ctx.ring_retire(*all, *s));
+  auto head4k = ctx.ring_acquire(4096, *t);  // [0, 4096): waits for the spin, covers `all` in part
+  REQUIRE(head4k);
+  CHECK(head4k->region.data == all->region.data);
+  REQUIRE(ctx.ring_retire(*head4k, *t));
+  auto next4k = ctx.ring_acquire(4096, *u);  // [4096, 8192): overlaps `all` only
+  REQUIRE(next4k);
+  CHECK(next4k->region.data == all->region.data + 4096);
+  REQUIRE(fill_async(next4k->region, 0x44, u->handle()));
+  auto behind = Event::create(0);
+  REQUIRE(behind);
+  REQUIRE(behind->record(*u));
+  CHECK_FALSE(*behind->done());  // u waits for the spin too
+  REQUIRE(ctx.ring_retire(*next4k, *u));
+  REQUIRE(u->synchronize());
+  REQUIRE(s->synchronize());
+  REQUIRE(t->synchronize());
+  // A range that replaced a retired one and is retired on a stream other than its first still
+  // ends only after the work its first stream waited for.
+  auto v = Stream::create(0);
+  REQUIRE(v);
+  auto old_range = ctx.ring_acquire(CopyContext::ring_bytes(), *s);
+  REQUIRE(old_range);
+  REQUIRE(spin_async(s->handle(), 0, 100'000'000));
+  REQUIRE(ctx.ring_retire(*old_range, *s));
+  auto replacing = ctx.ring_acquire(CopyContext::ring_bytes(), *t);  // t waits for the spin
+  REQUIRE(replacing);
+  REQUIRE(ctx.ring_retire(*replacing, *u));  // u never waited for t
+  auto after_both = ctx.ring_acquire(4096, *v);
+  REQUIRE(after_both);
+  REQUIRE(fill_async(after_both->region, 0x55, v->handle()));
+  REQUIRE(behind->record(*v));
+  CHECK_FALSE(*behind->done());  // v waits for the spin through `replacing`
+  REQUIRE(ctx.ring_retire(*after_both, *v));
+  for (auto* x : {&*s, &*t, &*u, &*v}) REQUIRE(x->synchronize());
+
   // The event pool: an event given back with its work pending is not handed out while that work
   // runs; one given back as completed is handed out first, without asking the runtime.
   auto ev1 = ctx.take_event();

@@ -197,14 +197,15 @@ std::uint64_t TierStack::Impl::enter_pending(int t, Op op, Pending p, const Obje
 
 std::size_t TierStack::Impl::submit_requests(int t, std::span<const IoRequest> reqs, Status* why) {
   std::size_t taken = 0;
-  const auto deadline = Clock::now() + op_timeout_;
+  std::optional<Clock::time_point> deadline;  // from the first time the queue is full
   while (taken < reqs.size()) {
     auto r = call(t, [&](Backend& b) { return b.submit(reqs.subspan(taken)); });
     if (r && *r > 0) {
       taken += *r;
       continue;
     }
-    if (!r || Clock::now() > deadline) {
+    if (r && !deadline) deadline = Clock::now() + op_timeout_;
+    if (!r || Clock::now() > *deadline) {
       if (why != nullptr) *why = r ? Status(Code::kTimedOut, "tier queue stayed full") : r.status();
       std::lock_guard lock(mu_);
       for (std::size_t k = taken; k < reqs.size(); ++k) pending_.erase(reqs[k].user_data);
@@ -219,9 +220,12 @@ std::size_t TierStack::Impl::submit_requests(int t, std::span<const IoRequest> r
 
 bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::microseconds wait) {
   Tier& tier = at(t);
-  Completion batch[64];
+  // The thread's own arrays: built once, not on every call (a save reaps after each object, and
+  // constructing and destroying 64 completions and 64 images each time cost about 0.15 us).
+  thread_local std::array<Completion, 64> batch;
+  thread_local std::array<Image, 64> done;  // images free now: recycled without the lock
   Result<std::size_t> r = std::size_t{0};
-  const std::size_t want = std::min<std::size_t>(min, 64);
+  const std::size_t want = std::min<std::size_t>(min, batch.size());
   if (tier.caps.concurrent) {
     r = tier.backend->poll(batch, want, wait);
   } else {
@@ -231,7 +235,6 @@ bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::micros
     else tier.gate.leave();
   }
   if (!r || *r == 0) return false;
-  std::array<Image, 64> done;  // images free now: recycled without the lock
   bool foreground = false;
   std::size_t waiting;
   const auto now = Clock::now();
@@ -417,16 +420,23 @@ std::size_t TierStack::Impl::finished_prefix(std::span<const std::uint64_t> ids)
 }
 
 Completion TierStack::Impl::take(std::uint64_t id, Clock::time_point* reaped) {
-  if (reaped != nullptr) *reaped = Clock::now();
   Image image;
   Completion c;
   {
     std::lock_guard lock(mu_);
-    if (timed_out_.erase(id) > 0)
+    // Where no completion came, its duration ends now.
+    auto unreaped = [&] {
+      if (reaped != nullptr) *reaped = Clock::now();
+    };
+    if (timed_out_.erase(id) > 0) {
+      unreaped();
       return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
+    }
     auto it = pending_.find(id);
-    if (it == pending_.end() || !it->second.finished)
+    if (it == pending_.end() || !it->second.finished) {
+      unreaped();
       return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
+    }
     if (reaped != nullptr) *reaped = it->second.reaped;
     c = std::move(it->second.done);
     image = std::move(it->second.image);

@@ -268,16 +268,20 @@ def test_threads_share_a_store(store):
 
 def test_transfers_release_the_gil(store):
     # With a switch interval far beyond the test, the main thread gets the GIL back while the
-    # other thread is inside save() only if save() releases it.
-    keys = keys_of(64, "gil")
-    bufs = [np.ones(1 << 16, dtype=np.uint8) for _ in keys]
-    started = threading.Event()
+    # other thread is inside save() only if save() releases it. The saver saves new keys until
+    # the main thread has looked (at most 200 saves of 4 MiB): one save of a few milliseconds
+    # could end before a loaded machine scheduled the main thread, which then saw it done.
+    bufs = [np.ones(1 << 16, dtype=np.uint8) for _ in range(64)]
+    started, looked = threading.Event(), threading.Event()
     state = {"in_call": False}
 
     def saver():
         state["in_call"] = True
         started.set()
-        store.save(keys, bufs)
+        for i in range(200):
+            if looked.is_set():
+                break
+            store.save(keys_of(64, f"gil{i}"), bufs)
         state["in_call"] = False
 
     old = sys.getswitchinterval()
@@ -287,6 +291,7 @@ def test_transfers_release_the_gil(store):
         t.start()
         started.wait()
         observed = state["in_call"]
+        looked.set()
         t.join()
     finally:
         sys.setswitchinterval(old)

@@ -152,28 +152,26 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   std::size_t consumed = 0;
   while (consumed < reqs.size()) {
     std::size_t n = 0, i = consumed;
-    std::array<Completion, kWindow> early;  // checked out: (completion, index in reqs)
-    std::array<std::size_t, kWindow> early_at;
-    std::size_t early_n = 0;
+    // Checked out: (index in reqs, completion); allocated only when a request fails its checks.
+    std::vector<std::pair<std::size_t, Completion>> early;
     try {
       std::lock_guard lock(mu_);
-      for (; i < reqs.size() && n < kWindow && early_n < kWindow; ++i) {
+      for (; i < reqs.size() && n < kWindow && early.size() < kWindow; ++i) {
         Status s = check_request(reqs[i], caps);
         if (!s) {
-          early[early_n] = Completion{reqs[i].user_data, std::move(s), 0};
-          early_at[early_n++] = i;
+          early.emplace_back(i, Completion{reqs[i].user_data, std::move(s), 0});
           continue;
         }
         window[n] = reqs[i];
         window[n].user_data = take_id(reqs[i], caps.verifies_reads);
         origin[n++] = i;
       }
-    } catch (const std::bad_alloc&) {  // the pending table could not grow: nothing more taken
-      if (n == 0 && early_n == 0) {
+    } catch (const std::bad_alloc&) {  // a table could not grow: nothing more taken
+      if (n == 0 && early.empty()) {
         if (consumed > 0) return consumed;
         return Status(Code::kNoSpace, "submit: out of memory");
       }
-      i = n > 0 ? origin[n - 1] + 1 : early_at[early_n - 1] + 1;
+      i = n > 0 ? origin[n - 1] + 1 : early.back().first + 1;
     }
     std::size_t accepted = 0;
     Status failed;
@@ -190,8 +188,8 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
     const std::size_t end = accepted < n ? origin[accepted] : i;
     {
       std::lock_guard lock(mu_);
-      for (std::size_t e = 0; e < early_n; ++e)
-        if (early_at[e] < end) early_.push_back(std::move(early[e]));
+      for (auto& [at, c] : early)
+        if (at < end) early_.push_back(std::move(c));
     }
     if (!failed.is_ok() && end == consumed) {
       if (consumed > 0) return consumed;

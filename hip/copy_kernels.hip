@@ -513,16 +513,16 @@ Result<RingRange> CopyContext::ring_acquire(std::uint64_t bytes, const Stream& s
     return Status(Code::kNoSpace, "staging ring: out of memory");
   }
   for (auto it = st.ranges.begin(); it != st.ranges.end();) {
-    if (overlaps(*it) && lo <= it->lo && it->hi <= hi) {
+    if (!overlaps(*it)) {
+      ++it;
+    } else if (lo <= it->lo && it->hi <= hi) {
       st.give_event(std::move(it->done));
       it = st.ranges.erase(it);
-      continue;
+    } else {
+      if (lo <= it->lo) it->lo = hi;       // its front is the new range's
+      else if (it->hi <= hi) it->hi = lo;  // its back is
+      ++it;
     }
-    if (overlaps(*it) && lo <= it->lo)
-      it->lo = hi;
-    else if (overlaps(*it) && it->hi <= hi)
-      it->hi = lo;
-    ++it;
   }
   // Many small ranges: the oldest that completed are forgotten, so their events go back.
   while (st.ranges.size() >= kRangesKept && st.ranges.front().retired) {

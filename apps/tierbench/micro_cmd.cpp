@@ -114,6 +114,7 @@ struct MicroOptions {
   std::uint64_t rounds = 0;
   std::uint64_t processes = 1;  // of this run
   bool seal = false;
+  bool best = false;     // report each phase's fastest round instead of the last
   bool json = false;
   bool table = false;    // several process counts: one line per count, then a table
   bool cleanup = false;  // remove this run's objects at the end (another run follows)
@@ -189,13 +190,14 @@ int run_micro(cli::Args& args) {
   o.rounds = args.uint("rounds", 1, 1000).value_or(2);
   const std::vector<std::uint64_t> counts = args.list("processes", "1", 1, 64);
   o.seal = args.flag("seal");
+  o.best = args.flag("best");
   o.json = args.flag("json");
   args.finish();
   if (!profile_path || !tier_name)
     return cli::fail(
         "usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
         "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N[,N...]] "
-        "[--seal] [--json]",
+        "[--seal] [--best] [--json]",
         2);
   o.profile_path = *profile_path;
   o.tier_name = *tier_name;
@@ -245,9 +247,10 @@ int run_micro(cli::Args& args) {
   }
   if (o.table && !o.json) {
     fmt::print(
-        "\ntier {}, {} objects of {} per process, last of {} rounds; memcpy: as many "
+        "\ntier {}, {} objects of {} per process, {} of {} rounds; memcpy: as many "
         "processes copying the same objects at once, in the same run\n",
-        o.tier_name, o.objects, format_size(o.object_size), o.rounds);
+        o.tier_name, o.objects, format_size(o.object_size), o.best ? "fastest" : "last",
+        o.rounds);
     fmt::print("{:>9}  {:>9}  {:>9}  {:>11}  {:>10}  {:>10}\n", "processes", "put GB/s", "get GB/s",
                "memcpy GB/s", "put/memcpy", "get/memcpy");
     for (std::size_t c = 0; c < counts.size(); ++c) {
@@ -271,13 +274,14 @@ struct Objects {
 };
 
 Objects make_objects(const MicroOptions& o, std::size_t align, std::uint32_t rank) {
-  // The object is the image: header + payload, padded to the tier's alignment.
-  const std::size_t payload =
-      o.object_size > kObjectHeaderBytes ? o.object_size - kObjectHeaderBytes : 1;
-  const std::size_t image = kObjectHeaderBytes + payload;
+  // The object is the image: header + payload, --object-size bytes (at least the header and one
+  // byte) rounded up to the tier's alignment; the payload takes the rounding, so that the header
+  // describes every byte a put stores and a get reads.
+  const std::size_t wanted = std::max<std::size_t>(o.object_size, kObjectHeaderBytes + 1);
   Objects objs;
-  objs.image = image;
-  objs.padded = (image + align - 1) / align * align;
+  objs.padded = (wanted + align - 1) / align * align;
+  objs.image = objs.padded;
+  const std::size_t image = objs.image, payload = image - kObjectHeaderBytes;
   Json ns_identity = {{"bench", "micro"}, {"object_bytes", o.object_size}};
   Key128 ns = *namespace_id(ns_identity);
   for (std::uint64_t i = 0; i < o.objects; ++i) {
@@ -358,18 +362,28 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
   if (!group.wait(o.processes)) return 1;
   const double base = memcpy_gb_per_s(objs.src_ptrs, objs.dst_ptrs, objs.padded);
 
+  // The round a phase reports: the last, or with --best the fastest; a round's errors are
+  // reported whichever round that is.
   PhaseResult put, get;
+  auto keep = [&](PhaseResult& kept, PhaseResult round) {
+    const std::size_t errors = kept.errors + round.errors;
+    std::string first = kept.first_error.empty() ? round.first_error : kept.first_error;
+    if (!o.best || kept.latencies_us.empty() || round.seconds < kept.seconds)
+      kept = std::move(round);
+    kept.errors = errors;
+    kept.first_error = std::move(first);
+  };
   for (std::uint64_t r = 0; r < o.rounds; ++r) {
     std::unique_ptr<cli::Progress> bar;
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} put", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;
-    put = run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get(),
-                    o.seal ? objs.image : 0);
+    keep(put, run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get(),
+                        o.seal ? objs.image : 0));
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} get", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;
-    get = run_phase(b, Op::kGet, objs.keys, objs.get_bufs, o.depth, bar.get());
+    keep(get, run_phase(b, Op::kGet, objs.keys, objs.get_bufs, o.depth, bar.get()));
     bar.reset();
     if (r + 1 < o.rounds) {  // start the next round empty, as a warm tier in steady state
       std::vector<Region> none(o.objects);
@@ -397,11 +411,12 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
                  "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] "
-                 "[--json] | micro --profile P --tier NAME --threads N[,N...] [--object-size SIZE] "
+                 "[--best] [--json] | micro --profile P --tier NAME --threads N[,N...] [--object-size SIZE] "
                  "[--objects PER-THREAD] [--rounds R] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
-                 "warm the tier and are removed); --processes N runs N processes at once (keys of "
+                 "warm the tier and are removed), with --best each phase's fastest round; "
+                 "--processes N runs N processes at once (keys of "
                  "rank 0..N-1, e.g. on a shared tier) and adds their figures up, and a list "
                  "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
                  "sealing each image (payload checksum, header) as part of its put, as a "

@@ -186,7 +186,7 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
     }
     // Requests consumed: up to the first one not accepted; rejected ones before it fail early.
     const std::size_t end = accepted < n ? origin[accepted] : i;
-    {
+    if (!early.empty()) {
       std::lock_guard lock(mu_);
       for (auto& [at, c] : early)
         if (at < end) early_.push_back(std::move(c));
@@ -268,24 +268,31 @@ Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
   std::size_t want = min > n ? std::min(min - n, in_flight) : 0;
   auto r = do_poll(out.subspan(n), want, n > 0 ? std::chrono::microseconds(0) : wait);
   if (!r) return n > 0 ? Result<std::size_t>(n) : r;
-  for (std::size_t i = n; i < n + *r; ++i) {
-    Completion& c = out[i];
-    auto idx = static_cast<std::size_t>(c.user_data);
-    Pending p;
+  // The completions' pending entries, taken out under one lock (copied in windows, so that a
+  // large `out` needs no allocation), then finished outside it: several pollers verify in
+  // parallel.
+  constexpr std::size_t kWindow = 16;
+  std::array<Pending, kWindow> taken;
+  for (std::size_t first = n; first < n + *r; first += kWindow) {
+    const std::size_t count = std::min(kWindow, n + *r - first);
     {
       std::lock_guard lock(mu_);
-      if (idx < pending_.size() && pending_[idx].used) {
-        p = pending_[idx];
-        pending_[idx].used = false;
-        free_pending_.push_back(static_cast<std::uint32_t>(idx));  // reserved: never throws
-        pending_in_use_.fetch_sub(1, std::memory_order_relaxed);
+      for (std::size_t k = 0; k < count; ++k) {
+        auto idx = static_cast<std::size_t>(out[first + k].user_data);
+        taken[k] = Pending{};
+        if (idx < pending_.size() && pending_[idx].used) {
+          taken[k] = pending_[idx];
+          pending_[idx].used = false;
+          free_pending_.push_back(static_cast<std::uint32_t>(idx));  // reserved: never throws
+          pending_in_use_.fetch_sub(1, std::memory_order_relaxed);
+        }
       }
     }
-    if (!p.used) {
-      c.status = Status(Code::kBadState, "backend returned an unknown completion");
-      continue;
+    for (std::size_t k = 0; k < count; ++k) {
+      Completion& c = out[first + k];
+      if (!taken[k].used) c.status = Status(Code::kBadState, "backend returned an unknown completion");
+      else finish(taken[k], c);
     }
-    finish(p, c);  // verification outside the lock: several pollers verify in parallel
   }
   return n + *r;
 }

@@ -302,6 +302,7 @@ void TierStack::Impl::on_evict(int t, const ObjectKey& key,
     std::memcpy(copy->data(), image.data(), image.size());
     std::lock_guard lock(mu_);
     evicted_.push_back(Evicted{t, key, std::move(copy)});
+    evicted_count_.fetch_add(1, std::memory_order_release);
   } catch (...) {
     counters_.demotions_dropped.add();
   }
@@ -309,12 +310,16 @@ void TierStack::Impl::on_evict(int t, const ObjectKey& key,
 
 void TierStack::Impl::drain_evictions() {
   for (;;) {
+    // An eviction queued after this read is drained by the next call (every submit and reap
+    // makes one), as one queued after the lock's check was before.
+    if (evicted_count_.load(std::memory_order_acquire) == 0) return;
     Evicted e;
     {
       std::lock_guard lock(mu_);
       if (evicted_.empty()) return;
       e = std::move(evicted_.front());
       evicted_.pop_front();
+      evicted_count_.fetch_sub(1, std::memory_order_relaxed);
     }
     const Tier& from = at(e.tier);
     const int to = from.demote_to;

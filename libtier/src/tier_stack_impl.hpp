@@ -273,6 +273,9 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::uint64_t next_id_ = 1;
   std::size_t bg_count_ = 0;
   std::deque<Evicted> evicted_;
+  // evicted_.size(), also read without mu_: drain_evictions() takes the lock only when it is not
+  // 0 (it runs after every submit and reap).
+  std::atomic<std::size_t> evicted_count_{0};
   std::unordered_map<LeaseId, StackLease> leases_;
   LeaseId next_lease_ = 1;
 };

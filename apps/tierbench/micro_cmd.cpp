@@ -411,13 +411,13 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
                  "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] "
-                 "[--best] [--json] | micro --profile P --tier NAME --threads N[,N...] [--object-size SIZE] "
-                 "[--objects PER-THREAD] [--rounds R] [--json]",
+                 "[--best] [--json] | micro --profile P --tier NAME --threads N[,N...] "
+                 "[--object-size SIZE] [--objects PER-THREAD] [--rounds R] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
                  "warm the tier and are removed), with --best each phase's fastest round; "
-                 "--processes N runs N processes at once (keys of "
-                 "rank 0..N-1, e.g. on a shared tier) and adds their figures up, and a list "
+                 "--processes N runs N processes at once (keys of rank 0..N-1, e.g. on a shared "
+                 "tier) and adds their figures up, and a list "
                  "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
                  "sealing each image (payload checksum, header) as part of its put, as a "
                  "TierStack save of fresh bytes does; --threads N,... runs N threads on one "

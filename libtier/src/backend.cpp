@@ -290,8 +290,10 @@ Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
     }
     for (std::size_t k = 0; k < count; ++k) {
       Completion& c = out[first + k];
-      if (!taken[k].used) c.status = Status(Code::kBadState, "backend returned an unknown completion");
-      else finish(taken[k], c);
+      if (taken[k].used)
+        finish(taken[k], c);
+      else
+        c.status = Status(Code::kBadState, "backend returned an unknown completion");
     }
   }
   return n + *r;

@@ -130,6 +130,17 @@ TEST_CASE("hex round trip and object key text") {
   CHECK(k.hex() == "fedcba98765432100123456789abcdef");
   CHECK(*Key128::from_hex(k.hex()) == k);
   CHECK_FALSE(Key128::from_hex("xyz").is_ok());
+  CHECK(*Key128::from_hex("FEDCBA98765432100123456789ABCDEF") == k);
+  // Every position is checked, whatever byte it holds, and the error names the first bad one.
+  for (std::size_t at : {0u, 15u, 16u, 31u})
+    for (char bad : {'g', 'G', ' ', '\0', '/', ':', '@', '`', static_cast<char>(0xe9)}) {
+      std::string text = k.hex();
+      text[at] = bad;
+      auto r = Key128::from_hex(text);
+      REQUIRE_FALSE(r.is_ok());
+      CHECK(r.status().code() == Code::kInvalidArgument);
+      CHECK(r.status().message().find(std::string("'") + bad + "'") != std::string::npos);
+    }
   ObjectKey ok{k, k, 3};
   CHECK(ok.to_string() == k.hex() + "-" + k.hex() + "-r3");
 }

@@ -265,8 +265,7 @@ int run_micro(cli::Args& args) {
 // The objects one process puts and gets: sealed images of pseudo-random payload, and distinct
 // buffers for the gets (as a load fills distinct engine blocks).
 struct Objects {
-  std::size_t image = 0;   // header + payload bytes
-  std::size_t padded = 0;  // image bytes rounded up to the tier's alignment
+  std::size_t padded = 0;  // an image's bytes, header and payload, a multiple of the alignment
   std::vector<ObjectKey> keys;
   std::vector<AlignedBuffer> images, dests;
   std::vector<Region> put_bufs, get_bufs;
@@ -280,8 +279,7 @@ Objects make_objects(const MicroOptions& o, std::size_t align, std::uint32_t ran
   const std::size_t wanted = std::max<std::size_t>(o.object_size, kObjectHeaderBytes + 1);
   Objects objs;
   objs.padded = (wanted + align - 1) / align * align;
-  objs.image = objs.padded;
-  const std::size_t image = objs.image, payload = image - kObjectHeaderBytes;
+  const std::size_t payload = objs.padded - kObjectHeaderBytes;
   Json ns_identity = {{"bench", "micro"}, {"object_bytes", o.object_size}};
   Key128 ns = *namespace_id(ns_identity);
   for (std::uint64_t i = 0; i < o.objects; ++i) {
@@ -298,7 +296,7 @@ Objects make_objects(const MicroOptions& o, std::size_t align, std::uint32_t ran
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       words[w] = x;
     }
-    seal_object({buf.get(), image}, kIdentityLayoutId, 0, k);
+    seal_object({buf.get(), objs.padded}, kIdentityLayoutId, 0, k);
     objs.put_bufs.push_back(Region{buf.get(), objs.padded, MemoryKind::kHost, -1});
     objs.get_bufs.push_back(Region{objs.dst_ptrs[i], objs.padded, MemoryKind::kHost, -1});
     objs.src_ptrs.push_back(buf.get());
@@ -379,7 +377,7 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
       bar = std::make_unique<cli::Progress>(fmt::format("round {} put", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;
     keep(put, run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get(),
-                        o.seal ? objs.image : 0));
+                        o.seal ? objs.padded : 0));
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} get", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;

@@ -142,11 +142,13 @@ void Backend::give_back(std::span<const IoRequest> unaccepted) noexcept {
   }
 }
 
+// Requests go to do_submit, and completions have their pending entries taken out, in windows of
+// kWindow: arrays on the stack, no allocation on the data path.
+constexpr std::size_t kWindow = 16;
+
 Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   const Capabilities caps = capabilities();
-  // Requests go to do_submit in windows of kWindow (no allocation on the data path); a window
-  // the backend does not take whole ends the call.
-  constexpr std::size_t kWindow = 16;
+  // A window the backend does not take whole ends the call.
   std::array<IoRequest, kWindow> window;
   std::array<std::size_t, kWindow> origin;  // window index -> index in reqs
   std::size_t consumed = 0;
@@ -268,10 +270,8 @@ Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
   std::size_t want = min > n ? std::min(min - n, in_flight) : 0;
   auto r = do_poll(out.subspan(n), want, n > 0 ? std::chrono::microseconds(0) : wait);
   if (!r) return n > 0 ? Result<std::size_t>(n) : r;
-  // The completions' pending entries, taken out under one lock (copied in windows, so that a
-  // large `out` needs no allocation), then finished outside it: several pollers verify in
-  // parallel.
-  constexpr std::size_t kWindow = 16;
+  // The completions' pending entries, taken out under one lock per window, then finished outside
+  // it: several pollers verify in parallel.
   std::array<Pending, kWindow> taken;
   for (std::size_t first = n; first < n + *r; first += kWindow) {
     const std::size_t count = std::min(kWindow, n + *r - first);

@@ -10,10 +10,9 @@ is a verified read into distinct destination buffers. The three run in turn, REP
 each side's figure of a repeat is its fastest of ROUNDS rounds (micro's --best): a round of 16 MiB
 takes a few milliseconds, and one preemption on a shared 2-core machine costs as much as the gap
 being measured, so every side gets the same chance to run one round undisturbed. Each repeat
-gives the ratios Python /
-tierbench micro (the acceptance figure of issue 24: median >= 0.95) and Python / C API (the
-binding's own overhead: both go through the profile's TierStack, which tierbench micro does
-not). Prints every repeat's ratios, then their median and min-max; and the Store's
+gives the ratios Python / tierbench micro (the acceptance figure of issue 24: median >= 0.95) and
+Python / C API (the binding's own overhead: both go through the profile's TierStack, which
+tierbench micro does not). Prints every repeat's ratios, then their median and min-max; and the Store's
 staging_copy_bytes after the Python rounds (0: every byte moved once, by the tier).
 
     python3 python/bench/bench_store.py --tierbench build/apps/tierbench/tierbench \

@@ -44,6 +44,9 @@ Status convert_items(tier_store& s, const tier_item* items, std::size_t count,
   keys.clear();
   regions.clear();
   first.assign(1, 0);
+  keys.reserve(count);
+  regions.reserve(count);  // one region per item, the common case; more grow it
+  first.reserve(count + 1);
   for (std::size_t i = 0; i < count; ++i) {
     const tier_item& it = items[i];
     if (it.region_count && !it.regions) return Status::invalid("item regions is NULL");

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
+#include <memory>
 #include <new>
+#include <type_traits>
 
 #include "tier/checked.hpp"
 #include "tier/object.hpp"
@@ -146,10 +149,26 @@ void Backend::give_back(std::span<const IoRequest> unaccepted) noexcept {
 // kWindow: arrays on the stack, no allocation on the data path.
 constexpr std::size_t kWindow = 16;
 
+// A window's array of T, left unconstructed until add() fills an element: a call with one
+// request pays for one element, not for kWindow of them. T is trivially destructible.
+template <class T>
+class Window {
+  static_assert(std::is_trivially_destructible_v<T>);
+
+ public:
+  T& add(std::size_t i, const T& v) noexcept { return *std::construct_at(data() + i, v); }
+  T* data() noexcept { return reinterpret_cast<T*>(bytes_); }
+  T& operator[](std::size_t i) noexcept { return data()[i]; }
+
+ private:
+  alignas(T) std::byte bytes_[kWindow * sizeof(T)];
+};
+
 Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   const Capabilities caps = capabilities();
-  // A window the backend does not take whole ends the call.
-  std::array<IoRequest, kWindow> window;
+  // A window the backend does not take whole ends the call. Raw storage: a request is
+  // constructed when it joins (most calls carry one request, not kWindow).
+  Window<IoRequest> window;
   std::array<std::size_t, kWindow> origin;  // window index -> index in reqs
   std::size_t consumed = 0;
   while (consumed < reqs.size()) {
@@ -164,8 +183,8 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
           early.emplace_back(i, Completion{reqs[i].user_data, std::move(s), 0});
           continue;
         }
-        window[n] = reqs[i];
-        window[n].user_data = take_id(reqs[i], caps.verifies_reads);
+        IoRequest& w = window.add(n, reqs[i]);
+        w.user_data = take_id(reqs[i], caps.verifies_reads);
         origin[n++] = i;
       }
     } catch (const std::bad_alloc&) {  // a table could not grow: nothing more taken
@@ -272,16 +291,17 @@ Result<std::size_t> Backend::poll(std::span<Completion> out, std::size_t min,
   if (!r) return n > 0 ? Result<std::size_t>(n) : r;
   // The completions' pending entries, taken out under one lock per window, then finished outside
   // it: several pollers verify in parallel.
-  std::array<Pending, kWindow> taken;
+  Window<Pending> taken;
   for (std::size_t first = n; first < n + *r; first += kWindow) {
     const std::size_t count = std::min(kWindow, n + *r - first);
     {
       std::lock_guard lock(mu_);
       for (std::size_t k = 0; k < count; ++k) {
         auto idx = static_cast<std::size_t>(out[first + k].user_data);
-        taken[k] = Pending{};
-        if (idx < pending_.size() && pending_[idx].used) {
-          taken[k] = pending_[idx];
+        if (idx >= pending_.size() || !pending_[idx].used) {
+          taken.add(k, Pending{});  // unknown: `used` stays false
+        } else {
+          taken.add(k, pending_[idx]);
           pending_[idx].used = false;
           free_pending_.push_back(static_cast<std::uint32_t>(idx));  // reserved: never throws
           pending_in_use_.fetch_sub(1, std::memory_order_relaxed);

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <new>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -176,6 +180,52 @@ Result<std::uint64_t> TierStack::Impl::submit_one(int t, Op op, const ObjectKey&
   return id;
 }
 
+std::pair<std::uint64_t, TierStack::Impl::Pending*> TierStack::Impl::PendingTable::insert(
+    Pending&& p) {
+  std::uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    if (slots_.size() >= std::numeric_limits<std::uint32_t>::max())
+      throw std::bad_alloc();  // more requests in flight than an id can name
+    free_.reserve(slots_.size() + 1);
+    slots_.emplace_back();
+    slot = static_cast<std::uint32_t>(slots_.size() - 1);
+  }
+  Slot& s = slots_[slot];
+  s.id = (sequence_++ << 32) | (std::uint64_t{slot} + 1);
+  s.p = std::move(p);
+  return {s.id, &s.p};
+}
+
+TierStack::Impl::Pending* TierStack::Impl::PendingTable::find(std::uint64_t id) noexcept {
+  const std::uint64_t slot = (id & 0xffffffffu) - 1;  // id 0: slot 2^64 - 1, none
+  if (slot >= slots_.size() || slots_[slot].id != id) return nullptr;
+  return &slots_[slot].p;
+}
+
+void TierStack::Impl::PendingTable::erase(std::uint64_t id) noexcept {
+  Pending* p = find(id);
+  if (p == nullptr) return;
+  const std::uint64_t slot = (id & 0xffffffffu) - 1;
+  *p = Pending{};  // its image goes back now
+  slots_[slot].id = 0;
+  free_.push_back(static_cast<std::uint32_t>(slot));  // reserved: never allocates
+  // Empty after a large batch: its memory goes back (a table keeps no more than it needs now).
+  if (free_.size() == slots_.size() && slots_.size() > kKeptSlots) {
+    slots_.clear();
+    slots_.shrink_to_fit();
+    free_.clear();
+    free_.shrink_to_fit();
+  }
+}
+
+void TierStack::Impl::PendingTable::clear() noexcept {
+  slots_.clear();
+  free_.clear();
+}
+
 std::uint64_t TierStack::Impl::enter_pending(int t, Op op, Pending p, const ObjectHeader* expect,
                                              Region& buf) {
   p.tier = t;
@@ -185,8 +235,7 @@ std::uint64_t TierStack::Impl::enter_pending(int t, Op op, Pending p, const Obje
   Pending* entry;
   {
     std::lock_guard lock(mu_);
-    id = next_id_++;
-    entry = &pending_.emplace(id, std::move(p)).first->second;  // a node: stays put
+    std::tie(id, entry) = pending_.insert(std::move(p));  // stays put
   }
   if (expect != nullptr) {
     write_object_header(entry->header, *expect);
@@ -241,9 +290,9 @@ bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::micros
   {
     std::lock_guard lock(mu_);
     for (std::size_t i = 0; i < *r; ++i) {
-      auto it = pending_.find(batch[i].user_data);
-      if (it == pending_.end()) continue;
-      Pending& p = it->second;
+      Pending* found = pending_.find(batch[i].user_data);
+      if (found == nullptr) continue;
+      Pending& p = *found;
       p.reaped = now;
       if (p.op == Op::kPut || p.op == Op::kGet)
         note_duration(p.op == Op::kPut ? StackOp::kPut : StackOp::kGet, t, p.submitted, now);
@@ -261,7 +310,7 @@ bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::micros
           !(batch[i].status == Code::kAlreadyExists))
         tier.backend->metrics().dropped_saves.add();
       done[i] = std::move(p.image);
-      pending_.erase(it);
+      pending_.erase(batch[i].user_data);
     }
     waiting = waiting_;
   }
@@ -385,9 +434,9 @@ void TierStack::Impl::wait_for(std::span<const std::uint64_t> ids, Clock::time_p
   for (;;) {
     int waiting_tier = -1;
     for (std::uint64_t id : ids) {
-      auto it = pending_.find(id);
-      if (it != pending_.end() && !it->second.finished) {
-        waiting_tier = it->second.tier;
+      const Pending* p = pending_.find(id);
+      if (p != nullptr && !p->finished) {
+        waiting_tier = p->tier;
         break;
       }
     }
@@ -397,10 +446,10 @@ void TierStack::Impl::wait_for(std::span<const std::uint64_t> ids, Clock::time_p
       // Timed out: the tier still owns the buffers, so the requests become background work
       // whose late completions are discarded; the caller sees TimedOut.
       for (std::uint64_t id : ids) {
-        auto it = pending_.find(id);
-        if (it == pending_.end() || it->second.finished) continue;
-        it->second.background = true;
-        it->second.charged = 0;
+        Pending* p = pending_.find(id);
+        if (p == nullptr || p->finished) continue;
+        p->background = true;
+        p->charged = 0;
         ++bg_count_;
         timed_out_.insert(id);
       }
@@ -418,8 +467,8 @@ std::size_t TierStack::Impl::finished_prefix(std::span<const std::uint64_t> ids)
   std::size_t n = 0;
   for (; n < ids.size(); ++n) {
     if (ids[n] == 0) continue;
-    auto it = pending_.find(ids[n]);
-    if (it == pending_.end() || !it->second.finished) break;
+    const Pending* p = pending_.find(ids[n]);
+    if (p == nullptr || !p->finished) break;
   }
   return n;
 }
@@ -437,15 +486,15 @@ Completion TierStack::Impl::take(std::uint64_t id, Clock::time_point* reaped) {
       unreaped();
       return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
     }
-    auto it = pending_.find(id);
-    if (it == pending_.end() || !it->second.finished) {
+    Pending* p = pending_.find(id);
+    if (p == nullptr || !p->finished) {
       unreaped();
       return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
     }
-    if (reaped != nullptr) *reaped = it->second.reaped;
-    c = std::move(it->second.done);
-    image = std::move(it->second.image);
-    pending_.erase(it);
+    if (reaped != nullptr) *reaped = p->reaped;
+    c = std::move(p->done);
+    image = std::move(p->image);
+    pending_.erase(id);
   }
   recycle(image);
   return c;
@@ -731,6 +780,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       return *form;
     };
     std::fill(ids.begin(), ids.end(), 0);
+    bool submitted = false;  // since the last look at what finished (nothing else finishes gets)
     auto submit_scattered = [&] {
       if (scattered.empty()) return;
       const std::size_t taken = submit_requests(tier, scattered);
@@ -738,6 +788,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       scattered.clear();
       scattered_items.clear();
       scattered_bytes = 0;
+      submitted = true;
       reap(tier, 0, {});
     };
     // Gets are served in item order as they finish: a tier that completes inside submit (the
@@ -774,9 +825,11 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
         p.image = bufs[i];
         ids[i] = submit_one(tier, Op::kGet, items[i].key, io_region(tier, *bufs[i]), std::move(p))
                      .value_or(0);
+        submitted = true;
         reap(tier, 0, {});
       }
-      serve(finished_prefix(std::span(ids).subspan(served, i + 1 - served)));
+      if (std::exchange(submitted, false))
+        serve(finished_prefix(std::span(ids).subspan(served, i + 1 - served)));
     }
     submit_scattered();
     // The rest: what finished already, then a wait for the next one (served whatever it became,

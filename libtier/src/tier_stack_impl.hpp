@@ -148,8 +148,31 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
     Clock::time_point submitted, reaped;  // for op_duration
     // A scattered get's header (IoRequest::buf): the one this load accepts, overwritten by the
     // stored one. It lives as long as the request (poll reads it), also when the get timed out
-    // and turned into background work. A node of pending_, so its address is stable.
+    // and turned into background work. An entry of pending_, so its address is stable.
     alignas(16) std::array<std::byte, kObjectHeaderBytes> header{};
+  };
+  // The requests the stack submitted and has not taken back, by id. Entries keep their address
+  // (a deque) and their slots are reused through a free list, so that a request allocates nothing
+  // once the table has grown to the stack's concurrency (an empty table gives back what a large
+  // batch made it grow to). An id is (sequence << 32) | (slot + 1): never 0, and a stale one (its
+  // request taken, the slot reused) finds nothing. Under mu_.
+  class PendingTable {
+   public:
+    // Enters `p`: its id and its entry. Throws std::bad_alloc (the table could not grow).
+    std::pair<std::uint64_t, Pending*> insert(Pending&& p);
+    Pending* find(std::uint64_t id) noexcept;
+    void erase(std::uint64_t id) noexcept;
+    void clear() noexcept;
+
+   private:
+    static constexpr std::size_t kKeptSlots = 1024;  // an empty table keeps at most these
+    struct Slot {
+      std::uint64_t id = 0;  // 0: free
+      Pending p;
+    };
+    std::deque<Slot> slots_;
+    std::vector<std::uint32_t> free_;  // capacity: slots_.size(), so erase() never allocates
+    std::uint64_t sequence_ = 1;
   };
   struct Evicted {
     int tier = -1;
@@ -268,9 +291,8 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::mutex mu_;                   // the fields below
   std::condition_variable routed_;  // a foreground request finished, or a waiting poll ended
   std::size_t waiting_ = 0;         // threads waiting on routed_
-  std::unordered_map<std::uint64_t, Pending> pending_;
+  PendingTable pending_;
   std::unordered_set<std::uint64_t> timed_out_;  // foreground ids given up on
-  std::uint64_t next_id_ = 1;
   std::size_t bg_count_ = 0;
   std::deque<Evicted> evicted_;
   // evicted_.size(), also read without mu_: drain_evictions() takes the lock only when it is not

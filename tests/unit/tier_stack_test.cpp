@@ -80,6 +80,38 @@ TEST_CASE("save then load round-trips and reports the tier") {
   CHECK(got == std::vector<std::byte>(kPayload, std::byte{0xEE}));  // a miss writes nothing
 }
 
+TEST_CASE("batches of thousands and single requests, in turn, each get their own completions") {
+  // The stack's table of requests in flight grows for a large batch, gives its memory back when
+  // it empties, and reuses slots: every item must still get the completion of its own request.
+  Harness h(R"({"tiers":[{"name":"cpu","capacity":"64MiB","backend":"cpu"}]})");
+  for (std::uint64_t round = 0; round < 3; ++round) {
+    const std::size_t n = round == 1 ? 1 : 5000;
+    std::vector<std::vector<std::byte>> data, got(n, std::vector<std::byte>(kPayload));
+    std::vector<Region> src, dst;
+    std::vector<SaveItem> saves;
+    std::vector<LoadItem> loads;
+    for (std::size_t i = 0; i < n; ++i) data.push_back(Harness::data_of(round * 10000 + i));
+    for (std::size_t i = 0; i < n; ++i) {
+      src.push_back(host_region(data[i]));
+      dst.push_back(host_region(got[i]));
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const ObjectKey k = key_of(round * 10000 + i);
+      saves.push_back(SaveItem{k, RegionList(&src[i], 1)});
+      loads.push_back(LoadItem{k, RegionList(&dst[i], 1)});
+    }
+    std::vector<Status> saved(n);
+    std::vector<LoadResult> loaded(n);
+    REQUIRE(h.stack->save(saves, *h.codec, saved).is_ok());
+    REQUIRE(h.stack->load(loads, *h.codec, loaded).is_ok());
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(saved[i].is_ok());
+      CHECK(loaded[i].status.is_ok());
+      CHECK(got[i] == data[i]);
+    }
+  }
+}
+
 TEST_CASE("LRU order: the least recently used object is evicted first") {
   Harness h(R"({"tiers":[{"name":"cpu","capacity":)" + cap(3) + R"(,"backend":"cpu"}]})");
   for (int i = 1; i <= 3; ++i) REQUIRE(h.save(key_of(i), i).is_ok());

@@ -199,19 +199,24 @@ std::pair<std::uint64_t, TierStack::Impl::Pending*> TierStack::Impl::PendingTabl
   return {s.id, &s.p};
 }
 
-TierStack::Impl::Pending* TierStack::Impl::PendingTable::find(std::uint64_t id) noexcept {
+TierStack::Impl::PendingTable::Slot* TierStack::Impl::PendingTable::slot_of(
+    std::uint64_t id) noexcept {
   const std::uint64_t slot = (id & 0xffffffffu) - 1;  // id 0: slot 2^64 - 1, none
   if (slot >= slots_.size() || slots_[slot].id != id) return nullptr;
-  return &slots_[slot].p;
+  return &slots_[slot];
+}
+
+TierStack::Impl::Pending* TierStack::Impl::PendingTable::find(std::uint64_t id) noexcept {
+  Slot* s = slot_of(id);
+  return s != nullptr ? &s->p : nullptr;
 }
 
 void TierStack::Impl::PendingTable::erase(std::uint64_t id) noexcept {
-  Pending* p = find(id);
-  if (p == nullptr) return;
-  const std::uint64_t slot = (id & 0xffffffffu) - 1;
-  *p = Pending{};  // its image goes back now
-  slots_[slot].id = 0;
-  free_.push_back(static_cast<std::uint32_t>(slot));  // reserved: never allocates
+  Slot* s = slot_of(id);
+  if (s == nullptr) return;
+  s->p = Pending{};  // its image goes back now
+  s->id = 0;
+  free_.push_back(static_cast<std::uint32_t>((id & 0xffffffffu) - 1));  // reserved: no allocation
   // Empty after a large batch: its memory goes back (a table keeps no more than it needs now).
   if (free_.size() == slots_.size() && slots_.size() > kKeptSlots) {
     slots_.clear();

@@ -170,6 +170,7 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
       std::uint64_t id = 0;  // 0: free
       Pending p;
     };
+    Slot* slot_of(std::uint64_t id) noexcept;  // id's slot while id holds it, else null
     std::deque<Slot> slots_;
     std::vector<std::uint32_t> free_;  // capacity: slots_.size(), so erase() never allocates
     std::uint64_t sequence_ = 1;

@@ -262,16 +262,8 @@ tier_key to_key(py::handle h) {
   }
   return k;
 }
-// How many items `seq` says it holds, as a capacity hint: 0 when it cannot tell (an iterator),
-// at most 2^24 (an object's __length_hint__ is not trusted for an allocation).
-std::size_t length_hint(py::handle seq) {
-  const Py_ssize_t n = PyObject_LengthHint(seq.ptr(), 0);
-  if (n < 0) PyErr_Clear();
-  return n > 0 ? std::min<std::size_t>(static_cast<std::size_t>(n), std::size_t{1} << 24) : 0;
-}
 std::vector<tier_key> to_keys(py::handle seq) {
   std::vector<tier_key> out;
-  out.reserve(length_hint(seq));
   for (py::handle h : seq) out.push_back(to_key(h));
   return out;
 }
@@ -714,13 +706,19 @@ class Store {
     return codes_list(codes.data(), codes.size());
   }
   py::list load(py::handle keys, py::handle buffers) {
-    std::vector<std::int32_t> codes;
-    blocking_load(keys, buffers, codes, nullptr);  // no tier list built only to be dropped
-    return codes_list(codes.data(), codes.size());
+    return load_with_tiers(keys, buffers)[0];
   }
   py::tuple load_with_tiers(py::handle keys, py::handle buffers) {
-    std::vector<std::int32_t> codes, tiers;
-    blocking_load(keys, buffers, codes, &tiers);
+    Batch b = make_batch(keys, buffers, true);
+    std::vector<std::int32_t> codes(b.items.size()), tiers(b.items.size());
+    auto use = handle();
+    tier_store* h = use.get();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = tier_store_load(h, b.items.data(), b.items.size(), codes.data(), tiers.data());
+    }
+    check(rc);
     return py::make_tuple(codes_list(codes.data(), codes.size()),
                           std::vector<int>(tiers.begin(), tiers.end()));
   }
@@ -838,22 +836,6 @@ class Store {
   }
 
  private:
-  // tier_store_load of a batch: its codes, and the serving tiers when `tiers` is given.
-  void blocking_load(py::handle keys, py::handle buffers, std::vector<std::int32_t>& codes,
-                     std::vector<std::int32_t>* tiers) {
-    Batch b = make_batch(keys, buffers, true);
-    codes.resize(b.items.size());
-    if (tiers != nullptr) tiers->resize(b.items.size());
-    auto use = handle();
-    tier_store* h = use.get();
-    int rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = tier_store_load(h, b.items.data(), b.items.size(), codes.data(),
-                           tiers != nullptr ? tiers->data() : nullptr);
-    }
-    check(rc);
-  }
   mutable Handle<tier_store> h_{"store"};
   std::string ns_;
   std::uint32_t rank_ = 0;

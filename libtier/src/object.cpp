@@ -434,23 +434,97 @@ Status check_scattered(std::span<const std::span<std::byte>> stored,
   return Status::ok();
 }
 
+namespace {
+
+// A place in a sequence of spans (stored pieces or destination regions): which one, and the
+// offset in it.
+struct Pos {
+  std::size_t i = 0;
+  std::size_t off = 0;
+};
+
+// Moves `p`, which lies at offset `at` of the spans' concatenation (`size(i)`: the i-th span's
+// bytes), forward to offset `target`, which is smaller than their total.
+template <class SizeOf>
+void advance(Pos& p, std::uint64_t& at, std::uint64_t target, const SizeOf& size) noexcept {
+  while (at + (size(p.i) - p.off) <= target) {
+    at += size(p.i) - p.off;
+    p = Pos{p.i + 1, 0};
+  }
+  p.off += static_cast<std::size_t>(target - at);
+  at = target;
+}
+
+// Copies `n` bytes from the stored pieces at `s` into the regions at `d` (both hold them).
+void copy_run(std::span<const std::span<std::byte>> stored, Pos s, RegionList dst, Pos d,
+              std::size_t n, bool stream) noexcept {
+  while (n > 0) {
+    while (stored[s.i].size() == s.off) s = Pos{s.i + 1, 0};
+    while (dst[d.i].size == d.off) d = Pos{d.i + 1, 0};
+    const std::size_t k = std::min({n, stored[s.i].size() - s.off, dst[d.i].size - d.off});
+    if (stream)
+      stream_copy_avx2(dst[d.i].data + d.off, stored[s.i].data() + s.off, k);
+    else
+      std::memcpy(dst[d.i].data + d.off, stored[s.i].data() + s.off, k);
+    s.off += k;
+    d.off += k;
+    n -= k;
+  }
+  if (stream) _mm_sfence();  // this thread's streamed bytes land before the run is reported
+}
+
+// scatter_verified's copy of a payload of several chunks, after every check: the payload's
+// checksum chunks go to the verification threads as the hashing did (each thread copies whole
+// chunks, so the bytes it hashed may still be in its cache), window by window; the positions of
+// a window's chunks in the pieces and the regions are found by one walk on the caller.
+void scatter_chunks(std::span<const std::span<std::byte>> stored, RegionList payload,
+                    std::size_t skip, std::uint64_t payload_bytes) noexcept {
+  const bool stream = kHaveAvx2 && payload_bytes >= kStreamFrom;
+  const std::uint64_t chunks = checksum_chunk_count(payload_bytes);
+  std::array<Pos, kWindowChunks> from, to;
+  std::array<std::size_t, kWindowChunks> len;
+  Pos s, d;
+  std::uint64_t s_at = 0, d_at = 0;  // offsets of `s` in the stored image, of `d` in the regions
+  auto piece_size = [&](std::size_t i) { return stored[i].size(); };
+  auto region_size = [&](std::size_t i) { return payload[i].size; };
+  for (std::uint64_t first = 0; first < chunks; first += kWindowChunks) {
+    const auto count =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kWindowChunks, chunks - first));
+    for (std::size_t k = 0; k < count; ++k) {
+      // Chunk first + k's bytes of the payload that go to the regions (the framing, `skip`
+      // bytes, goes nowhere).
+      const std::uint64_t lo = std::max<std::uint64_t>((first + k) * kChecksumChunkBytes, skip);
+      const std::uint64_t hi =
+          std::min<std::uint64_t>((first + k + 1) * kChecksumChunkBytes, payload_bytes);
+      len[k] = hi > lo ? static_cast<std::size_t>(hi - lo) : 0;
+      if (len[k] == 0) continue;
+      advance(s, s_at, kObjectHeaderBytes + lo, piece_size);
+      advance(d, d_at, lo - skip, region_size);
+      from[k] = s;
+      to[k] = d;
+    }
+    auto copy = [&](std::size_t k) { copy_run(stored, from[k], payload, to[k], len[k], stream); };
+    detail::VerifyPool::instance().for_each(count, copy);
+  }
+}
+
+}  // namespace
+
 Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
                         RegionList payload, const ObjectKey& expected, std::size_t skip,
                         const PayloadCheck* check) noexcept {
   std::byte head[kObjectHeaderBytes];
-  TIER_RETURN_IF_ERROR(check_scattered(stored, header, skip + total_bytes(payload), expected,
+  const std::uint64_t payload_bytes = skip + total_bytes(payload);
+  TIER_RETURN_IF_ERROR(check_scattered(stored, header, payload_bytes, expected,
                                        std::span<std::byte>(head, kObjectHeaderBytes), check));
-  std::size_t r = 0, at = 0;  // the destination region and the offset in it
-  each_stored(stored, kObjectHeaderBytes + skip, [&](const std::byte* p, std::size_t n) {
-    while (n > 0) {
-      while (payload[r].size == at) ++r, at = 0;  // sizes add up: r stays in range
-      std::size_t k = std::min(n, payload[r].size - at);
-      copy_bytes(payload[r].data + at, p, k);
-      p += k;
-      n -= k;
-      at += k;
-    }
-  });
+  if (payload_bytes > kChecksumChunkBytes) {
+    scatter_chunks(stored, payload, skip, payload_bytes);
+  } else if (payload_bytes > skip) {  // one chunk: on this thread, which has just hashed it
+    Pos s;
+    std::uint64_t at = 0;
+    advance(s, at, kObjectHeaderBytes + skip, [&](std::size_t i) { return stored[i].size(); });
+    copy_run(stored, s, payload, Pos{}, static_cast<std::size_t>(payload_bytes - skip), false);
+  }
   std::memcpy(header.data(), head, kObjectHeaderBytes);
   return Status::ok();
 }

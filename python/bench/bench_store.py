@@ -6,8 +6,14 @@ each, the keys removed between rounds), the C API's c_api_bench doing the same f
 `tierbench micro --seal --json` (the tier's backend alone) with the same profile, tier, size and
 count. The work is the same on both sides: a put stores a freshly sealed image (micro's --seal
 times the payload checksum and header inside its put phase, as a save computes them), and a get
-is a verified read into distinct destination buffers. The three run in turn, REPEAT times, and
-each side's figure of a repeat is its fastest of ROUNDS rounds (micro's --best): a round of 16 MiB
+is a verified read into distinct destination buffers. The images are the same too: micro's
+objects are whole images, so its --object-size is SIZE plus the 96-byte header, and its rate is
+counted in payload bytes (x SIZE / (SIZE + 96)) like the others. It also runs micro with
+SIZE-byte images (96 payload bytes fewer: the baseline before 2026-12-02's fifth stop) and prints
+both: on the device machine those 96 bytes alone move micro's 64 KiB rates by a third, up or
+down from one size to the next (memory layout, not work), more than the gap being measured. The three run in turn, REPEAT times, each
+in a process of its own (a process's memory placement alone moves a side's rate by up to 2x on
+the device machine, so no side keeps one placement for every repeat), and each side's figure of a repeat is its fastest of ROUNDS rounds (micro's --best): a round of 16 MiB
 takes a few milliseconds, and one preemption on a shared 2-core machine costs as much as the gap
 being measured, so every side gets the same chance to run one round undisturbed. Each repeat
 gives the ratios Python / tierbench micro (the acceptance figure of issue 24: median >= 0.95) and
@@ -30,6 +36,8 @@ import time
 import numpy as np
 
 import libtier
+
+HEADER_BYTES = 96  # the object header before every payload in a tier (docs/object-format.md)
 
 
 def python_side(profile, n, size, rounds):
@@ -56,6 +64,16 @@ def python_side(profile, n, size, rounds):
     return out, staging
 
 
+def python_process(profile, n, size, rounds):
+    """python_side() in a fresh process (this script with --python-side)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--python-side", "--profile", profile, "--objects", str(n),
+         "--object-size", str(size), "--rounds", str(rounds)],
+        check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    return r["rates"], r["staging_copy_bytes"]
+
+
 def json_lines(cmd):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["op"]: r["gb_per_s"] for r in (json.loads(line) for line in out.splitlines() if line)}
@@ -67,8 +85,9 @@ def best(a, b):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tierbench", required=True)
-    ap.add_argument("--capi-bench", required=True)
+    ap.add_argument("--tierbench")
+    ap.add_argument("--capi-bench")
+    ap.add_argument("--python-side", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", required=True)
     ap.add_argument("--tier", default="cpu")
@@ -76,32 +95,46 @@ def main(argv=None):
     ap.add_argument("--objects", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=20)
     a = ap.parse_args(argv)
+    if a.python_side:  # one repeat's Python side, in its own process (python_process)
+        rates, staged = python_side(a.profile, a.objects, a.object_size, a.rounds)
+        print(json.dumps({"rates": rates, "staging_copy_bytes": staged}))
+        return 0
+    if not a.tierbench or not a.capi_bench:
+        ap.error("--tierbench and --capi-bench are required")
     size, n, r = str(a.object_size), str(a.objects), str(a.rounds)
-    runs = []  # per repeat: {"py", "capi", "micro"} -> {op: GB/s}
+    runs = []  # per repeat: {"py", "capi", "micro", "micro_size"} -> {op: GB/s}
     staging = 0
     for _ in range(a.repeat):
-        py, staged = python_side(a.profile, a.objects, a.object_size, a.rounds)
+        py, staged = python_process(a.profile, a.objects, a.object_size, a.rounds)
         staging = max(staging, staged)
         capi = json_lines([a.capi_bench, a.profile, n, size, r])
-        micro = json_lines(
-            [a.tierbench, "micro", "--profile", a.profile, "--tier", a.tier, "--object-size", size,
-             "--objects", n, "--rounds", r, "--seal", "--best", "--json"])
-        runs.append({"py": py, "capi": capi, "micro": micro})
+        # micro twice: images of the same bytes as the others' (SIZE + header, its rate counted
+        # in payload bytes), and SIZE-byte images (the figure before 2026-12-02's fifth stop).
+        micro = {}
+        for name, image in (("micro", a.object_size + HEADER_BYTES), ("micro_size", a.object_size)):
+            rates = json_lines(
+                [a.tierbench, "micro", "--profile", a.profile, "--tier", a.tier, "--object-size",
+                 str(image), "--objects", n, "--rounds", r, "--seal", "--best", "--json"])
+            micro[name] = {op: v * a.object_size / image for op, v in rates.items()}
+        runs.append({"py": py, "capi": capi, **micro})
     print(f"{a.objects} objects of {a.object_size} bytes, tier {a.tier} of {a.profile}, "
-          f"{a.repeat} repeats, each side's fastest of {a.rounds} rounds per repeat")
-    print(f"{'repeat':<6} {'op':<4} {'python GB/s':>12} {'C API GB/s':>11} {'micro GB/s':>11} "
-          f"{'python/micro':>13} {'python/C API':>13}")
+          f"{a.repeat} repeats, each side's fastest of {a.rounds} rounds per repeat (GB/s of "
+          f"payload; micro: images of the same bytes, micro@{a.object_size}: images of "
+          f"{a.object_size} bytes)")
+    print(f"{'repeat':<6} {'op':<4} {'python':>7} {'C API':>7} {'micro':>7} "
+          f"{'micro@' + size:>12} {'py/micro':>9} {'py/micro@':>10} {'py/C API':>9}")
     for i, run in enumerate(runs, 1):
         for op in ("put", "get"):
-            py, capi, micro = run["py"][op], run["capi"][op], run["micro"][op]
-            print(f"{i:<6} {op:<4} {py:>12.2f} {capi:>11.2f} {micro:>11.2f} "
-                  f"{py / micro:>13.2f} {py / capi:>13.2f}")
+            py, capi, micro, micro_size = (run[k][op] for k in ("py", "capi", "micro", "micro_size"))
+            print(f"{i:<6} {op:<4} {py:>7.2f} {capi:>7.2f} {micro:>7.2f} {micro_size:>12.2f} "
+                  f"{py / micro:>9.2f} {py / micro_size:>10.2f} {py / capi:>9.2f}")
+    def spread(xs):
+        return f"median {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
     for op in ("put", "get"):
-        vs_micro = [run["py"][op] / run["micro"][op] for run in runs]
-        vs_capi = [run["py"][op] / run["capi"][op] for run in runs]
-        print(f"{op}: python/micro median {statistics.median(vs_micro):.2f} "
-              f"[{min(vs_micro):.2f}-{max(vs_micro):.2f}] (target >= 0.95), python/C API median "
-              f"{statistics.median(vs_capi):.2f} [{min(vs_capi):.2f}-{max(vs_capi):.2f}]")
+        ratio = {k: [run["py"][op] / run[k][op] for run in runs]
+                 for k in ("micro", "micro_size", "capi")}
+        print(f"{op}: python/micro {spread(ratio['micro'])} (target >= 0.95), python/micro@{size} "
+              f"{spread(ratio['micro_size'])}, python/C API {spread(ratio['capi'])}")
     print(f"staging_copy_bytes after the Python rounds: {staging} (0: one copy, by the tier)")
     return 0
 

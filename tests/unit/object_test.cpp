@@ -452,6 +452,48 @@ TEST_CASE("scatter_verified: version 1 images, and version 2 chunks across store
   }
 }
 
+// A payload of several chunks is copied on the verification threads, window by window of chunk
+// positions: every byte lands in its region whatever the cuts of the pieces and regions, the
+// framing included; a flipped byte leaves every region as it was.
+TEST_CASE("scatter_verified: a payload of many chunks across windows, pieces and regions") {
+  const unsigned before = verify_threads();
+  set_verify_threads(4);
+  const ObjectKey k = key_of(24);
+  const std::size_t size = 520 * kChecksumChunkBytes + 123, skip = kChecksumChunkBytes + 17;
+  auto img = make_image(k, size);
+  std::vector<std::span<std::byte>> pieces;
+  for (std::size_t at = 0, cut = 61; at < img.size(); at += cut, cut = cut * 7 % 1'000'003 + 1)
+    pieces.push_back(std::span(img).subspan(at, std::min(cut, img.size() - at)));
+  std::vector<std::vector<std::byte>> bufs;
+  for (std::size_t left = size - skip, n = 3; left > 0; n = n * 13 % 300'007) {
+    bufs.emplace_back(std::min(n, left), std::byte{0xEE});
+    left -= bufs.back().size();
+    bufs.emplace_back();  // an empty region between every two
+  }
+  std::vector<Region> dst;
+  for (auto& b : bufs) dst.push_back(host_region(b));
+  std::vector<std::byte> head(kObjectHeaderBytes);
+  write_object_header(head, ObjectHeader{1, 0, k, size, 0});
+  const auto expected_head = head;
+  auto bad = img;
+  bad[kObjectHeaderBytes + size - 1] ^= std::byte{1};
+  const std::span<std::byte> bad_pieces[] = {std::span(bad)};
+  CHECK(scatter_verified(bad_pieces, head, dst, k, skip).code() == Code::kChecksumMismatch);
+  CHECK(head == expected_head);
+  CHECK(std::all_of(bufs.begin(), bufs.end(), [](const std::vector<std::byte>& b) {
+    return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0xEE}; });
+  }));
+  REQUIRE(scatter_verified(pieces, head, dst, k, skip).is_ok());
+  CHECK(std::memcmp(head.data(), img.data(), kObjectHeaderBytes) == 0);
+  std::size_t at = kObjectHeaderBytes + skip;
+  for (const auto& b : bufs) {
+    CHECK(std::memcmp(b.data(), img.data() + at, b.size()) == 0);
+    at += b.size();
+  }
+  CHECK(at == img.size());
+  set_verify_threads(before);
+}
+
 // Verification on a thread that shares the host with other processes (the shm tier's gets) takes
 // its share of the CPUs: with as many processes as CPUs, the caller alone.
 TEST_CASE("VerifyCpuShare: a thread's verification keeps to its share of the CPUs") {

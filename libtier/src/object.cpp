@@ -282,8 +282,26 @@ void copy_bytes(void* dst, const void* src, std::size_t n) noexcept {
     std::memcpy(dst, src, n);
     return;
   }
-  stream_copy_avx2(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n);
-  _mm_sfence();
+  auto& pool = detail::VerifyPool::instance();
+  if (pool.crowded()) {  // the transfers' own threads keep the memory bus busy
+    stream_copy_avx2(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n);
+    _mm_sfence();
+    return;
+  }
+  // One piece per thread the pool may use (whole 64 KiB chunks at least), each fenced once by the
+  // thread that streamed it: a fence waits for that thread's streamed stores, and one per 64 KiB
+  // would be as many fences as pieces for a caller that copies them all alone.
+  const std::size_t pieces =
+      std::min<std::size_t>(pool.threads(), (n + kChecksumChunkBytes - 1) / kChecksumChunkBytes);
+  const std::size_t step = n / pieces / 64 * 64;
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto piece = [&](std::size_t k) {
+    const std::size_t lo = k * step, hi = k + 1 == pieces ? n : lo + step;
+    stream_copy_avx2(d + lo, s + lo, hi - lo);
+    _mm_sfence();
+  };
+  pool.for_each(pieces, piece);
 }
 
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,

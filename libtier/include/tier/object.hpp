@@ -109,8 +109,9 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
 
 // memcpy(dst, src, n) for the tiers' copies into and out of their storage (not overlapping): from
 // 256 KiB on (with AVX2) with non-temporal stores, which skip the read-for-ownership of a cached
-// store, so many threads copying at once move a third fewer bytes over the memory bus; every
-// byte is visible to other threads when it returns.
+// store, so many threads copying at once move a third fewer bytes over the memory bus, and in
+// 64 KiB pieces on the verification threads (one thread's copy is a fraction of what the memory
+// bus moves); every byte is visible to other threads when it returns.
 void copy_bytes(void* dst, const void* src, std::size_t n) noexcept;
 
 // Copies a stored image, given as pieces in image order, to a scattered destination: its payload
@@ -120,7 +121,7 @@ void copy_bytes(void* dst, const void* src, std::size_t n) noexcept;
 // stage ids, a payload of exactly total_bytes(payload) bytes, and the payload checksum (so the
 // payload is read twice; the second read is from cache for objects that fit there). A payload of
 // more than one checksum chunk is then copied by the verification threads, chunk by chunk, as it
-// was hashed (a single thread's copy took 3x micro's copy_verified at 1 MiB). Returns: Ok,
+// was hashed. Returns: Ok,
 // kChecksumMismatch, or kInvalidArgument (another layout or stage, another size, no expected
 // header); nothing is written unless Ok.
 // `skip` payload bytes before the regions' go nowhere; `check`, when set, is called with the

@@ -1,24 +1,25 @@
 #!/usr/bin/env python3
 """Python save/load throughput against `tierbench micro` on the same tier (make bench).
 
-Saves then loads N objects of SIZE bytes from numpy arrays through libtier.Store (one batch
-each, the keys removed between rounds), the C API's c_api_bench doing the same from C, and
-`tierbench micro --seal --json` (the tier's backend alone) with the same profile, tier, size and
-count. The work is the same on both sides: a put stores a freshly sealed image (micro's --seal
-times the payload checksum and header inside its put phase, as a save computes them), and a get
-is a verified read into distinct destination buffers. The images are the same too: micro's
-objects are whole images, so its --object-size is SIZE plus the 96-byte header, and its rate is
-counted in payload bytes (x SIZE / (SIZE + 96)) like the others. It also runs micro with
-SIZE-byte images (96 payload bytes fewer: the baseline before 2026-12-02's fifth stop) and prints
-both: on the device machine those 96 bytes alone move micro's 64 KiB rates by a third, up or
-down from one size to the next (memory layout, not work), more than the gap being measured. The three run in turn, REPEAT times, each
-in a process of its own (a process's memory placement alone moves a side's rate by up to 2x on
-the device machine, so no side keeps one placement for every repeat), and each side's figure of a repeat is its fastest of ROUNDS rounds (micro's --best): a round of 16 MiB
-takes a few milliseconds, and one preemption on a shared 2-core machine costs as much as the gap
-being measured, so every side gets the same chance to run one round undisturbed. Each repeat
-gives the ratios Python / tierbench micro (the acceptance figure of issue 24: median >= 0.95) and
-Python / C API (the binding's own overhead: both go through the profile's TierStack, which
-tierbench micro does not). Prints every repeat's ratios, then their median and min-max; and the Store's
+Saves then loads N objects of SIZE bytes from numpy arrays through libtier.Store (one batch each,
+the keys removed between rounds), the C API's c_api_bench doing the same from C, and `tierbench
+micro --seal --json` (the tier's backend alone) with the same profile, tier, size and count. The
+work is the same on both sides: a put stores a freshly sealed image (micro's --seal times the
+payload checksum and header inside its put phase, as a save computes them), and a get is a verified
+read into distinct destination buffers. The images are the same too: micro's objects are whole
+images, so its --object-size is SIZE plus the 96-byte header, and its rate is counted in payload
+bytes (x SIZE / (SIZE + 96)) like the others. It also runs micro with SIZE-byte images (96 payload
+bytes fewer: the baseline before 2026-12-02's fifth stop) and prints both: on the device machine
+those 96 bytes alone move micro's 64 KiB rates by a third, up or down from one size to the next
+(memory layout, not work), more than the gap being measured. The sides run in turn, REPEAT times,
+each in a process of its own (a process's memory placement alone moves a side's rate by up to 2x on
+the device machine, so no side keeps one placement for every repeat), and each side's figure of a
+repeat is its fastest of ROUNDS rounds (micro's --best): a round of 16 MiB takes a few
+milliseconds, and one preemption on a shared 2-core machine costs as much as the gap being
+measured, so every side gets the same chance to run one round undisturbed. Each repeat gives the
+ratios Python / tierbench micro (both baselines; issue 24 asks for a median >= 0.95) and Python / C
+API (the binding's own overhead: both go through the profile's TierStack, which tierbench micro
+does not). Prints every repeat's ratios, then their median and min-max; and the Store's
 staging_copy_bytes after the Python rounds (0: every byte moved once, by the tier).
 
     python3 python/bench/bench_store.py --tierbench build/apps/tierbench/tierbench \
@@ -125,7 +126,8 @@ def main(argv=None):
           f"{'micro@' + size:>12} {'py/micro':>9} {'py/micro@':>10} {'py/C API':>9}")
     for i, run in enumerate(runs, 1):
         for op in ("put", "get"):
-            py, capi, micro, micro_size = (run[k][op] for k in ("py", "capi", "micro", "micro_size"))
+            py, capi, micro, micro_size = (run[k][op]
+                                           for k in ("py", "capi", "micro", "micro_size"))
             print(f"{i:<6} {op:<4} {py:>7.2f} {capi:>7.2f} {micro:>7.2f} {micro_size:>12.2f} "
                   f"{py / micro:>9.2f} {py / micro_size:>10.2f} {py / capi:>9.2f}")
     def spread(xs):

@@ -109,9 +109,10 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
 
 // memcpy(dst, src, n) for the tiers' copies into and out of their storage (not overlapping): from
 // 256 KiB on (with AVX2) with non-temporal stores, which skip the read-for-ownership of a cached
-// store, so many threads copying at once move a third fewer bytes over the memory bus, and in
-// 64 KiB pieces on the verification threads (one thread's copy is a fraction of what the memory
-// bus moves); every byte is visible to other threads when it returns.
+// store, so many threads copying at once move a third fewer bytes over the memory bus; spread
+// over the verification threads (one piece each) while at most half of them are inside
+// transfers (one thread's copy moves a fraction of what the memory bus does), on the caller
+// alone otherwise; every byte is visible to other threads when it returns.
 void copy_bytes(void* dst, const void* src, std::size_t n) noexcept;
 
 // Copies a stored image, given as pieces in image order, to a scattered destination: its payload

@@ -44,7 +44,10 @@ struct Script {
 class FakeRedis {
  public:
   explicit FakeRedis(Script script) : script_(std::move(script)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    // Non-blocking: serve() polls 10 ms at a time and then accepts, so that a stop is seen
+    // whether or not a client ever connects again (a blocking accept after a poll that timed
+    // out waited for a connection that never came, and the destructor's join with it).
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     REQUIRE(fd_ >= 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;

@@ -35,6 +35,25 @@ Key128 load_key(const std::byte* p) noexcept {
   return Key128{get_le<std::uint64_t>(p), get_le<std::uint64_t>(p + 8)};
 }
 
+// A place in a sequence of spans (stored pieces or destination regions): which one, and the
+// offset in it.
+struct Pos {
+  std::size_t i = 0;
+  std::size_t off = 0;
+};
+
+// Moves `p`, which lies at offset `at` of the spans' concatenation (`size(i)`: the i-th span's
+// bytes), forward to offset `target`, which is smaller than their total.
+template <class SizeOf>
+void advance(Pos& p, std::uint64_t& at, std::uint64_t target, const SizeOf& size) noexcept {
+  while (at + (size(p.i) - p.off) <= target) {
+    at += size(p.i) - p.off;
+    p = Pos{p.i + 1, 0};
+  }
+  p.off += static_cast<std::size_t>(target - at);
+  at = target;
+}
+
 // The version 2 checksum of a payload of `n` bytes: `chunk_hash(i)` (the XXH3-64 of chunk i,
 // called once per chunk on the verification threads) feeds the chunk list, window by window;
 // `before_window(first, count)` runs on the caller before each window's chunks are hashed.
@@ -87,39 +106,30 @@ std::uint64_t pieces_checksum(std::size_t count, const PieceAt& piece, std::uint
     return XXH3_64bits_digest(&state);
   }
   // Where each chunk of the window starts: (piece, offset in it), found by one walk.
-  struct At {
-    std::size_t piece;
-    std::size_t offset;
-  };
-  std::array<At, kWindowChunks> at;
-  At cursor{0, 0};
+  std::array<Pos, kWindowChunks> at;
+  Pos cursor;
   std::uint64_t cursor_at = 0;  // offset of `cursor` in the concatenation
   std::uint64_t window_first = 0;
+  auto piece_size = [&](std::size_t i) { return piece(i).size(); };
   auto before = [&](std::uint64_t first, std::size_t n) {
     window_first = first;
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t target = skip + (first + i) * kChecksumChunkBytes;
-      while (cursor_at + (piece(cursor.piece).size() - cursor.offset) <= target) {
-        cursor_at += piece(cursor.piece).size() - cursor.offset;
-        cursor = At{cursor.piece + 1, 0};
-      }
-      cursor.offset += static_cast<std::size_t>(target - cursor_at);
-      cursor_at = target;
+      advance(cursor, cursor_at, skip + (first + i) * kChecksumChunkBytes, piece_size);
       at[i] = cursor;
     }
   };
   auto hash = [&](std::uint64_t c) {
     const std::size_t len = static_cast<std::size_t>(
         std::min<std::uint64_t>(kChecksumChunkBytes, payload_bytes - c * kChecksumChunkBytes));
-    At a = at[static_cast<std::size_t>(c - window_first)];
-    std::span<const std::byte> p = piece(a.piece);
-    if (p.size() - a.offset >= len) return XXH3_64bits(p.data() + a.offset, len);
+    Pos a = at[static_cast<std::size_t>(c - window_first)];
+    std::span<const std::byte> p = piece(a.i);
+    if (p.size() - a.off >= len) return XXH3_64bits(p.data() + a.off, len);
     XXH3_state_t state;  // a chunk across pieces
     XXH3_64bits_reset(&state);
-    for (std::size_t left = len; left > 0; a = At{a.piece + 1, 0}) {
-      p = piece(a.piece);
-      const std::size_t n = std::min(left, p.size() - a.offset);
-      XXH3_64bits_update(&state, p.data() + a.offset, n);
+    for (std::size_t left = len; left > 0; a = Pos{a.i + 1, 0}) {
+      p = piece(a.i);
+      const std::size_t n = std::min(left, p.size() - a.off);
+      XXH3_64bits_update(&state, p.data() + a.off, n);
       left -= n;
     }
     return XXH3_64bits_digest(&state);
@@ -282,17 +292,14 @@ void copy_bytes(void* dst, const void* src, std::size_t n) noexcept {
     std::memcpy(dst, src, n);
     return;
   }
-  auto& pool = detail::VerifyPool::instance();
-  if (pool.crowded()) {  // the transfers' own threads keep the memory bus busy
-    stream_copy_avx2(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n);
-    _mm_sfence();
-    return;
-  }
   // One piece per thread the pool may use (whole 64 KiB chunks at least), each fenced once by the
-  // thread that streamed it: a fence waits for that thread's streamed stores, and one per 64 KiB
-  // would be as many fences as pieces for a caller that copies them all alone.
+  // thread that streamed it (a fence waits for that thread's streamed stores); one piece, on the
+  // caller, while the transfers' own threads keep the memory bus busy.
+  auto& pool = detail::VerifyPool::instance();
   const std::size_t pieces =
-      std::min<std::size_t>(pool.threads(), (n + kChecksumChunkBytes - 1) / kChecksumChunkBytes);
+      pool.crowded() ? 1
+                     : std::min<std::size_t>(pool.threads(),
+                                             (n + kChecksumChunkBytes - 1) / kChecksumChunkBytes);
   const std::size_t step = n / pieces / 64 * 64;
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);
@@ -453,25 +460,6 @@ Status check_scattered(std::span<const std::span<std::byte>> stored,
 }
 
 namespace {
-
-// A place in a sequence of spans (stored pieces or destination regions): which one, and the
-// offset in it.
-struct Pos {
-  std::size_t i = 0;
-  std::size_t off = 0;
-};
-
-// Moves `p`, which lies at offset `at` of the spans' concatenation (`size(i)`: the i-th span's
-// bytes), forward to offset `target`, which is smaller than their total.
-template <class SizeOf>
-void advance(Pos& p, std::uint64_t& at, std::uint64_t target, const SizeOf& size) noexcept {
-  while (at + (size(p.i) - p.off) <= target) {
-    at += size(p.i) - p.off;
-    p = Pos{p.i + 1, 0};
-  }
-  p.off += static_cast<std::size_t>(target - at);
-  at = target;
-}
 
 // Copies `n` bytes from the stored pieces at `s` into the regions at `d` (both hold them).
 void copy_run(std::span<const std::span<std::byte>> stored, Pos s, RegionList dst, Pos d,

@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -52,10 +53,13 @@ class HeapLru : public CpuMode {
 
  protected:
   // The storage of one image.
+  struct FreeHeap {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
   struct Buffer {
     std::byte* data = nullptr;
     std::size_t size = 0;
-    std::unique_ptr<std::byte[]> heap;  // owns `data` when it was allocated on the heap
+    std::unique_ptr<std::byte, FreeHeap> heap;  // the allocation holding `data`, if on the heap
   };
 
   explicit HeapLru(std::uint64_t capacity);

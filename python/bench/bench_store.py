@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Python save/load throughput against `tierbench micro` on the same tier (make bench).
 
-Saves then loads N objects of SIZE bytes from numpy arrays through libtier.Store (one batch each,
+Saves then loads N objects of SIZE bytes from numpy arrays (each starting on a 64-byte line, as
+torch's CPU tensors, c_api_bench's buffers and micro's payloads do) through libtier.Store (one batch each,
 the keys removed between rounds), the C API's c_api_bench doing the same from C, and `tierbench
 micro --seal --json` (the tier's backend alone) with the same profile, tier, size and count. The
 work is the same on both sides: a put stores a freshly sealed image (micro's --seal times the
@@ -9,9 +10,11 @@ payload checksum and header inside its put phase, as a save computes them), and 
 read into distinct destination buffers. The images are the same too: micro's objects are whole
 images, so its --object-size is SIZE plus the 96-byte header, and its rate is counted in payload
 bytes (x SIZE / (SIZE + 96)) like the others. It also runs micro with SIZE-byte images (96 payload
-bytes fewer: the baseline before 2026-12-02's fifth stop) and prints both: on the device machine
-those 96 bytes alone move micro's 64 KiB rates by a third, up or down from one size to the next
-(memory layout, not work), more than the gap being measured. The sides run in turn, REPEAT times,
+bytes fewer: the baseline before 2026-12-02's fifth stop) and prints both. (Until 2026-12-02's
+sixth stop micro padded every image to 64 bytes, so its "same bytes" images of 64 KiB payloads
+held 64 KiB + 32 B, two checksum chunks, whose tail went to the verification threads: a third
+slower than one chunk. Micro now pads to the tier's alignment only, and payloads up to 1.5 chunks
+stay on the caller.) The sides run in turn, REPEAT times,
 each in a process of its own (a process's memory placement alone moves a side's rate by up to 2x on
 the device machine, so no side keeps one placement for every repeat), and each side's figure of a
 repeat is its fastest of ROUNDS rounds (micro's --best): a round of 16 MiB takes a few
@@ -41,12 +44,22 @@ import libtier
 HEADER_BYTES = 96  # the object header before every payload in a tier (docs/object-format.md)
 
 
+def line_aligned(size, line=64):
+    """An uninitialised uint8 array of `size` bytes starting on a 64-byte line, as torch's CPU
+    allocator and tierbench micro give (numpy's own start anywhere on a 16-byte boundary)."""
+    raw = np.empty(size + line, dtype=np.uint8)
+    off = -raw.ctypes.data % line
+    return raw[off:off + size]
+
+
 def python_side(profile, n, size, rounds):
     """Best round's GB/s of Store.save / Store.load of `n` numpy arrays of `size` bytes, and
     the Store's staging_copy_bytes afterwards."""
     keys = [libtier.external_key(f"bench-{i}") for i in range(n)]
-    src = [np.random.default_rng(i).integers(0, 256, size, dtype=np.uint8) for i in range(n)]
-    dst = [np.empty(size, dtype=np.uint8) for _ in range(n)]
+    src = [line_aligned(size) for _ in range(n)]
+    for i, a in enumerate(src):
+        a[:] = np.random.default_rng(i).integers(0, 256, size, dtype=np.uint8)
+    dst = [line_aligned(size) for _ in range(n)]
     out = {}
     with libtier.Store.open(profile) as store:
         for _ in range(rounds):

@@ -1,7 +1,9 @@
 /* The C API's blocking save and load of N objects of SIZE bytes from host memory, one batch
  * each, R rounds (the keys removed between rounds): the best round's GB/s per operation as JSON
  * lines like tierbench micro's ({"op": "put"|"get", "gb_per_s": x}). The same path as
- * libtier.Store.save/load without Python (python/bench/bench_store.py compares them).
+ * libtier.Store.save/load without Python (python/bench/bench_store.py compares them). Every
+ * object's buffer starts on a 64-byte line, as tierbench micro's and bench_store's do (and torch's
+ * CPU allocator's): checksums and copies run at different speeds on lines split in two.
  *   c_api_bench PROFILE OBJECTS SIZE ROUNDS */
 #define _POSIX_C_SOURCE 200112L
 #include <stdint.h>
@@ -29,21 +31,28 @@ int main(int argc, char** argv) {
     fprintf(stderr, "open: %s\n", tier_last_error());
     return 1;
   }
-  uint8_t* src = malloc(n * size);
-  uint8_t* dst = malloc(n * size);
+  const size_t stride = (size + 63) / 64 * 64;
+  void *src_mem = NULL, *dst_mem = NULL;
+  if (posix_memalign(&src_mem, 64, n * stride) != 0 ||
+      posix_memalign(&dst_mem, 64, n * stride) != 0) {
+    fprintf(stderr, "out of memory\n");
+    return 1;
+  }
+  uint8_t* src = src_mem;
+  uint8_t* dst = dst_mem;
   tier_region* sr = malloc(n * sizeof *sr);
   tier_region* dr = malloc(n * sizeof *dr);
   tier_item* saves = malloc(n * sizeof *saves);
   tier_item* loads = malloc(n * sizeof *loads);
   tier_key* keys = malloc(n * sizeof *keys);
   int32_t* codes = malloc(n * sizeof *codes);
-  for (size_t i = 0; i < n * size; ++i) src[i] = (uint8_t)(i * 131u >> 3);
+  for (size_t i = 0; i < n * stride; ++i) src[i] = (uint8_t)(i * 131u >> 3);
   for (size_t i = 0; i < n; ++i) {
     char name[32];
     int len = snprintf(name, sizeof name, "bench-%zu", i);
     tier_external_key(name, (size_t)len, &keys[i]);
-    sr[i] = (tier_region){src + i * size, size, TIER_MEMORY_HOST, -1};
-    dr[i] = (tier_region){dst + i * size, size, TIER_MEMORY_HOST, -1};
+    sr[i] = (tier_region){src + i * stride, size, TIER_MEMORY_HOST, -1};
+    dr[i] = (tier_region){dst + i * stride, size, TIER_MEMORY_HOST, -1};
     saves[i] = (tier_item){keys[i], &sr[i], 1};
     loads[i] = (tier_item){keys[i], &dr[i], 1};
   }

@@ -459,39 +459,44 @@ TEST_CASE("scatter_verified: a payload of many chunks across windows, pieces and
   const unsigned before = verify_threads();
   set_verify_threads(4);
   const ObjectKey k = key_of(24);
-  const std::size_t size = 520 * kChecksumChunkBytes + 123, skip = kChecksumChunkBytes + 17;
-  auto img = make_image(k, size);
-  std::vector<std::span<std::byte>> pieces;
-  for (std::size_t at = 0, cut = 61; at < img.size(); at += cut, cut = cut * 7 % 1'000'003 + 1)
-    pieces.push_back(std::span(img).subspan(at, std::min(cut, img.size() - at)));
-  std::vector<std::vector<std::byte>> bufs;
-  for (std::size_t left = size - skip, n = 3; left > 0; n = n * 13 % 300'007) {
-    bufs.emplace_back(std::min(n, left), std::byte{0xEE});
-    left -= bufs.back().size();
-    bufs.emplace_back();  // an empty region between every two
+  // Two windows of chunks on the verification threads, and a payload of one chunk and a bit that
+  // the caller copies alone (below the pool's threshold).
+  for (std::size_t size : {520 * kChecksumChunkBytes + 123, kChecksumChunkBytes + 5000}) {
+    CAPTURE(size);
+    const std::size_t skip = kChecksumChunkBytes + 17;
+    auto img = make_image(k, size);
+    std::vector<std::span<std::byte>> pieces;
+    for (std::size_t at = 0, cut = 61; at < img.size(); at += cut, cut = cut * 7 % 1'000'003 + 1)
+      pieces.push_back(std::span(img).subspan(at, std::min(cut, img.size() - at)));
+    std::vector<std::vector<std::byte>> bufs;
+    for (std::size_t left = size - skip, n = 3; left > 0; n = n * 13 % 300'007) {
+      bufs.emplace_back(std::min(n, left), std::byte{0xEE});
+      left -= bufs.back().size();
+      bufs.emplace_back();  // an empty region between every two
+    }
+    std::vector<Region> dst;
+    for (auto& b : bufs) dst.push_back(host_region(b));
+    std::vector<std::byte> head(kObjectHeaderBytes);
+    write_object_header(head, ObjectHeader{1, 0, k, size, 0});
+    const auto expected_head = head;
+    auto bad = img;
+    bad[kObjectHeaderBytes + size - 1] ^= std::byte{1};
+    const std::span<std::byte> bad_pieces[] = {std::span(bad)};
+    CHECK(scatter_verified(bad_pieces, head, dst, k, skip).code() == Code::kChecksumMismatch);
+    CHECK(head == expected_head);
+    CHECK(std::all_of(bufs.begin(), bufs.end(), [](const std::vector<std::byte>& b) {
+      return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0xEE}; });
+    }));
+    REQUIRE(scatter_verified(pieces, head, dst, k, skip).is_ok());
+    CHECK(std::memcmp(head.data(), img.data(), kObjectHeaderBytes) == 0);
+    std::size_t at = kObjectHeaderBytes + skip;
+    for (const auto& b : bufs) {
+      if (b.empty()) continue;  // an empty vector's data() may be null, which memcmp must not see
+      CHECK(std::memcmp(b.data(), img.data() + at, b.size()) == 0);
+      at += b.size();
+    }
+    CHECK(at == img.size());
   }
-  std::vector<Region> dst;
-  for (auto& b : bufs) dst.push_back(host_region(b));
-  std::vector<std::byte> head(kObjectHeaderBytes);
-  write_object_header(head, ObjectHeader{1, 0, k, size, 0});
-  const auto expected_head = head;
-  auto bad = img;
-  bad[kObjectHeaderBytes + size - 1] ^= std::byte{1};
-  const std::span<std::byte> bad_pieces[] = {std::span(bad)};
-  CHECK(scatter_verified(bad_pieces, head, dst, k, skip).code() == Code::kChecksumMismatch);
-  CHECK(head == expected_head);
-  CHECK(std::all_of(bufs.begin(), bufs.end(), [](const std::vector<std::byte>& b) {
-    return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0xEE}; });
-  }));
-  REQUIRE(scatter_verified(pieces, head, dst, k, skip).is_ok());
-  CHECK(std::memcmp(head.data(), img.data(), kObjectHeaderBytes) == 0);
-  std::size_t at = kObjectHeaderBytes + skip;
-  for (const auto& b : bufs) {
-    if (b.empty()) continue;  // an empty vector's data() may be null, which memcmp must not see
-    CHECK(std::memcmp(b.data(), img.data() + at, b.size()) == 0);
-    at += b.size();
-  }
-  CHECK(at == img.size());
   set_verify_threads(before);
 }
 

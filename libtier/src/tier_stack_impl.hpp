@@ -36,6 +36,9 @@ constexpr auto kGatedSlice = std::chrono::microseconds(1'000);
 // kPluggedBatchBytes) in one submit.
 constexpr std::size_t kScatterBatch = 64;
 constexpr std::uint64_t kScatterSubmitBytes = 4u << 20;
+// A save's gathered puts submitted together (at most kScatterBatch): until their payloads reach
+// this, so that the first one hashed is still in the core's cache (L2) when the tier copies it.
+constexpr std::uint64_t kGatherSubmitBytes = 256u << 10;
 
 // Serialises the calls into a backend that is not concurrent. A thread that waits for the
 // backend's completions enters for one poll at a time and, when another thread waits to enter,
@@ -218,9 +221,11 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // and queues the write-through to the other writable tiers.
   void save_one(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
                 Status& out);
-  // save_one for a first tier that takes gather puts: a header, then item.src as the payload.
-  void save_gathered(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
-                     Status& out);
+  // save_one for a first tier that takes gather puts: writes `item`'s header into `header` and
+  // enters its pending put, whose request (the header, then item.src as the payload) the caller
+  // submits while `header` lives; none (and out: why) when the codec refuses the regions.
+  std::optional<IoRequest> gathered_put(int first, const SaveItem& item, const Codec& codec,
+                                        std::span<std::byte> header, Status& out);
   // Takes the finished get `id` (0: none was submitted) of `item` from tier `t` and serves it
   // from `buf` into item.dst (null `buf`: a scattered get, already in item.dst): out and
   // unserved say whether it was served, or why not; a served item's latency counts from `start`.

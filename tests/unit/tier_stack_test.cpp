@@ -484,6 +484,57 @@ TEST_CASE("a load's scattered gets reach the tier in submits of many, in item or
   CHECK(submits == std::vector<std::size_t>{16, 16, 8});
 }
 
+// A save's gathered puts go to the tier in submits of many, in item order, until their payloads
+// hold 256 KiB (the first one hashed is then still in the core's cache when the tier copies it);
+// a put the tier fails fails its item alone.
+TEST_CASE("a save's gathered puts reach the tier in submits of many, in item order") {
+  tier::test::register_faulty_backend();
+  tier::test::FaultControl& fc = tier::test::fault_control();
+  fc.reset();
+  Harness h(R"({"tiers":[{"name":"f","capacity":"8MiB","backend":"faulty"}]})");
+  REQUIRE(h.stack->tier(0).capabilities().gather_puts);
+  auto run = [&](std::size_t count, std::size_t bytes, std::uint64_t key0) {
+    std::vector<std::vector<std::byte>> data(count);
+    std::vector<Region> src;
+    std::vector<SaveItem> items;
+    for (std::size_t i = 0; i < count; ++i) {
+      data[i].assign(bytes, static_cast<std::byte>(i));
+      src.push_back(host_region(data[i]));
+    }
+    for (std::size_t i = 0; i < count; ++i)
+      items.push_back(SaveItem{key_of(key0 + i), RegionList(&src[i], 1)});
+    std::vector<std::size_t> submits;
+    std::vector<ObjectKey> order;
+    fc.observe_submit = [&](std::size_t n) { submits.push_back(n); };
+    fc.observe = [&](Op op, const ObjectKey& k) {
+      if (op == Op::kPut) order.push_back(k);
+    };
+    fc.fail_put = [&](const ObjectKey& k) { return k == key_of(key0 + 5); };
+    std::vector<Status> out(count);
+    REQUIRE(h.stack->save(items, *h.codec, out).is_ok());
+    fc.reset();
+    for (std::size_t i = 0; i < count; ++i) {
+      CAPTURE(i);
+      CHECK(order.at(i) == key_of(key0 + i));
+      CHECK(out[i].is_ok() == (i != 5));
+      std::vector<std::byte> got(bytes, std::byte{0xEE});
+      Region r = host_region(got);
+      LoadResult loaded;
+      REQUIRE(h.stack
+                  ->load(std::span<const LoadItem>({LoadItem{key_of(key0 + i), RegionList(&r, 1)}}),
+                         *h.codec, std::span(&loaded, 1))
+                  .is_ok());
+      CHECK(loaded.status.is_ok() == (i != 5));
+      if (i != 5) CHECK(got == data[i]);
+    }
+    return submits;
+  };
+  // Small payloads: one batch of 40, in Backend::submit's windows of 16 (not 40 submits of one).
+  CHECK(run(40, 100, 4000) == std::vector<std::size_t>{16, 16, 8});
+  // 100 KiB payloads: a submit once three hold 256 KiB or more.
+  CHECK(run(8, 100 << 10, 5000) == std::vector<std::size_t>{3, 3, 2});
+}
+
 // Large payloads go to the tier as soon as the pending ones hold 4 MiB: the first transfer does
 // not wait for the host's work on the load's later items (a DSV4 restore's 5.8 MiB chunks went
 // one submit each; before, all of them in one, whose first DMA started 68-82 us late).

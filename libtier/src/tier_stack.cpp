@@ -20,9 +20,9 @@ namespace tier {
 
 using detail::kConcurrentSlice;
 using detail::kGatedSlice;
+using detail::kGatherSubmitBytes;
 using detail::kScatterBatch;
 using detail::kScatterSubmitBytes;
-using detail::kGatherSubmitBytes;
 using detail::Image;
 using detail::ImageBuffer;
 using Clock = std::chrono::steady_clock;
@@ -174,7 +174,7 @@ Result<std::uint64_t> TierStack::Impl::submit_one(int t, Op op, const ObjectKey&
                                                   Pending p, RegionList tail, std::size_t skip,
                                                   const PayloadCheck* check,
                                                   const ObjectHeader* expect) {
-  const std::uint64_t id = enter_pending(t, op, std::move(p), expect, buf);
+  const std::uint64_t id = enter_pending(t, op, std::move(p), expect, buf, Clock::now());
   const IoRequest req{op, key, buf, id, tail, skip, check};
   Status why;
   if (submit_requests(t, std::span(&req, 1), &why) == 0) return why;
@@ -233,10 +233,10 @@ void TierStack::Impl::PendingTable::clear() noexcept {
 }
 
 std::uint64_t TierStack::Impl::enter_pending(int t, Op op, Pending p, const ObjectHeader* expect,
-                                             Region& buf) {
+                                             Region& buf, Clock::time_point submitted) {
   p.tier = t;
   p.op = op;
-  p.submitted = Clock::now();
+  p.submitted = submitted;
   std::uint64_t id;
   Pending* entry;
   {
@@ -624,7 +624,7 @@ Result<int> TierStack::Impl::locate(const ObjectKey& key) {
 std::optional<IoRequest> TierStack::Impl::gathered_put(int first, const SaveItem& item,
                                                        const Codec& codec,
                                                        std::span<std::byte> header,
-                                                       Status& out) {
+                                                       Clock::time_point batch_start, Status& out) {
   auto size = codec.encoded_size(item.src);  // host regions only
   if (!size) {
     out = size.status();
@@ -633,7 +633,7 @@ std::optional<IoRequest> TierStack::Impl::gathered_put(int first, const SaveItem
   write_object_header(
       header, ObjectHeader{codec.format_id(), 0, item.key, *size, payload_checksum(item.src)});
   Region buf = host_region(header);
-  const std::uint64_t id = enter_pending(first, Op::kPut, Pending{}, nullptr, buf);
+  const std::uint64_t id = enter_pending(first, Op::kPut, Pending{}, nullptr, buf, batch_start);
   return IoRequest{Op::kPut, item.key, buf, id, item.src};
 }
 
@@ -709,6 +709,7 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   std::vector<IoRequest> gathered;
   std::vector<std::size_t> gathered_items;
   std::uint64_t gathered_bytes = 0;
+  Clock::time_point batch_start;  // of the gathered puts not yet submitted
   gathered.reserve(headers.size());
   gathered_items.reserve(headers.size());
   auto submit_gathered = [&] {
@@ -729,7 +730,9 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
     if (auto bytes = caller_payload_bytes(items[i].src); !bytes) {
       out[i] = bytes.status();  // not submitted: counted as a failure below
     } else if (gather_saves_ && direct(items[i].src)) {
-      auto req = gathered_put(first, items[i], codec, headers[gathered.size()].bytes, out[i]);
+      if (gathered.empty()) batch_start = Clock::now();
+      auto req =
+          gathered_put(first, items[i], codec, headers[gathered.size()].bytes, batch_start, out[i]);
       if (!req) continue;
       ids[i] = req->user_data;
       gathered.push_back(*req);
@@ -797,6 +800,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   std::vector<IoRequest> scattered;
   std::vector<std::size_t> scattered_items;
   std::uint64_t scattered_bytes = 0;
+  Clock::time_point scattered_start;  // of the scattered gets not yet submitted
   scattered.reserve(std::min(items.size(), kScatterBatch));
   scattered_items.reserve(scattered.capacity());
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
@@ -839,9 +843,10 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     // are still being read.
     std::size_t served = 0;
     auto serve = [&](std::size_t n) {  // the next n items
+      const auto now = Clock::now();  // when the scattered ones among them were served
       for (; n > 0; --n, ++served)
         serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
-                  unserved[served], start);
+                  unserved[served], start, now);
     };
     for (std::size_t i = 0; i < items.size(); ++i) {
       std::optional<DirectPayload> form;
@@ -850,7 +855,8 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
         // The header of what this load accepts; the tier overwrites it with the stored one.
         const ObjectHeader expect{codec.format_id(), 0, items[i].key, raw_size[i], 0};
         Region header;
-        ids[i] = enter_pending(tier, Op::kGet, Pending{}, &expect, header);
+        if (scattered.empty()) scattered_start = Clock::now();
+        ids[i] = enter_pending(tier, Op::kGet, Pending{}, &expect, header, scattered_start);
         scattered.push_back(
             IoRequest{Op::kGet, items[i].key, header, ids[i], items[i].dst, form->framing,
                       form->check});
@@ -918,7 +924,7 @@ Status TierStack::Impl::wrong_size(int t, const LoadItem& item, const Codec& cod
 
 void TierStack::Impl::serve_get(int t, const LoadItem& item, const Codec& codec,
                                 std::uint64_t id, Image& buf, LoadResult& out, char& unserved,
-                                Clock::time_point start) {
+                                Clock::time_point start, Clock::time_point now) {
   if (id == 0) return;
   Completion c = take(id);
   if (!c.status.is_ok()) {
@@ -941,7 +947,8 @@ void TierStack::Impl::serve_get(int t, const LoadItem& item, const Codec& codec,
     return;
   }
   Status st;
-  if (buf) {
+  const bool decoded = static_cast<bool>(buf);
+  if (decoded) {
     st = serve_load(t, item, codec, std::span<const std::byte>(buf->data(), c.bytes));
     recycle(buf);
   } else {  // a scattered get: the tier verified and wrote the payload into item.dst
@@ -953,7 +960,7 @@ void TierStack::Impl::serve_get(int t, const LoadItem& item, const Codec& codec,
   }
   out = LoadResult{Status::ok(), t};
   unserved = 0;
-  note_duration(StackOp::kLoad, t, start, Clock::now());
+  note_duration(StackOp::kLoad, t, start, decoded ? Clock::now() : now);
 }
 
 Status TierStack::Impl::serve_load(int t, const LoadItem& item, const Codec& codec,

@@ -225,12 +225,14 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // enters its pending put, whose request (the header, then item.src as the payload) the caller
   // submits while `header` lives; none (and out: why) when the codec refuses the regions.
   std::optional<IoRequest> gathered_put(int first, const SaveItem& item, const Codec& codec,
-                                        std::span<std::byte> header, Status& out);
+                                        std::span<std::byte> header, Clock::time_point batch_start,
+                                        Status& out);
   // Takes the finished get `id` (0: none was submitted) of `item` from tier `t` and serves it
   // from `buf` into item.dst (null `buf`: a scattered get, already in item.dst): out and
-  // unserved say whether it was served, or why not; a served item's latency counts from `start`.
+  // unserved say whether it was served, or why not; a served item's latency counts from `start`
+  // to `now` (scattered) or to the end of its decode.
   void serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id, Image& buf,
-                 LoadResult& out, char& unserved, Clock::time_point start);
+                 LoadResult& out, char& unserved, Clock::time_point start, Clock::time_point now);
   // InvalidArgument naming the sizes: tier `t` holds an image of `image_bytes` for `item`, which
   // its regions cannot take.
   Status wrong_size(int t, const LoadItem& item, const Codec& codec, std::size_t image_bytes) const;
@@ -261,7 +263,10 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // in as few Backend::submit calls as it takes them, and returns how many it submitted, the
   // first ones; the rest leave pending_ and `why` (if given) says why (TimedOut: the queue
   // stayed full).
-  std::uint64_t enter_pending(int t, Op op, Pending p, const ObjectHeader* expect, Region& buf);
+  // `submitted` starts its op_duration: the time of the submit, or for requests submitted
+  // together the time their batch began (one clock read per batch).
+  std::uint64_t enter_pending(int t, Op op, Pending p, const ObjectHeader* expect, Region& buf,
+                              Clock::time_point submitted);
   std::size_t submit_requests(int t, std::span<const IoRequest> reqs, Status* why = nullptr);
   // Polls tier `t` (waiting up to `wait` for `min` completions), routes what it reaped, then
   // advances the demotions that queued up.

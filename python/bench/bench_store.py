@@ -2,28 +2,28 @@
 """Python save/load throughput against `tierbench micro` on the same tier (make bench).
 
 Saves then loads N objects of SIZE bytes from numpy arrays (each starting on a 64-byte line, as
-torch's CPU tensors, c_api_bench's buffers and micro's payloads do) through libtier.Store (one batch each,
-the keys removed between rounds), the C API's c_api_bench doing the same from C, and `tierbench
-micro --seal --json` (the tier's backend alone) with the same profile, tier, size and count. The
-work is the same on both sides: a put stores a freshly sealed image (micro's --seal times the
-payload checksum and header inside its put phase, as a save computes them), and a get is a verified
-read into distinct destination buffers. The images are the same too: micro's objects are whole
-images, so its --object-size is SIZE plus the 96-byte header, and its rate is counted in payload
-bytes (x SIZE / (SIZE + 96)) like the others. It also runs micro with SIZE-byte images (96 payload
-bytes fewer: the baseline before 2026-12-02's fifth stop) and prints both. (Until 2026-12-02's
-sixth stop micro padded every image to 64 bytes, so its "same bytes" images of 64 KiB payloads
-held 64 KiB + 32 B, two checksum chunks, whose tail went to the verification threads: a third
-slower than one chunk. Micro now pads to the tier's alignment only, and payloads up to 1.5 chunks
-stay on the caller.) The sides run in turn, REPEAT times,
-each in a process of its own (a process's memory placement alone moves a side's rate by up to 2x on
-the device machine, so no side keeps one placement for every repeat), and each side's figure of a
-repeat is its fastest of ROUNDS rounds (micro's --best): a round of 16 MiB takes a few
-milliseconds, and one preemption on a shared 2-core machine costs as much as the gap being
-measured, so every side gets the same chance to run one round undisturbed. Each repeat gives the
-ratios Python / tierbench micro (both baselines; issue 24 asks for a median >= 0.95) and Python / C
-API (the binding's own overhead: both go through the profile's TierStack, which tierbench micro
-does not). Prints every repeat's ratios, then their median and min-max; and the Store's
-staging_copy_bytes after the Python rounds (0: every byte moved once, by the tier).
+torch's CPU tensors, c_api_bench's buffers and micro's payloads do) through libtier.Store (one batch
+each, the keys removed between rounds), the C API's c_api_bench doing the same from C, and
+`tierbench micro --seal --json` (the tier's backend alone) with the same profile, tier, size and
+count. The work is the same on both sides: a put stores a freshly sealed image (micro's --seal times
+the payload checksum and header inside its put phase, as a save computes them), and a get is a
+verified read into distinct destination buffers. The images are the same too: micro's objects are
+whole images, so its --object-size is SIZE plus the 96-byte header, and its rate is counted in
+payload bytes (x SIZE / (SIZE + 96)) like the others. It also runs micro with SIZE-byte images (96
+payload bytes fewer: the baseline before 2026-12-02's fifth stop) and prints both. (Until
+2026-12-02's sixth stop micro padded every image to 64 bytes, so its "same bytes" images of 64 KiB
+payloads held 64 KiB + 32 B, two checksum chunks, whose tail went to the verification threads: a
+third slower than one chunk. Micro now pads to the tier's alignment only, and payloads up to 1.5
+chunks stay on the caller.) The sides run in turn, REPEAT times, each in a process of its own (a
+process's memory placement alone moves a side's rate by up to 2x on the device machine, so no side
+keeps one placement for every repeat), and each side's figure of a repeat is its fastest of ROUNDS
+rounds (micro's --best): a round of 16 MiB takes a few milliseconds, and one preemption on a shared
+2-core machine costs as much as the gap being measured, so every side gets the same chance to run
+one round undisturbed. Each repeat gives the ratios Python / tierbench micro (both baselines; issue
+24 asks for a median >= 0.95) and Python / C API (the binding's own overhead: both go through the
+profile's TierStack, which tierbench micro does not). Prints every repeat's ratios, then their
+median and min-max; and the Store's staging_copy_bytes after the Python rounds (0: every byte moved
+once, by the tier).
 
     python3 python/bench/bench_store.py --tierbench build/apps/tierbench/tierbench \
         --capi-bench build/tests/c/c_api_bench --profile profiles/cpu.json --tier cpu \

@@ -66,6 +66,14 @@ struct Harness {
   bool has(const ObjectKey& k) { return stack->locate(k).value_or(-1) >= 0; }
 };
 
+// The faulty backend registered, its controls reset: how each test of it starts.
+tier::test::FaultControl& fresh_faults() {
+  tier::test::register_faulty_backend();
+  tier::test::FaultControl& fc = tier::test::fault_control();
+  fc.reset();
+  return fc;
+}
+
 }  // namespace
 
 TEST_CASE("save then load round-trips and reports the tier") {
@@ -446,9 +454,7 @@ TEST_CASE("a load from a scatter tier fills several regions, and a miss or misma
 // The scattered gets of one load reach the tier together (a pinned tier moves them in large
 // transfers), still in item order, and a miss among them fails alone.
 TEST_CASE("a load's scattered gets reach the tier in submits of many, in item order") {
-  tier::test::register_faulty_backend();
-  tier::test::FaultControl& fc = tier::test::fault_control();
-  fc.reset();
+  tier::test::FaultControl& fc = fresh_faults();
   Harness h(R"({"tiers":[{"name":"f","capacity":"1MiB","backend":"faulty"}]})");
   REQUIRE(h.stack->tier(0).capabilities().scatter_gets);
   constexpr std::uint64_t kCount = 40, kMissing = 17;
@@ -488,9 +494,7 @@ TEST_CASE("a load's scattered gets reach the tier in submits of many, in item or
 // hold 256 KiB (the first one hashed is then still in the core's cache when the tier copies it);
 // a put the tier fails fails its item alone.
 TEST_CASE("a save's gathered puts reach the tier in submits of many, in item order") {
-  tier::test::register_faulty_backend();
-  tier::test::FaultControl& fc = tier::test::fault_control();
-  fc.reset();
+  tier::test::FaultControl& fc = fresh_faults();
   Harness h(R"({"tiers":[{"name":"f","capacity":"8MiB","backend":"faulty"}]})");
   REQUIRE(h.stack->tier(0).capabilities().gather_puts);
   auto run = [&](std::size_t count, std::size_t bytes, std::uint64_t key0) {
@@ -539,9 +543,7 @@ TEST_CASE("a save's gathered puts reach the tier in submits of many, in item ord
 // not wait for the host's work on the load's later items (a DSV4 restore's 5.8 MiB chunks went
 // one submit each; before, all of them in one, whose first DMA started 68-82 us late).
 TEST_CASE("a load submits its scattered gets once they hold 4 MiB of payload") {
-  tier::test::register_faulty_backend();
-  tier::test::FaultControl& fc = tier::test::fault_control();
-  fc.reset();
+  tier::test::FaultControl& fc = fresh_faults();
   Harness h(R"({"tiers":[{"name":"f","capacity":"32MiB","backend":"faulty"}]})");
   constexpr std::size_t kCount = 8, kBytes = 1536 << 10;  // 1.5 MiB: a submit per 3 items
   std::vector<std::vector<std::byte>> data(kCount), got(kCount);
@@ -582,9 +584,7 @@ TEST_CASE("a load submits its scattered gets once they hold 4 MiB of payload") {
 // being read (a disk tier's reads finish over time). Here the second get is held until the first
 // item was decoded: a load that waited for every get before decoding any would time out on it.
 TEST_CASE("a load decodes each item as soon as its get finished, while later gets are out") {
-  tier::test::register_faulty_backend();
-  tier::test::FaultControl& fc = tier::test::fault_control();
-  fc.reset();
+  tier::test::FaultControl& fc = fresh_faults();
   Harness h(R"({"stack":{"op_timeout":"2s"},)"
             R"("tiers":[{"name":"f","capacity":"1MiB","backend":"faulty"}]})");
   // A codec of one region's bytes without a direct form (so the tier reads into the stack's

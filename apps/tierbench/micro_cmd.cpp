@@ -282,11 +282,9 @@ Objects make_objects(const MicroOptions& o, std::size_t align, std::uint32_t ran
   const std::size_t payload = objs.padded - kObjectHeaderBytes;
   Json ns_identity = {{"bench", "micro"}, {"object_bytes", o.object_size}};
   Key128 ns = *namespace_id(ns_identity);
-  // Where the tier allows it, images start 32 bytes into a 64-byte line, so that payloads start
-  // on one, as an engine's blocks do and as the cpu tier stores them: checksums and copies of
-  // lines split in two run at other speeds.
-  const std::size_t line_lead = 64 - kObjectHeaderBytes % 64;
-  const std::size_t lead = line_lead % align == 0 ? line_lead : 0;
+  // Where the tier allows it, images start kImageLineOffset bytes into a 64-byte line, so that
+  // payloads start on one, as an engine's blocks do and as the cpu tier stores them.
+  const std::size_t lead = kImageLineOffset % align == 0 ? kImageLineOffset : 0;
   for (std::uint64_t i = 0; i < o.objects; ++i) {
     objs.dests.push_back(aligned_buffer(lead + objs.padded, align));
     objs.dst_ptrs.push_back(objs.dests.back().get() + lead);

@@ -35,16 +35,16 @@ HeapLru::Buffer HeapMode::allocate(std::size_t bytes) {
     spare_bytes_ -= spare_.begin()->first;
     spare_.erase(spare_.begin());
   }
-  // The image starts 32 bytes into a 64-byte line, so that its payload (after the 96-byte header)
-  // starts on one: the checksum of a get reads whole cache lines with every 64-byte load (XXH3's
-  // AVX-512 kernel runs at about 1.6x the speed of lines split in two), and a copy out of it is
+  // The image starts kImageLineOffset bytes into a 64-byte line, so that its payload starts on
+  // one: the checksum of a get reads whole cache lines with every 64-byte load (XXH3's AVX-512
+  // kernel runs at about 1.6x the speed of lines split in two), and a copy out of it is
   // line-aligned at its source.
-  constexpr std::size_t kLine = 64, kLead = kLine - kObjectHeaderBytes % kLine;
+  constexpr std::size_t kLine = 64;
   Buffer b;
   b.heap.reset(static_cast<std::byte*>(
-      std::aligned_alloc(kLine, (kLead + bytes + kLine - 1) / kLine * kLine)));
+      std::aligned_alloc(kLine, (kImageLineOffset + bytes + kLine - 1) / kLine * kLine)));
   if (!b.heap) return b;
-  b.data = b.heap.get() + kLead;
+  b.data = b.heap.get() + kImageLineOffset;
   b.size = bytes;
   return b;
 }

@@ -273,6 +273,42 @@ std::size_t TierStack::Impl::submit_requests(int t, std::span<const IoRequest> r
   return taken;
 }
 
+TierStack::Impl::RequestBatch::RequestBatch(std::size_t most, std::uint64_t due_bytes)
+    : most(most), due_bytes(due_bytes) {
+  reqs.reserve(most);
+  items.reserve(most);
+}
+
+Clock::time_point TierStack::Impl::RequestBatch::start() {
+  if (reqs.empty()) started = Clock::now();
+  return started;
+}
+
+bool TierStack::Impl::RequestBatch::add(const IoRequest& r, std::size_t item,
+                                        std::uint64_t payload_bytes) {
+  reqs.push_back(r);
+  items.push_back(item);
+  bytes += payload_bytes;
+  return reqs.size() == most || bytes >= due_bytes;
+}
+
+template <class Refused>
+bool TierStack::Impl::submit_batch(int t, RequestBatch& b, std::span<std::uint64_t> ids,
+                                   Refused&& refused) {
+  if (b.reqs.empty()) return false;
+  Status why;
+  const std::size_t taken = submit_requests(t, b.reqs, &why);
+  for (std::size_t k = taken; k < b.reqs.size(); ++k) {
+    ids[b.items[k]] = 0;
+    refused(b.items[k], why);
+  }
+  b.reqs.clear();
+  b.items.clear();
+  b.bytes = 0;
+  reap(t, 0, {});
+  return true;
+}
+
 bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::microseconds wait) {
   Tier& tier = at(t);
   // The thread's own arrays: built once, not on every call (a save reaps after each submit, and
@@ -705,41 +741,23 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   struct alignas(64) HeaderBytes {
     std::array<std::byte, kObjectHeaderBytes> bytes;
   };
-  std::vector<HeaderBytes> headers(std::min(items.size(), kScatterBatch));
-  std::vector<IoRequest> gathered;
-  std::vector<std::size_t> gathered_items;
-  std::uint64_t gathered_bytes = 0;
-  Clock::time_point batch_start;  // of the gathered puts not yet submitted
-  gathered.reserve(headers.size());
-  gathered_items.reserve(headers.size());
+  std::vector<HeaderBytes> headers(gather_saves_ ? std::min(items.size(), kScatterBatch) : 0);
+  RequestBatch gathered(headers.size(), kGatherSubmitBytes);
   auto submit_gathered = [&] {
-    if (gathered.empty()) return;
-    Status why;
-    const std::size_t taken = submit_requests(first, gathered, &why);
-    for (std::size_t k = taken; k < gathered.size(); ++k) {
-      ids[gathered_items[k]] = 0;
-      out[gathered_items[k]] = why;
-    }
-    gathered.clear();
-    gathered_items.clear();
-    gathered_bytes = 0;
-    reap(first, 0, {});
+    submit_batch(first, gathered, ids, [&](std::size_t item, const Status& why) {
+      out[item] = why;
+    });
   };
   for (std::size_t i = 0; i < items.size(); ++i) {
     counters_.saves.add();
     if (auto bytes = caller_payload_bytes(items[i].src); !bytes) {
       out[i] = bytes.status();  // not submitted: counted as a failure below
     } else if (gather_saves_ && direct(items[i].src)) {
-      if (gathered.empty()) batch_start = Clock::now();
-      auto req =
-          gathered_put(first, items[i], codec, headers[gathered.size()].bytes, batch_start, out[i]);
+      auto req = gathered_put(first, items[i], codec, headers[gathered.reqs.size()].bytes,
+                              gathered.start(), out[i]);
       if (!req) continue;
       ids[i] = req->user_data;
-      gathered.push_back(*req);
-      gathered_items.push_back(i);
-      gathered_bytes += *bytes;
-      if (gathered.size() == headers.size() || gathered_bytes >= kGatherSubmitBytes)
-        submit_gathered();
+      if (gathered.add(*req, i, *bytes)) submit_gathered();
     } else {
       submit_gathered();  // first, so that the tier sees the puts in item order
       save_one(first, items[i], codec, ids[i], out[i]);
@@ -795,14 +813,8 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   std::vector<Image> bufs(items.size());
   // Scattered gets go to a tier together, up to kScatterBatch or kScatterSubmitBytes of payload
   // per submit (a pinned tier then moves them in large transfers instead of one by one): the
-  // requests not yet submitted, their items and payload bytes. Reserved before any entry is
-  // pending: no allocation in between.
-  std::vector<IoRequest> scattered;
-  std::vector<std::size_t> scattered_items;
-  std::uint64_t scattered_bytes = 0;
-  Clock::time_point scattered_start;  // of the scattered gets not yet submitted
-  scattered.reserve(std::min(items.size(), kScatterBatch));
-  scattered_items.reserve(scattered.capacity());
+  // requests not yet submitted.
+  RequestBatch scattered(std::min(items.size(), kScatterBatch), kScatterSubmitBytes);
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (t > 0 && tiers_[t - 1]->spec.write) above_writable = true;
     if (!tiers_[t]->spec.read) continue;
@@ -828,14 +840,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     std::fill(ids.begin(), ids.end(), 0);
     bool submitted = false;  // since the last look at what finished (nothing else finishes gets)
     auto submit_scattered = [&] {
-      if (scattered.empty()) return;
-      const std::size_t taken = submit_requests(tier, scattered);
-      for (std::size_t k = taken; k < scattered.size(); ++k) ids[scattered_items[k]] = 0;
-      scattered.clear();
-      scattered_items.clear();
-      scattered_bytes = 0;
-      submitted = true;
-      reap(tier, 0, {});
+      if (submit_batch(tier, scattered, ids, [](std::size_t, const Status&) {})) submitted = true;
     };
     // Gets are served in item order as they finish: a tier that completes inside submit (the
     // cpu tier) has its image decoded while still in cache and the buffer reused by the next get;
@@ -855,14 +860,10 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
         // The header of what this load accepts; the tier overwrites it with the stored one.
         const ObjectHeader expect{codec.format_id(), 0, items[i].key, raw_size[i], 0};
         Region header;
-        if (scattered.empty()) scattered_start = Clock::now();
-        ids[i] = enter_pending(tier, Op::kGet, Pending{}, &expect, header, scattered_start);
-        scattered.push_back(
-            IoRequest{Op::kGet, items[i].key, header, ids[i], items[i].dst, form->framing,
-                      form->check});
-        scattered_items.push_back(i);
-        scattered_bytes += raw_size[i];
-        if (scattered.size() == kScatterBatch || scattered_bytes >= kScatterSubmitBytes)
+        ids[i] = enter_pending(tier, Op::kGet, Pending{}, &expect, header, scattered.start());
+        if (scattered.add(IoRequest{Op::kGet, items[i].key, header, ids[i], items[i].dst,
+                                    form->framing, form->check},
+                          i, raw_size[i]))
           submit_scattered();
         continue;
       }

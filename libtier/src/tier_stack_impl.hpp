@@ -268,6 +268,28 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::uint64_t enter_pending(int t, Op op, Pending p, const ObjectHeader* expect, Region& buf,
                               Clock::time_point submitted);
   std::size_t submit_requests(int t, std::span<const IoRequest> reqs, Status* why = nullptr);
+  // Requests of one call that go to a tier in one submit (a save's gathered puts, a load's
+  // scattered gets): at most `most`, or fewer that hold `due_bytes` of payload. Reserved when
+  // made, before any entry is pending: adding allocates nothing.
+  struct RequestBatch {
+    RequestBatch(std::size_t most, std::uint64_t due_bytes);
+    // The submit time of the requests being collected (their op_duration's start): the clock is
+    // read once per batch, at its first request.
+    Clock::time_point start();
+    // Adds `r`, the request of item `item` with `bytes` of payload; true when the batch is due.
+    bool add(const IoRequest& r, std::size_t item, std::uint64_t bytes);
+    std::vector<IoRequest> reqs;
+    std::vector<std::size_t> items;  // the item of each request
+    std::uint64_t bytes = 0;
+    const std::size_t most;
+    const std::uint64_t due_bytes;
+    Clock::time_point started;
+  };
+  // Submits `b` to tier `t` (nothing when empty), empties it and looks at what finished; the
+  // item of a request the tier did not take gets id 0 and `refused(item, why)`. True when it
+  // submitted anything.
+  template <class Refused>
+  bool submit_batch(int t, RequestBatch& b, std::span<std::uint64_t> ids, Refused&& refused);
   // Polls tier `t` (waiting up to `wait` for `min` completions), routes what it reaped, then
   // advances the demotions that queued up.
   void reap(int t, std::size_t min, std::chrono::microseconds wait);

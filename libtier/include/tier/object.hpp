@@ -40,6 +40,10 @@
 namespace tier {
 
 inline constexpr std::size_t kObjectHeaderBytes = 96;
+// How far past the start of a 64-byte cache line an image starts so that its payload starts on
+// one (32 bytes): where the cpu tier stores images, and where a buffer for a whole image should
+// start (checksums and copies of lines split in two run slower; backends/cpu/README.md).
+inline constexpr std::size_t kImageLineOffset = (64 - kObjectHeaderBytes % 64) % 64;
 inline constexpr std::uint32_t kObjectMagic = 0x314F544Cu;  // "LTO1" read little-endian
 // The version writers emit, and the first one, which is still read.
 inline constexpr std::uint16_t kObjectVersion = 2;

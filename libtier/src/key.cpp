@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -70,19 +71,35 @@ void canonical_into(const Json& v, std::string& out, int depth = 0) {
 
 std::string Key128::hex() const { return fmt::format("{:016x}{:016x}", hi, lo); }
 
+// Each character's digit value, 0xff for a non-digit. A table, not a chain of comparisons: a
+// key's 32 digits mix 0-9 and a-f at random, which a branch per character mispredicts about half
+// the time (from_hex was 8% of a Python save of small objects, which parses every str key).
+constexpr std::array<std::uint8_t, 256> kHexDigit = [] {
+  std::array<std::uint8_t, 256> t{};
+  t.fill(0xff);
+  for (int c = 0; c < 10; ++c) t['0' + c] = static_cast<std::uint8_t>(c);
+  for (int c = 0; c < 6; ++c) {
+    t['a' + c] = static_cast<std::uint8_t>(10 + c);
+    t['A' + c] = static_cast<std::uint8_t>(10 + c);
+  }
+  return t;
+}();
+
 Result<Key128> Key128::from_hex(std::string_view hex) {
   if (hex.size() != 32) return Status::invalid("a key is 32 hex digits");
-  Key128 k;
+  std::uint64_t word[2] = {0, 0};
+  std::uint8_t bad = 0;  // the OR of every digit value: bit 7 set when any is 0xff
   for (std::size_t i = 0; i < 32; ++i) {
-    char c = hex[i];
-    int d = (c >= '0' && c <= '9') ? c - '0'
-            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-            : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-    if (d < 0) return Status::invalid(fmt::format("not a hex digit: '{}'", c));
-    std::uint64_t& word = i < 16 ? k.hi : k.lo;
-    word = (word << 4) | static_cast<std::uint64_t>(d);
+    const std::uint8_t d = kHexDigit[static_cast<unsigned char>(hex[i])];
+    bad |= d;
+    word[i / 16] = (word[i / 16] << 4) | (d & 0xfu);
   }
-  return k;
+  if (bad & 0x80u) {
+    for (char c : hex)
+      if (kHexDigit[static_cast<unsigned char>(c)] == 0xff)
+        return Status::invalid(fmt::format("not a hex digit: '{}'", c));
+  }
+  return Key128{word[1], word[0]};
 }
 
 std::string ObjectKey::to_string() const {

@@ -16,13 +16,14 @@ std::string_view op_name(Op op) noexcept {
   return "unknown";
 }
 
-void Histogram::observe(std::chrono::nanoseconds d) noexcept {
+void Histogram::observe(std::chrono::nanoseconds d, std::uint64_t n) noexcept {
+  if (n == 0) return;
   const std::int64_t ns = std::max<std::int64_t>(0, d.count());
   const double seconds = static_cast<double>(ns) * 1e-9;
   std::size_t i = 0;
   while (i < kBounds.size() && seconds > kBounds[i]) ++i;
-  buckets_[i].add();
-  sum_ns_.add(static_cast<std::uint64_t>(ns));
+  buckets_[i].add(n);
+  sum_ns_.add(static_cast<std::uint64_t>(ns) * n);
 }
 
 std::uint64_t Histogram::count() const noexcept {

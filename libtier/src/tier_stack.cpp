@@ -23,6 +23,7 @@ using detail::kGatedSlice;
 using detail::kGatherSubmitBytes;
 using detail::kScatterBatch;
 using detail::kScatterSubmitBytes;
+using detail::kTakeChunk;
 using detail::Image;
 using detail::ImageBuffer;
 using Clock = std::chrono::steady_clock;
@@ -171,11 +172,16 @@ Result<TierStack::Impl::RawPayload> TierStack::Impl::raw_payload(
 }
 
 Result<std::uint64_t> TierStack::Impl::submit_one(int t, Op op, const ObjectKey& key, Region buf,
-                                                  Pending p, RegionList tail, std::size_t skip,
-                                                  const PayloadCheck* check,
-                                                  const ObjectHeader* expect) {
-  const std::uint64_t id = enter_pending(t, op, std::move(p), expect, buf, Clock::now());
-  const IoRequest req{op, key, buf, id, tail, skip, check};
+                                                  Pending p) {
+  p.tier = t;
+  p.op = op;
+  p.submitted = Clock::now();
+  std::uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    id = pending_.insert(std::move(p)).first;
+  }
+  const IoRequest req{op, key, buf, id};
   Status why;
   if (submit_requests(t, std::span(&req, 1), &why) == 0) return why;
   return id;
@@ -232,24 +238,6 @@ void TierStack::Impl::PendingTable::clear() noexcept {
   free_.clear();
 }
 
-std::uint64_t TierStack::Impl::enter_pending(int t, Op op, Pending p, const ObjectHeader* expect,
-                                             Region& buf, Clock::time_point submitted) {
-  p.tier = t;
-  p.op = op;
-  p.submitted = submitted;
-  std::uint64_t id;
-  Pending* entry;
-  {
-    std::lock_guard lock(mu_);
-    std::tie(id, entry) = pending_.insert(std::move(p));  // stays put
-  }
-  if (expect != nullptr) {
-    write_object_header(entry->header, *expect);
-    buf = host_region(std::span<std::byte>(entry->header));
-  }
-  return id;
-}
-
 std::size_t TierStack::Impl::submit_requests(int t, std::span<const IoRequest> reqs, Status* why) {
   std::size_t taken = 0;
   std::optional<Clock::time_point> deadline;  // from the first time the queue is full
@@ -273,21 +261,19 @@ std::size_t TierStack::Impl::submit_requests(int t, std::span<const IoRequest> r
   return taken;
 }
 
-TierStack::Impl::RequestBatch::RequestBatch(std::size_t most, std::uint64_t due_bytes)
-    : most(most), due_bytes(due_bytes) {
-  reqs.reserve(most);
-  items.reserve(most);
-}
-
-Clock::time_point TierStack::Impl::RequestBatch::start() {
-  if (reqs.empty()) started = Clock::now();
-  return started;
+TierStack::Impl::RequestBatch::RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes)
+    : op(op), most(std::min(most, kScatterBatch)), due_bytes(due_bytes) {
+  reqs.reserve(this->most);
+  items.reserve(this->most);
+  if (op == Op::kGet) expects.reserve(this->most);
 }
 
 bool TierStack::Impl::RequestBatch::add(const IoRequest& r, std::size_t item,
-                                        std::uint64_t payload_bytes) {
+                                        std::uint64_t payload_bytes, const ObjectHeader* expect) {
+  if (reqs.empty()) started = Clock::now();
   reqs.push_back(r);
   items.push_back(item);
+  if (expect != nullptr) expects.push_back(*expect);
   bytes += payload_bytes;
   return reqs.size() == most || bytes >= due_bytes;
 }
@@ -295,16 +281,49 @@ bool TierStack::Impl::RequestBatch::add(const IoRequest& r, std::size_t item,
 template <class Refused>
 bool TierStack::Impl::submit_batch(int t, RequestBatch& b, std::span<std::uint64_t> ids,
                                    Refused&& refused) {
-  if (b.reqs.empty()) return false;
+  const std::size_t n = b.reqs.size();
+  if (n == 0) return false;
+  auto empty = [&] {
+    b.reqs.clear();
+    b.items.clear();
+    b.expects.clear();
+    b.bytes = 0;
+  };
+  std::array<Pending*, kScatterBatch> entries;  // stay put while pending
+  std::size_t entered = 0;
+  try {
+    std::lock_guard lock(mu_);
+    for (; entered < n; ++entered) {
+      Pending p;
+      p.tier = t;
+      p.op = b.op;
+      p.submitted = b.started;
+      std::tie(b.reqs[entered].user_data, entries[entered]) = pending_.insert(std::move(p));
+    }
+  } catch (const std::bad_alloc&) {  // the table could not grow: none of the batch goes
+    std::lock_guard lock(mu_);
+    for (std::size_t k = 0; k < entered; ++k) pending_.erase(b.reqs[k].user_data);
+    for (std::size_t k = 0; k < n; ++k) {
+      ids[b.items[k]] = 0;
+      refused(b.items[k], Status(Code::kNoSpace, "out of memory for pending requests"));
+    }
+    empty();
+    return false;
+  }
+  // Not submitted yet: nothing else reads these entries.
+  for (std::size_t k = 0; k < n; ++k) {
+    ids[b.items[k]] = b.reqs[k].user_data;
+    if (b.expects.empty()) continue;
+    write_object_header(entries[k]->header, b.expects[k]);
+    b.reqs[k].buf = host_region(std::span<std::byte>(entries[k]->header));
+  }
   Status why;
   const std::size_t taken = submit_requests(t, b.reqs, &why);
-  for (std::size_t k = taken; k < b.reqs.size(); ++k) {
+  for (std::size_t k = taken; k < n; ++k) {
     ids[b.items[k]] = 0;
     refused(b.items[k], why);
   }
-  b.reqs.clear();
-  b.items.clear();
-  b.bytes = 0;
+  empty();
   reap(t, 0, {});
   return true;
 }
@@ -329,6 +348,7 @@ bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::micros
   bool foreground = false;
   std::size_t waiting;
   const auto now = Clock::now();
+  DurationRun notes(*this);  // noted when this returns, after the lock
   {
     std::lock_guard lock(mu_);
     for (std::size_t i = 0; i < *r; ++i) {
@@ -337,7 +357,7 @@ bool TierStack::Impl::poll_and_route(int t, std::size_t min, std::chrono::micros
       Pending& p = *found;
       p.reaped = now;
       if (p.op == Op::kPut || p.op == Op::kGet)
-        note_duration(p.op == Op::kPut ? StackOp::kPut : StackOp::kGet, t, p.submitted, now);
+        notes.note(p.op == Op::kPut ? StackOp::kPut : StackOp::kGet, t, p.submitted, now);
       if (!p.background) {
         p.done = std::move(batch[i]);
         p.finished = true;
@@ -515,31 +535,54 @@ std::size_t TierStack::Impl::finished_prefix(std::span<const std::uint64_t> ids)
   return n;
 }
 
+Completion TierStack::Impl::take_locked(std::uint64_t id, Clock::time_point* reaped,
+                                        Image& image) {
+  // Where no completion came, its duration ends now.
+  auto unreaped = [&] {
+    if (reaped != nullptr) *reaped = Clock::now();
+  };
+  if (!timed_out_.empty() && timed_out_.erase(id) > 0) {
+    unreaped();
+    return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
+  }
+  Pending* p = pending_.find(id);
+  if (p == nullptr || !p->finished) {
+    unreaped();
+    return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
+  }
+  if (reaped != nullptr) *reaped = p->reaped;
+  Completion c = std::move(p->done);
+  image = std::move(p->image);
+  pending_.erase(id);
+  return c;
+}
+
 Completion TierStack::Impl::take(std::uint64_t id, Clock::time_point* reaped) {
   Image image;
   Completion c;
   {
     std::lock_guard lock(mu_);
-    // Where no completion came, its duration ends now.
-    auto unreaped = [&] {
-      if (reaped != nullptr) *reaped = Clock::now();
-    };
-    if (timed_out_.erase(id) > 0) {
-      unreaped();
-      return Completion{id, Status(Code::kTimedOut, "the tier did not answer in time"), 0};
-    }
-    Pending* p = pending_.find(id);
-    if (p == nullptr || !p->finished) {
-      unreaped();
-      return Completion{id, Status(Code::kBadState, "completion taken twice"), 0};
-    }
-    if (reaped != nullptr) *reaped = p->reaped;
-    c = std::move(p->done);
-    image = std::move(p->image);
-    pending_.erase(id);
+    c = take_locked(id, reaped, image);
   }
   recycle(image);
   return c;
+}
+
+void TierStack::Impl::take_all(std::span<const std::uint64_t> ids, std::span<Completion> out,
+                               std::span<Clock::time_point> reaped) {
+  std::array<Image, kTakeChunk> images;  // recycled after the lock
+  for (std::size_t first = 0; first < ids.size(); first += kTakeChunk) {
+    const std::size_t n = std::min(kTakeChunk, ids.size() - first);
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t i = first + k;
+        if (ids[i] != 0)
+          out[i] = take_locked(ids[i], reaped.empty() ? nullptr : &reaped[i], images[k]);
+      }
+    }
+    for (std::size_t k = 0; k < n; ++k) recycle(images[k]);
+  }
 }
 
 Result<std::size_t> TierStack::Impl::lookup_prefix(std::span<const ObjectKey> keys) {
@@ -657,10 +700,8 @@ Result<int> TierStack::Impl::locate(const ObjectKey& key) {
   return -1;
 }
 
-std::optional<IoRequest> TierStack::Impl::gathered_put(int first, const SaveItem& item,
-                                                       const Codec& codec,
-                                                       std::span<std::byte> header,
-                                                       Clock::time_point batch_start, Status& out) {
+std::optional<IoRequest> TierStack::Impl::gathered_put(const SaveItem& item, const Codec& codec,
+                                                       std::span<std::byte> header, Status& out) {
   auto size = codec.encoded_size(item.src);  // host regions only
   if (!size) {
     out = size.status();
@@ -668,9 +709,7 @@ std::optional<IoRequest> TierStack::Impl::gathered_put(int first, const SaveItem
   }
   write_object_header(
       header, ObjectHeader{codec.format_id(), 0, item.key, *size, payload_checksum(item.src)});
-  Region buf = host_region(header);
-  const std::uint64_t id = enter_pending(first, Op::kPut, Pending{}, nullptr, buf, batch_start);
-  return IoRequest{Op::kPut, item.key, buf, id, item.src};
+  return IoRequest{Op::kPut, item.key, host_region(header), 0, item.src};
 }
 
 void TierStack::Impl::save_one(int first, const SaveItem& item, const Codec& codec,
@@ -742,22 +781,19 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
     std::array<std::byte, kObjectHeaderBytes> bytes;
   };
   std::vector<HeaderBytes> headers(gather_saves_ ? std::min(items.size(), kScatterBatch) : 0);
-  RequestBatch gathered(headers.size(), kGatherSubmitBytes);
+  RequestBatch gathered(Op::kPut, headers.size(), kGatherSubmitBytes);
   auto submit_gathered = [&] {
     submit_batch(first, gathered, ids, [&](std::size_t item, const Status& why) {
       out[item] = why;
     });
   };
+  counters_.saves.add(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
-    counters_.saves.add();
     if (auto bytes = caller_payload_bytes(items[i].src); !bytes) {
       out[i] = bytes.status();  // not submitted: counted as a failure below
     } else if (gather_saves_ && direct(items[i].src)) {
-      auto req = gathered_put(first, items[i], codec, headers[gathered.reqs.size()].bytes,
-                              gathered.start(), out[i]);
-      if (!req) continue;
-      ids[i] = req->user_data;
-      if (gathered.add(*req, i, *bytes)) submit_gathered();
+      auto req = gathered_put(items[i], codec, headers[gathered.reqs.size()].bytes, out[i]);
+      if (req && gathered.add(*req, i, *bytes)) submit_gathered();
     } else {
       submit_gathered();  // first, so that the tier sees the puts in item order
       save_one(first, items[i], codec, ids[i], out[i]);
@@ -768,24 +804,36 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   }
   submit_gathered();
   wait_for(ids);
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (ids[i] == 0) {
-      if (out[i].is_ok()) out[i] = Status(Code::kBadState, "not submitted");
-      counters_.save_failures.add();
-      note_duration(StackOp::kSave, first, start, Clock::now());
-      continue;
-    }
-    Clock::time_point reaped;
-    Completion c = take(ids[i], &reaped);
-    note_duration(StackOp::kSave, first, start, reaped);
-    if (c.status.is_ok() || c.status == Code::kAlreadyExists) {
-      out[i] = Status::ok();
-      counters_.saved_bytes.add(c.bytes);
-    } else {
-      out[i] = c.status;
-      counters_.save_failures.add();
+  // Taken kTakeChunk at a time under one lock; the counters and durations added once per run.
+  std::array<Completion, kTakeChunk> done;
+  std::array<Clock::time_point, kTakeChunk> reaped;
+  std::uint64_t saved_bytes = 0, failures = 0;
+  DurationRun notes(*this);
+  for (std::size_t first_item = 0; first_item < items.size(); first_item += kTakeChunk) {
+    const std::size_t n = std::min(kTakeChunk, items.size() - first_item);
+    take_all(std::span(ids).subspan(first_item, n), done, reaped);
+    const auto unsubmitted = Clock::now();  // the end of the items never submitted
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = first_item + k;
+      if (ids[i] == 0) {
+        if (out[i].is_ok()) out[i] = Status(Code::kBadState, "not submitted");
+        ++failures;
+        notes.note(StackOp::kSave, first, start, unsubmitted);
+        continue;
+      }
+      notes.note(StackOp::kSave, first, start, reaped[k]);
+      const Completion& c = done[k];
+      if (c.status.is_ok() || c.status == Code::kAlreadyExists) {
+        out[i] = Status::ok();
+        saved_bytes += c.bytes;
+      } else {
+        out[i] = c.status;
+        ++failures;
+      }
     }
   }
+  counters_.saved_bytes.add(saved_bytes);
+  counters_.save_failures.add(failures);
   return Status::ok();
 }
 
@@ -796,8 +844,8 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   const auto start = Clock::now();
   std::vector<std::size_t> raw_size(items.size(), 0);
   std::vector<char> unserved(items.size(), 1);
+  counters_.loads.add(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
-    counters_.loads.add();
     out[i] = LoadResult{Status::not_found(), -1};
     auto size = caller_payload_bytes(items[i].dst);
     if (size) size = codec.encoded_size(items[i].dst);
@@ -814,7 +862,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   // Scattered gets go to a tier together, up to kScatterBatch or kScatterSubmitBytes of payload
   // per submit (a pinned tier then moves them in large transfers instead of one by one): the
   // requests not yet submitted.
-  RequestBatch scattered(std::min(items.size(), kScatterBatch), kScatterSubmitBytes);
+  RequestBatch scattered(Op::kGet, items.size(), kScatterSubmitBytes);
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (t > 0 && tiers_[t - 1]->spec.write) above_writable = true;
     if (!tiers_[t]->spec.read) continue;
@@ -847,11 +895,18 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     // a tier whose gets finish over time (the disk) has its first images decoded while later ones
     // are still being read.
     std::size_t served = 0;
-    auto serve = [&](std::size_t n) {  // the next n items
+    std::array<Completion, kTakeChunk> done;
+    auto serve = [&](std::size_t n) {  // the next n items, their completions taken together
       const auto now = Clock::now();  // when the scattered ones among them were served
-      for (; n > 0; --n, ++served)
-        serve_get(tier, items[served], codec, ids[served], bufs[served], out[served],
-                  unserved[served], start, now);
+      DurationRun notes(*this);
+      while (n > 0) {
+        const std::size_t m = std::min(n, kTakeChunk);
+        take_all(std::span(ids).subspan(served, m), done);
+        for (std::size_t k = 0; k < m; ++k, ++served)
+          serve_get(tier, items[served], codec, ids[served], std::move(done[k]), bufs[served],
+                    out[served], unserved[served], start, now, notes);
+        n -= m;
+      }
     };
     for (std::size_t i = 0; i < items.size(); ++i) {
       std::optional<DirectPayload> form;
@@ -859,11 +914,9 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       if (form) {
         // The header of what this load accepts; the tier overwrites it with the stored one.
         const ObjectHeader expect{codec.format_id(), 0, items[i].key, raw_size[i], 0};
-        Region header;
-        ids[i] = enter_pending(tier, Op::kGet, Pending{}, &expect, header, scattered.start());
-        if (scattered.add(IoRequest{Op::kGet, items[i].key, header, ids[i], items[i].dst,
+        if (scattered.add(IoRequest{Op::kGet, items[i].key, Region{}, 0, items[i].dst,
                                     form->framing, form->check},
-                          i, raw_size[i]))
+                          i, raw_size[i], &expect))
           submit_scattered();
         continue;
       }
@@ -877,8 +930,10 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
         submitted = true;
         reap(tier, 0, {});
       }
-      if (std::exchange(submitted, false))
-        serve(finished_prefix(std::span(ids).subspan(served, i + 1 - served)));
+      // Up to the first item still in `scattered` (id 0 until it is submitted).
+      const std::size_t upto = scattered.items.empty() ? i + 1 : scattered.items.front();
+      if (std::exchange(submitted, false) && upto > served)
+        serve(finished_prefix(std::span(ids).subspan(served, upto - served)));
     }
     submit_scattered();
     // The rest: what finished already, then a wait for the next one (served whatever it became,
@@ -894,13 +949,14 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     }
   }
   const auto end = Clock::now();
-  std::size_t refused = 0, first_refused = 0;
+  std::size_t missed = 0, refused = 0, first_refused = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (out[i].status.is_ok()) continue;
-    counters_.load_misses.add();
-    note_duration(StackOp::kLoad, -1, start, end);
+    ++missed;
     if (out[i].status == Code::kInvalidArgument && refused++ == 0) first_refused = i;
   }
+  counters_.load_misses.add(missed);
+  note_duration(StackOp::kLoad, -1, start, end, missed);
   if (refused > 0 && log_enabled(LogLevel::kWarn))  // a caller's mistake, reported per key only
     log(LogLevel::kWarn,
         fmt::format("load: {} of {} items refused; item {} (key {}): {}", refused, items.size(),
@@ -924,10 +980,10 @@ Status TierStack::Impl::wrong_size(int t, const LoadItem& item, const Codec& cod
 }
 
 void TierStack::Impl::serve_get(int t, const LoadItem& item, const Codec& codec,
-                                std::uint64_t id, Image& buf, LoadResult& out, char& unserved,
-                                Clock::time_point start, Clock::time_point now) {
+                                std::uint64_t id, Completion c, Image& buf, LoadResult& out,
+                                char& unserved, Clock::time_point start, Clock::time_point now,
+                                DurationRun& notes) {
   if (id == 0) return;
-  Completion c = take(id);
   if (!c.status.is_ok()) {
     // The tier refused the image for its size (a buffer too small, a scattered get's payload
     // of another size): say both sizes.
@@ -961,7 +1017,7 @@ void TierStack::Impl::serve_get(int t, const LoadItem& item, const Codec& codec,
   }
   out = LoadResult{Status::ok(), t};
   unserved = 0;
-  note_duration(StackOp::kLoad, t, start, decoded ? Clock::now() : now);
+  notes.note(StackOp::kLoad, t, start, decoded ? Clock::now() : now);
 }
 
 Status TierStack::Impl::serve_load(int t, const LoadItem& item, const Codec& codec,

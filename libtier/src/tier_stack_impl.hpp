@@ -39,6 +39,9 @@ constexpr std::uint64_t kScatterSubmitBytes = 4u << 20;
 // A save's gathered puts submitted together (at most kScatterBatch): until their payloads reach
 // this, so that the first one hashed is still in the core's cache (L2) when the tier copies it.
 constexpr std::uint64_t kGatherSubmitBytes = 256u << 10;
+// Completions taken under one lock (take_all), at most; their images go back to the pool after
+// it, from a fixed array.
+constexpr std::size_t kTakeChunk = 64;
 
 // Serialises the calls into a backend that is not concurrent. A thread that waits for the
 // backend's completions enters for one poll at a time and, when another thread waits to enter,
@@ -102,7 +105,42 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   Status start_metrics(const Profile& profile, const TierStack& self);
   // Every tier's usage into gauges_ (each backend called inside its gate when not concurrent).
   void note_usage() noexcept;
-  void note_duration(StackOp op, int tier, Clock::time_point start, Clock::time_point end) noexcept;
+  // `n` requests of `op` on `tier` (-1: the stack) that took from `start` to `end`.
+  void note_duration(StackOp op, int tier, Clock::time_point start, Clock::time_point end,
+                     std::uint64_t n = 1) noexcept;
+  // Durations noted in a row, made one observation while op, tier and duration repeat (the
+  // requests of a batch share their start and, reaped together, their end): not two atomic adds
+  // per request. Notes what it holds when a different one comes and when destroyed.
+  class DurationRun {
+   public:
+    explicit DurationRun(Impl& stack) noexcept : stack_(stack) {}
+    DurationRun(const DurationRun&) = delete;
+    DurationRun& operator=(const DurationRun&) = delete;
+    ~DurationRun() { flush(); }
+    void note(StackOp op, int tier, Clock::time_point start, Clock::time_point end) noexcept {
+      const Clock::duration d = end - start;
+      if (n_ > 0 && op == op_ && tier == tier_ && d == d_) {
+        ++n_;
+        return;
+      }
+      flush();
+      op_ = op;
+      tier_ = tier;
+      d_ = d;
+      n_ = 1;
+    }
+    void flush() noexcept {
+      if (n_ > 0) stack_.note_duration(op_, tier_, Clock::time_point{}, Clock::time_point{} + d_, n_);
+      n_ = 0;
+    }
+
+   private:
+    Impl& stack_;
+    StackOp op_ = StackOp::kPut;
+    int tier_ = -1;
+    Clock::duration d_{};
+    std::uint64_t n_ = 0;
+  };
   Usage usage(std::size_t i) const noexcept;
   const Histogram& op_duration(StackOp op, int tier) const noexcept;
 
@@ -222,17 +260,18 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   void save_one(int first, const SaveItem& item, const Codec& codec, std::uint64_t& id,
                 Status& out);
   // save_one for a first tier that takes gather puts: writes `item`'s header into `header` and
-  // enters its pending put, whose request (the header, then item.src as the payload) the caller
-  // submits while `header` lives; none (and out: why) when the codec refuses the regions.
-  std::optional<IoRequest> gathered_put(int first, const SaveItem& item, const Codec& codec,
-                                        std::span<std::byte> header, Clock::time_point batch_start,
-                                        Status& out);
-  // Takes the finished get `id` (0: none was submitted) of `item` from tier `t` and serves it
-  // from `buf` into item.dst (null `buf`: a scattered get, already in item.dst): out and
-  // unserved say whether it was served, or why not; a served item's latency counts from `start`
-  // to `now` (scattered) or to the end of its decode.
-  void serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id, Image& buf,
-                 LoadResult& out, char& unserved, Clock::time_point start, Clock::time_point now);
+  // returns its put (the header, then item.src as the payload), which the caller enters and
+  // submits (submit_batch) while `header` lives; none (and out: why) when the codec refuses the
+  // regions.
+  std::optional<IoRequest> gathered_put(const SaveItem& item, const Codec& codec,
+                                        std::span<std::byte> header, Status& out);
+  // Serves `c`, the completion of the get `id` (0: none was submitted, `c` unused) of `item`
+  // from tier `t`, from `buf` into item.dst (null `buf`: a scattered get, already in item.dst):
+  // out and unserved say whether it was served, or why not; a served item's latency counts from
+  // `start` to `now` (scattered) or to the end of its decode, noted into `notes`.
+  void serve_get(int t, const LoadItem& item, const Codec& codec, std::uint64_t id, Completion c,
+                 Image& buf, LoadResult& out, char& unserved, Clock::time_point start,
+                 Clock::time_point now, DurationRun& notes);
   // InvalidArgument naming the sizes: tier `t` holds an image of `image_bytes` for `item`, which
   // its regions cannot take.
   Status wrong_size(int t, const LoadItem& item, const Codec& codec, std::size_t image_bytes) const;
@@ -250,44 +289,37 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   void put_background(int t, const ObjectKey& key, Image image, bool demotion);
   // Queues a background remove of `key` from tier `t` (a corrupt copy); nobody waits for it.
   void remove_background(int t, const ObjectKey& key);
-  // Submits one request. With `expect`, a scattered get whose `buf` is the request's own header
-  // holding `*expect`. Returns its id (never 0), or why the tier refused it (TimedOut: its
-  // queue stayed full).
-  Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p,
-                                   RegionList tail = {}, std::size_t skip = 0,
-                                   const PayloadCheck* check = nullptr,
-                                   const ObjectHeader* expect = nullptr);
-  // The parts of submit_one, for requests submitted together: enter_pending() registers `p` for
-  // tier `t` and returns its id (with `expect`, `buf` becomes the entry's own header holding
-  // `*expect`); submit_requests() submits `reqs` (user_data: ids from enter_pending) to tier `t`
-  // in as few Backend::submit calls as it takes them, and returns how many it submitted, the
-  // first ones; the rest leave pending_ and `why` (if given) says why (TimedOut: the queue
-  // stayed full).
-  // `submitted` starts its op_duration: the time of the submit, or for requests submitted
-  // together the time their batch began (one clock read per batch).
-  std::uint64_t enter_pending(int t, Op op, Pending p, const ObjectHeader* expect, Region& buf,
-                              Clock::time_point submitted);
+  // Submits one request, pending as `p`. Returns its id (never 0), or why the tier refused it
+  // (TimedOut: its queue stayed full).
+  Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p);
+  // Submits `reqs` (user_data: their pending ids) to tier `t` in as few Backend::submit calls as
+  // it takes them, and returns how many it submitted, the first ones; the rest leave pending_ and
+  // `why` (if given) says why (TimedOut: the queue stayed full).
   std::size_t submit_requests(int t, std::span<const IoRequest> reqs, Status* why = nullptr);
-  // Requests of one call that go to a tier in one submit (a save's gathered puts, a load's
-  // scattered gets): at most `most`, or fewer that hold `due_bytes` of payload. Reserved when
-  // made, before any entry is pending: adding allocates nothing.
+  // Requests of one op and call that go to a tier in one submit (a save's gathered puts, a
+  // load's scattered gets): at most `most` (<= kScatterBatch), or fewer that hold `due_bytes` of
+  // payload. Their pending entries are made when the batch is submitted, under one lock for them
+  // all. Reserved when made: adding allocates nothing.
   struct RequestBatch {
-    RequestBatch(std::size_t most, std::uint64_t due_bytes);
-    // The submit time of the requests being collected (their op_duration's start): the clock is
-    // read once per batch, at its first request.
-    Clock::time_point start();
-    // Adds `r`, the request of item `item` with `bytes` of payload; true when the batch is due.
-    bool add(const IoRequest& r, std::size_t item, std::uint64_t bytes);
+    RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes);
+    // Adds `r`, the request of item `item` with `bytes` of payload (its user_data is set when it
+    // is submitted); with `expect` (a scattered get), its buf becomes its pending entry's own
+    // header, holding `*expect` until the tier writes the stored one. True when the batch is due.
+    bool add(const IoRequest& r, std::size_t item, std::uint64_t bytes,
+             const ObjectHeader* expect = nullptr);
+    const Op op;
     std::vector<IoRequest> reqs;
-    std::vector<std::size_t> items;  // the item of each request
+    std::vector<std::size_t> items;      // the item of each request
+    std::vector<ObjectHeader> expects;   // with `expect`: one per request
     std::uint64_t bytes = 0;
     const std::size_t most;
     const std::uint64_t due_bytes;
+    // When the first request was added: the op_duration start of them all (one clock read).
     Clock::time_point started;
   };
-  // Submits `b` to tier `t` (nothing when empty), empties it and looks at what finished; the
-  // item of a request the tier did not take gets id 0 and `refused(item, why)`. True when it
-  // submitted anything.
+  // Enters `b`'s requests as pending (ids[item] = their ids), submits them to tier `t` (nothing
+  // when empty), empties `b` and looks at what finished; the item of a request the tier did not
+  // take gets id 0 and `refused(item, why)`. True when it submitted anything.
   template <class Refused>
   bool submit_batch(int t, RequestBatch& b, std::span<std::uint64_t> ids, Refused&& refused);
   // Polls tier `t` (waiting up to `wait` for `min` completions), routes what it reaped, then
@@ -310,6 +342,13 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::size_t finished_prefix(std::span<const std::uint64_t> ids);
   // The completion of `id`, and (when `reaped` is given) when it was reaped.
   Completion take(std::uint64_t id, Clock::time_point* reaped = nullptr);
+  // take() of each nonzero id of `ids` into out[k] (and reaped[k] when given), under one lock per
+  // kTakeChunk of them; out[k] of an id 0 is left as it is.
+  void take_all(std::span<const std::uint64_t> ids, std::span<Completion> out,
+                std::span<Clock::time_point> reaped = {});
+  // take()'s work, with mu_ held: the completion of `id`; its image (to recycle after the lock)
+  // into `image`.
+  Completion take_locked(std::uint64_t id, Clock::time_point* reaped, Image& image);
   void recycle(Image& image) noexcept { pool_.recycle(image); }
 
   const std::uint64_t max_inflight_bytes_;

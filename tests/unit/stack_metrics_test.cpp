@@ -105,6 +105,11 @@ TEST_CASE("Histogram: a bucket per upper bound (inclusive), the last takes the r
   CHECK(h.bucket(Histogram::kBounds.size()) == 1);
   CHECK(h.count() == 5);
   CHECK(h.sum_seconds() == doctest::Approx(20.000014));
+  h.observe(std::chrono::microseconds(7), 4);  // four at once: count and sum of four
+  h.observe(std::chrono::microseconds(7), 0);  // none
+  CHECK(h.bucket(1) == 5);
+  CHECK(h.count() == 9);
+  CHECK(h.sum_seconds() == doctest::Approx(20.000042));
 }
 
 TEST_CASE("usage: used bytes are the stored images, capacity the tier's, after every call") {

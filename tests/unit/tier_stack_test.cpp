@@ -490,6 +490,36 @@ TEST_CASE("a load's scattered gets reach the tier in submits of many, in item or
   CHECK(submits == std::vector<std::size_t>{16, 16, 8});
 }
 
+// A load's scattered gets enter the stack's table when their batch is submitted: an item
+// refused before any get (here the 66th, past a first batch of 64) is answered while the 65th
+// still waits in the next batch, which is then served like the rest, not skipped as never sent.
+TEST_CASE("an item refused between batched scattered gets leaves the queued ones to be served") {
+  tier::test::FaultControl& fc = fresh_faults();
+  Harness h(R"({"tiers":[{"name":"f","capacity":"1MiB","backend":"faulty"}]})");
+  fc.reset();
+  constexpr std::uint64_t kCount = 70, kRefused = 65;
+  for (std::uint64_t i = 0; i < kCount; ++i) REQUIRE(h.save(key_of(4000 + i), i).is_ok());
+  std::vector<std::vector<std::byte>> got(kCount, std::vector<std::byte>(kPayload, std::byte{0xEE}));
+  std::vector<Region> dst;
+  std::vector<LoadItem> items;
+  for (std::uint64_t i = 0; i < kCount; ++i) dst.push_back(host_region(got[i]));
+  dst[kRefused].size = kMaxPayloadBytes + 1;  // refused for its size; never read
+  for (std::uint64_t i = 0; i < kCount; ++i)
+    items.push_back(LoadItem{key_of(4000 + i), RegionList(&dst[i], 1)});
+  std::vector<LoadResult> out(kCount);
+  REQUIRE(h.stack->load(items, *h.codec, out).is_ok());
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    CAPTURE(i);
+    if (i == kRefused) {
+      CHECK(out[i].status.code() == Code::kInvalidArgument);
+    } else {
+      CHECK(out[i].status.is_ok());
+      CHECK(got[i] == Harness::data_of(i));
+    }
+  }
+  CHECK(h.stack->metrics_json()["stack"]["loaded_bytes"] == (kCount - 1) * kPayload);
+}
+
 // A save's gathered puts go to the tier in submits of many, in item order, until their payloads
 // hold 256 KiB (the first one hashed is then still in the core's cache when the tier copies it);
 // a put the tier fails fails its item alone.

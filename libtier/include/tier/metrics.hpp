@@ -36,7 +36,8 @@ class Histogram {
       1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0};
   static constexpr std::size_t kBuckets = kBounds.size() + 1;
 
-  void observe(std::chrono::nanoseconds d) noexcept;
+  // `n` observations of `d` (several requests of one batch share their start and end).
+  void observe(std::chrono::nanoseconds d, std::uint64_t n = 1) noexcept;
   // Observations in bucket `i` alone (not cumulative); i == kBounds.size() is the last bucket.
   std::uint64_t bucket(std::size_t i) const noexcept { return buckets_[i].get(); }
   std::uint64_t count() const noexcept;  // the sum of the buckets

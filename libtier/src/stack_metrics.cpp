@@ -47,11 +47,11 @@ void TierStack::Impl::note_usage() noexcept {
   }
 }
 
-void TierStack::Impl::note_duration(StackOp op, int tier, Clock::time_point start,
-                                    Clock::time_point end, std::uint64_t n) noexcept {
+void TierStack::Impl::note_duration(StackOp op, int tier, Clock::duration d,
+                                    std::uint64_t n) noexcept {
   if (!durations_) return;
   const std::size_t row = static_cast<std::size_t>(op) * (tiers_.size() + 1);
-  durations_[row + static_cast<std::size_t>(tier + 1)].observe(end - start, n);
+  durations_[row + static_cast<std::size_t>(tier + 1)].observe(d, n);
 }
 
 Usage TierStack::Impl::usage(std::size_t i) const noexcept {

@@ -173,13 +173,11 @@ Result<TierStack::Impl::RawPayload> TierStack::Impl::raw_payload(
 
 Result<std::uint64_t> TierStack::Impl::submit_one(int t, Op op, const ObjectKey& key, Region buf,
                                                   Pending p) {
-  p.tier = t;
-  p.op = op;
-  p.submitted = Clock::now();
+  const auto now = Clock::now();
   std::uint64_t id;
   {
     std::lock_guard lock(mu_);
-    id = pending_.insert(std::move(p)).first;
+    id = enter_locked(t, op, std::move(p), now).first;
   }
   const IoRequest req{op, key, buf, id};
   Status why;
@@ -261,19 +259,26 @@ std::size_t TierStack::Impl::submit_requests(int t, std::span<const IoRequest> r
   return taken;
 }
 
-TierStack::Impl::RequestBatch::RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes)
-    : op(op), most(std::min(most, kScatterBatch)), due_bytes(due_bytes) {
+std::pair<std::uint64_t, TierStack::Impl::Pending*> TierStack::Impl::enter_locked(
+    int t, Op op, Pending p, Clock::time_point submitted) {
+  p.tier = t;
+  p.op = op;
+  p.submitted = submitted;
+  return pending_.insert(std::move(p));
+}
+
+TierStack::Impl::RequestBatch::RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes,
+                                            std::uint32_t format_id)
+    : op(op), format_id(format_id), most(std::min(most, kScatterBatch)), due_bytes(due_bytes) {
   reqs.reserve(this->most);
   items.reserve(this->most);
-  if (op == Op::kGet) expects.reserve(this->most);
 }
 
 bool TierStack::Impl::RequestBatch::add(const IoRequest& r, std::size_t item,
-                                        std::uint64_t payload_bytes, const ObjectHeader* expect) {
+                                        std::uint64_t payload_bytes) {
   if (reqs.empty()) started = Clock::now();
   reqs.push_back(r);
   items.push_back(item);
-  if (expect != nullptr) expects.push_back(*expect);
   bytes += payload_bytes;
   return reqs.size() == most || bytes >= due_bytes;
 }
@@ -286,20 +291,15 @@ bool TierStack::Impl::submit_batch(int t, RequestBatch& b, std::span<std::uint64
   auto empty = [&] {
     b.reqs.clear();
     b.items.clear();
-    b.expects.clear();
     b.bytes = 0;
   };
   std::array<Pending*, kScatterBatch> entries;  // stay put while pending
   std::size_t entered = 0;
   try {
     std::lock_guard lock(mu_);
-    for (; entered < n; ++entered) {
-      Pending p;
-      p.tier = t;
-      p.op = b.op;
-      p.submitted = b.started;
-      std::tie(b.reqs[entered].user_data, entries[entered]) = pending_.insert(std::move(p));
-    }
+    for (; entered < n; ++entered)
+      std::tie(b.reqs[entered].user_data, entries[entered]) =
+          enter_locked(t, b.op, Pending{}, b.started);
   } catch (const std::bad_alloc&) {  // the table could not grow: none of the batch goes
     std::lock_guard lock(mu_);
     for (std::size_t k = 0; k < entered; ++k) pending_.erase(b.reqs[k].user_data);
@@ -312,10 +312,12 @@ bool TierStack::Impl::submit_batch(int t, RequestBatch& b, std::span<std::uint64
   }
   // Not submitted yet: nothing else reads these entries.
   for (std::size_t k = 0; k < n; ++k) {
-    ids[b.items[k]] = b.reqs[k].user_data;
-    if (b.expects.empty()) continue;
-    write_object_header(entries[k]->header, b.expects[k]);
-    b.reqs[k].buf = host_region(std::span<std::byte>(entries[k]->header));
+    IoRequest& r = b.reqs[k];
+    ids[b.items[k]] = r.user_data;
+    if (b.op != Op::kGet) continue;
+    write_object_header(entries[k]->header,
+                        ObjectHeader{b.format_id, 0, r.key, r.skip + total_bytes(r.tail), 0});
+    r.buf = host_region(std::span<std::byte>(entries[k]->header));
   }
   Status why;
   const std::size_t taken = submit_requests(t, b.reqs, &why);
@@ -571,18 +573,14 @@ Completion TierStack::Impl::take(std::uint64_t id, Clock::time_point* reaped) {
 void TierStack::Impl::take_all(std::span<const std::uint64_t> ids, std::span<Completion> out,
                                std::span<Clock::time_point> reaped) {
   std::array<Image, kTakeChunk> images;  // recycled after the lock
-  for (std::size_t first = 0; first < ids.size(); first += kTakeChunk) {
-    const std::size_t n = std::min(kTakeChunk, ids.size() - first);
-    {
-      std::lock_guard lock(mu_);
-      for (std::size_t k = 0; k < n; ++k) {
-        const std::size_t i = first + k;
-        if (ids[i] != 0)
-          out[i] = take_locked(ids[i], reaped.empty() ? nullptr : &reaped[i], images[k]);
-      }
-    }
-    for (std::size_t k = 0; k < n; ++k) recycle(images[k]);
+  const std::size_t n = std::min(ids.size(), kTakeChunk);
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t k = 0; k < n; ++k)
+      if (ids[k] != 0)
+        out[k] = take_locked(ids[k], reaped.empty() ? nullptr : &reaped[k], images[k]);
   }
+  for (std::size_t k = 0; k < n; ++k) recycle(images[k]);
 }
 
 Result<std::size_t> TierStack::Impl::lookup_prefix(std::span<const ObjectKey> keys) {
@@ -862,7 +860,8 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   // Scattered gets go to a tier together, up to kScatterBatch or kScatterSubmitBytes of payload
   // per submit (a pinned tier then moves them in large transfers instead of one by one): the
   // requests not yet submitted.
-  RequestBatch scattered(Op::kGet, items.size(), kScatterSubmitBytes);
+  RequestBatch scattered(Op::kGet, items.size(), kScatterSubmitBytes, codec.format_id());
+  std::array<Completion, kTakeChunk> done;  // served items' completions (serve below)
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (t > 0 && tiers_[t - 1]->spec.write) above_writable = true;
     if (!tiers_[t]->spec.read) continue;
@@ -895,7 +894,6 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     // a tier whose gets finish over time (the disk) has its first images decoded while later ones
     // are still being read.
     std::size_t served = 0;
-    std::array<Completion, kTakeChunk> done;
     auto serve = [&](std::size_t n) {  // the next n items, their completions taken together
       const auto now = Clock::now();  // when the scattered ones among them were served
       DurationRun notes(*this);
@@ -912,11 +910,10 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       std::optional<DirectPayload> form;
       if (unserved[i] && scatter && raw_size[i] > 0) form = direct(items[i].dst, raw_size[i]);
       if (form) {
-        // The header of what this load accepts; the tier overwrites it with the stored one.
-        const ObjectHeader expect{codec.format_id(), 0, items[i].key, raw_size[i], 0};
+        // Its buf, the header it accepts, is made when the batch goes (submit_batch).
         if (scattered.add(IoRequest{Op::kGet, items[i].key, Region{}, 0, items[i].dst,
                                     form->framing, form->check},
-                          i, raw_size[i], &expect))
+                          i, raw_size[i]))
           submit_scattered();
         continue;
       }
@@ -956,7 +953,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     if (out[i].status == Code::kInvalidArgument && refused++ == 0) first_refused = i;
   }
   counters_.load_misses.add(missed);
-  note_duration(StackOp::kLoad, -1, start, end, missed);
+  note_duration(StackOp::kLoad, -1, end - start, missed);
   if (refused > 0 && log_enabled(LogLevel::kWarn))  // a caller's mistake, reported per key only
     log(LogLevel::kWarn,
         fmt::format("load: {} of {} items refused; item {} (key {}): {}", refused, items.size(),

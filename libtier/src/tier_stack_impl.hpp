@@ -105,9 +105,8 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   Status start_metrics(const Profile& profile, const TierStack& self);
   // Every tier's usage into gauges_ (each backend called inside its gate when not concurrent).
   void note_usage() noexcept;
-  // `n` requests of `op` on `tier` (-1: the stack) that took from `start` to `end`.
-  void note_duration(StackOp op, int tier, Clock::time_point start, Clock::time_point end,
-                     std::uint64_t n = 1) noexcept;
+  // `n` requests of `op` on `tier` (-1: the stack) that took `d` each.
+  void note_duration(StackOp op, int tier, Clock::duration d, std::uint64_t n = 1) noexcept;
   // Durations noted in a row, made one observation while op, tier and duration repeat (the
   // requests of a batch share their start and, reaped together, their end): not two atomic adds
   // per request. Notes what it holds when a different one comes and when destroyed.
@@ -130,7 +129,7 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
       n_ = 1;
     }
     void flush() noexcept {
-      if (n_ > 0) stack_.note_duration(op_, tier_, Clock::time_point{}, Clock::time_point{} + d_, n_);
+      if (n_ > 0) stack_.note_duration(op_, tier_, d_, n_);
       n_ = 0;
     }
 
@@ -299,18 +298,18 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // Requests of one op and call that go to a tier in one submit (a save's gathered puts, a
   // load's scattered gets): at most `most` (<= kScatterBatch), or fewer that hold `due_bytes` of
   // payload. Their pending entries are made when the batch is submitted, under one lock for them
-  // all. Reserved when made: adding allocates nothing.
+  // all; a get's buf then becomes its entry's own header, holding the header it accepts (layout
+  // `format_id`, its key, skip + tail bytes of payload) until the tier writes the stored one.
+  // Reserved when made: adding allocates nothing.
   struct RequestBatch {
-    RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes);
+    RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes, std::uint32_t format_id = 0);
     // Adds `r`, the request of item `item` with `bytes` of payload (its user_data is set when it
-    // is submitted); with `expect` (a scattered get), its buf becomes its pending entry's own
-    // header, holding `*expect` until the tier writes the stored one. True when the batch is due.
-    bool add(const IoRequest& r, std::size_t item, std::uint64_t bytes,
-             const ObjectHeader* expect = nullptr);
+    // is submitted). True when the batch is due.
+    bool add(const IoRequest& r, std::size_t item, std::uint64_t bytes);
     const Op op;
+    const std::uint32_t format_id;     // gets: the layout they accept
     std::vector<IoRequest> reqs;
-    std::vector<std::size_t> items;      // the item of each request
-    std::vector<ObjectHeader> expects;   // with `expect`: one per request
+    std::vector<std::size_t> items;  // the item of each request
     std::uint64_t bytes = 0;
     const std::size_t most;
     const std::uint64_t due_bytes;
@@ -342,13 +341,17 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   std::size_t finished_prefix(std::span<const std::uint64_t> ids);
   // The completion of `id`, and (when `reaped` is given) when it was reaped.
   Completion take(std::uint64_t id, Clock::time_point* reaped = nullptr);
-  // take() of each nonzero id of `ids` into out[k] (and reaped[k] when given), under one lock per
-  // kTakeChunk of them; out[k] of an id 0 is left as it is.
+  // take() of each nonzero id of `ids` (at most kTakeChunk) into out[k] (and reaped[k] when
+  // given), under one lock; out[k] of an id 0 is left as it is.
   void take_all(std::span<const std::uint64_t> ids, std::span<Completion> out,
                 std::span<Clock::time_point> reaped = {});
   // take()'s work, with mu_ held: the completion of `id`; its image (to recycle after the lock)
   // into `image`.
   Completion take_locked(std::uint64_t id, Clock::time_point* reaped, Image& image);
+  // Enters `p` as tier `t`'s pending `op`, its op_duration counting from `submitted`, with mu_
+  // held: its id and its entry (which stays put while pending).
+  std::pair<std::uint64_t, Pending*> enter_locked(int t, Op op, Pending p,
+                                                  Clock::time_point submitted);
   void recycle(Image& image) noexcept { pool_.recycle(image); }
 
   const std::uint64_t max_inflight_bytes_;

@@ -549,8 +549,9 @@ Batch make_batch(py::handle keys, py::handle buffers, bool writable) {
 }
 
 py::list codes_list(const std::int32_t* codes, std::size_t n) {
-  py::list out;
-  for (std::size_t i = 0; i < n; ++i) out.append(py_code(codes[i]));
+  py::list out(n);  // sized once: no append, no regrowth
+  for (std::size_t i = 0; i < n; ++i)
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), py_code(codes[i]).release().ptr());
   return out;
 }
 

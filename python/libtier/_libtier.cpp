@@ -451,8 +451,9 @@ int device_of(py::handle obj) {
 // Reads libtier.Region objects. The class is looked up once, when this is made: a batch makes
 // one for all its regions (py::isinstance<Region> and py::cast look it up on every call, which
 // was a third of converting a list of regions). Other buffers are told apart by a type check
-// alone (the caster's load would raise and format an AttributeError for each). Needs the GIL,
-// like every use of `obj`.
+// alone (the caster's load would raise and format an AttributeError for each). Also remembers
+// the last type found to be a torch tensor, so that a batch of tensors probes for their methods
+// once. Needs the GIL, like every use of `obj`.
 class RegionCaster {
  public:
   RegionCaster() : type_(py::type::of<Region>()) {}
@@ -461,11 +462,77 @@ class RegionCaster {
     if (!py::isinstance(obj, type_) || !caster_.load(obj, false)) return nullptr;
     return &py::detail::cast_op<const Region&>(caster_);
   }
+  // Whether `obj` has torch.Tensor's methods (data_ptr and is_cuda; only tensors do).
+  bool torch_like(py::handle obj);
 
  private:
   py::type type_;
   py::detail::make_caster<Region> caster_;
+  PyTypeObject* torch_type_ = nullptr;  // a type seen to be torch-like
 };
+
+// The names of the torch.Tensor methods and attributes a region is read from, interned once (a
+// lookup by a C string makes a str every time).
+struct TorchNames {
+  PyObject *data_ptr, *is_cuda, *is_contiguous, *numel, *element_size, *is_pinned, *get_device;
+};
+const TorchNames& torch_names() {
+  static const TorchNames names = [] {
+    auto intern = [](const char* s) {
+      PyObject* p = PyUnicode_InternFromString(s);
+      if (p == nullptr) throw py::error_already_set();
+      return p;  // kept for the life of the process
+    };
+    return TorchNames{intern("data_ptr"), intern("is_cuda"),      intern("is_contiguous"),
+                      intern("numel"),    intern("element_size"), intern("is_pinned"),
+                      intern("get_device")};
+  }();
+  return names;
+}
+
+bool RegionCaster::torch_like(py::handle obj) {
+  if (Py_TYPE(obj.ptr()) == torch_type_) return true;
+  const TorchNames& n = torch_names();
+  if (PyObject_HasAttr(obj.ptr(), n.data_ptr) != 1 || PyObject_HasAttr(obj.ptr(), n.is_cuda) != 1)
+    return false;
+  torch_type_ = Py_TYPE(obj.ptr());
+  return true;
+}
+
+// obj.name() without arguments, by vectorcall (no bound method made).
+py::object call_method(py::handle obj, PyObject* name) {
+  PyObject* args[] = {obj.ptr()};
+  PyObject* r = PyObject_VectorcallMethod(name, args, 1, nullptr);
+  if (r == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(r);
+}
+bool truth(py::handle v) {
+  const int t = PyObject_IsTrue(v.ptr());
+  if (t < 0) throw py::error_already_set();
+  return t == 1;
+}
+
+// A torch tensor as a region: six lookups (is_pinned for a CPU tensor, get_device for a CUDA one).
+tier_region from_tensor(py::handle obj) {
+  const TorchNames& n = torch_names();
+  if (!truth(call_method(obj, n.is_contiguous)))
+    raise_invalid("buffer: the tensor is not contiguous");
+  const auto ptr = to_u64(call_method(obj, n.data_ptr), "tensor data_ptr", UINTPTR_MAX);
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(to_u64(call_method(obj, n.numel), "tensor numel"),
+                             to_u64(call_method(obj, n.element_size), "tensor element_size"),
+                             &bytes))
+    raise_invalid("buffer: the tensor's size does not fit in 64 bits");
+  PyObject* cuda = PyObject_GetAttr(obj.ptr(), n.is_cuda);
+  if (cuda == nullptr) throw py::error_already_set();
+  if (truth(py::reinterpret_steal<py::object>(cuda))) {
+    const auto device = call_method(obj, n.get_device).cast<int>();
+    return tier_region{reinterpret_cast<void*>(ptr), bytes, TIER_MEMORY_DEVICE, device};
+  }
+  const bool pinned = truth(call_method(obj, n.is_pinned));
+  return tier_region{reinterpret_cast<void*>(ptr), bytes,
+                     pinned ? TIER_MEMORY_PINNED : TIER_MEMORY_HOST, -1};
+}
 
 // One buffer as a region (the accepted forms are listed in __init__.pyi).
 tier_region to_region(py::handle obj, bool writable, RegionCaster& regions) {
@@ -477,17 +544,7 @@ tier_region to_region(py::handle obj, bool writable, RegionCaster& regions) {
     return tier_region{const_cast<void*>(a.data()), static_cast<std::size_t>(a.nbytes()),
                        TIER_MEMORY_HOST, -1};
   }
-  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_cuda")) {  // torch.Tensor
-    if (!obj.attr("is_contiguous")().cast<bool>()) raise_invalid("buffer: the tensor is not contiguous");
-    const auto ptr = obj.attr("data_ptr")().cast<std::uintptr_t>();
-    const auto bytes =
-        obj.attr("numel")().cast<std::size_t>() * obj.attr("element_size")().cast<std::size_t>();
-    if (obj.attr("is_cuda").cast<bool>())
-      return tier_region{reinterpret_cast<void*>(ptr), bytes, TIER_MEMORY_DEVICE, device_of(obj)};
-    const bool pinned = obj.attr("is_pinned")().cast<bool>();
-    return tier_region{reinterpret_cast<void*>(ptr), bytes,
-                       pinned ? TIER_MEMORY_PINNED : TIER_MEMORY_HOST, -1};
-  }
+  if (regions.torch_like(obj)) return from_tensor(obj);
   if (py::hasattr(obj, "__cuda_array_interface__"))
     return from_interface(obj.attr("__cuda_array_interface__"), TIER_MEMORY_DEVICE, device_of(obj),
                           writable, "buffer");

@@ -169,6 +169,62 @@ def test_bad_buffers_raise(store):
     assert (wrong == 7.0).all()
 
 
+def test_torch_tensors_round_trip_and_mix_with_other_buffers(store):
+    """CPU tensors of several dtypes and shapes (a region of numel x element_size bytes), in one
+    batch with a numpy array between them (the batch remembers the tensor type; another type is
+    not taken for a tensor); a non-contiguous tensor raises; an object with a tensor's method
+    names but a negative pointer or an overflowing size is refused, not read."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(5)
+    src = [torch.randint(0, 256, (3, 7), generator=g, dtype=torch.uint8),
+           torch.randn(5, 3, generator=g),
+           torch.randn(64, generator=g).to(torch.float64),
+           np.arange(40, dtype=np.int16),
+           torch.randn(2, 2, 2, generator=g).to(torch.bfloat16)]
+    dst = [torch.zeros_like(src[0]), torch.zeros_like(src[1]), torch.zeros_like(src[2]),
+           np.zeros(40, dtype=np.int16), torch.zeros_like(src[4])]
+    keys = keys_of(len(src), "torch")
+    assert store.save(keys, src) == [libtier.Code.OK] * len(src)
+    assert store.load(keys, dst) == [libtier.Code.OK] * len(src)
+    for a, b in zip(src, dst):
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b)
+        else:
+            assert torch.equal(a, b)
+    # The size is the tensor's bytes: a destination of other bytes fails that key alone.
+    assert store.load(keys[:2], [torch.zeros(21, dtype=torch.uint8),
+                                 torch.zeros(16)]) == [libtier.Code.OK,
+                                                       libtier.Code.INVALID_ARGUMENT]
+    with pytest.raises(libtier.InvalidArgument, match="not contiguous"):
+        store.save(keys_of(1, "t-nc"), [torch.zeros(4, 4)[:, 1]])
+
+    class Forged:
+        is_cuda = False
+
+        def __init__(self, ptr, numel):
+            self.ptr, self.n = ptr, numel
+
+        def data_ptr(self):
+            return self.ptr
+
+        def is_contiguous(self):
+            return True
+
+        def numel(self):
+            return self.n
+
+        def element_size(self):
+            return 8
+
+        def is_pinned(self):
+            return False
+
+    with pytest.raises(libtier.InvalidArgument, match="data_ptr"):
+        store.save(keys_of(1, "t-forged"), [Forged(-1, 1)])
+    with pytest.raises(libtier.InvalidArgument, match="does not fit"):
+        store.save(keys_of(1, "t-forged"), [Forged(4096, 2**62)])  # 2^65 bytes: no wrap to 0
+
+
 def test_async_batches(store):
     keys = keys_of(8, "async")
     src = [np.full(5000, i, dtype=np.int32) for i in range(8)]

@@ -253,10 +253,10 @@ tier_key to_key(py::handle h) {
     if (std::memchr(p, 0, static_cast<std::size_t>(n)) != nullptr)
       raise_invalid("a key str holds a NUL character");
     check(tier_key_from_hex(p, &k));
-  } else if (py::isinstance<py::bytes>(h)) {
-    std::string b = h.cast<std::string>();
-    if (b.size() != 16) raise_invalid("a key in bytes is 16 bytes, got " + std::to_string(b.size()));
-    std::memcpy(k.bytes, b.data(), 16);
+  } else if (PyBytes_Check(h.ptr())) {  // read in place: no copy per key of a batch
+    const Py_ssize_t n = PyBytes_GET_SIZE(h.ptr());
+    if (n != 16) raise_invalid("a key in bytes is 16 bytes, got " + std::to_string(n));
+    std::memcpy(k.bytes, PyBytes_AS_STRING(h.ptr()), 16);
   } else {
     raise_invalid("a key is 32 hex digits (str) or 16 bytes");
   }

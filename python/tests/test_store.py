@@ -169,6 +169,22 @@ def test_bad_buffers_raise(store):
     assert (wrong == 7.0).all()
 
 
+def test_a_key_as_its_16_canonical_bytes_is_the_same_key_as_its_hex(store):
+    key = libtier.external_key("bytes-key")
+    canonical = bytes.fromhex(key)[::-1]  # low64 then high64, each little-endian (docs/keys.md)
+    src = np.arange(100, dtype=np.uint8)
+    assert store.save([canonical], [src]) == [libtier.Code.OK]
+    dst = np.zeros(100, dtype=np.uint8)
+    assert store.load([key], [dst]) == [libtier.Code.OK]
+    assert np.array_equal(src, dst)
+    assert store.load([bytes.fromhex(key)], [dst]) == [libtier.Code.NOT_FOUND]  # not the text order
+    for bad in (bytes(15), bytes(17), b""):
+        with pytest.raises(libtier.InvalidArgument, match="16 bytes"):
+            store.save([bad], [src])
+    with pytest.raises(libtier.InvalidArgument):
+        store.save([bytearray(16)], [src])  # bytes only, as before
+
+
 def test_torch_tensors_round_trip_and_mix_with_other_buffers(store):
     """CPU tensors of several dtypes and shapes (a region of numel x element_size bytes), in one
     batch with a numpy array between them (the batch remembers the tensor type; another type is

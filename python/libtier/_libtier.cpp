@@ -506,16 +506,10 @@ py::object call_method(py::handle obj, PyObject* name) {
   if (r == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(r);
 }
-bool truth(py::handle v) {
-  const int t = PyObject_IsTrue(v.ptr());
-  if (t < 0) throw py::error_already_set();
-  return t == 1;
-}
-
 // A torch tensor as a region: six lookups (is_pinned for a CPU tensor, get_device for a CUDA one).
 tier_region from_tensor(py::handle obj) {
   const TorchNames& n = torch_names();
-  if (!truth(call_method(obj, n.is_contiguous)))
+  if (!py::bool_(call_method(obj, n.is_contiguous)))
     raise_invalid("buffer: the tensor is not contiguous");
   const auto ptr = to_u64(call_method(obj, n.data_ptr), "tensor data_ptr", UINTPTR_MAX);
   std::size_t bytes = 0;
@@ -523,13 +517,11 @@ tier_region from_tensor(py::handle obj) {
                              to_u64(call_method(obj, n.element_size), "tensor element_size"),
                              &bytes))
     raise_invalid("buffer: the tensor's size does not fit in 64 bits");
-  PyObject* cuda = PyObject_GetAttr(obj.ptr(), n.is_cuda);
-  if (cuda == nullptr) throw py::error_already_set();
-  if (truth(py::reinterpret_steal<py::object>(cuda))) {
+  if (py::bool_(obj.attr(py::handle(n.is_cuda)))) {
     const auto device = call_method(obj, n.get_device).cast<int>();
     return tier_region{reinterpret_cast<void*>(ptr), bytes, TIER_MEMORY_DEVICE, device};
   }
-  const bool pinned = truth(call_method(obj, n.is_pinned));
+  const bool pinned = py::bool_(call_method(obj, n.is_pinned));
   return tier_region{reinterpret_cast<void*>(ptr), bytes,
                      pinned ? TIER_MEMORY_PINNED : TIER_MEMORY_HOST, -1};
 }

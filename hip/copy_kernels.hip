@@ -831,6 +831,10 @@ Status DeviceCopyExecutor::scatter(const CopyPlan& plan, std::span<const std::by
   return run_on_lane(plan, Region{p, image.size(), MemoryKind::kHost, -1}, false);
 }
 
+Status DeviceCopyExecutor::scatter_from(const CopyPlan& plan, Region image) noexcept {
+  return run_on_lane(plan, image, false);
+}
+
 Status DeviceCopyExecutor::share_order() noexcept {
   DeviceGuard guard(opts_.device);
   TIER_RETURN_IF_ERROR(guard.status());

@@ -373,6 +373,9 @@ class DeviceCopyExecutor final : public CopyExecutor {
   std::string_view name() const noexcept override { return "gpu"; }
   Status gather(const CopyPlan& plan, std::span<std::byte> image) noexcept override;
   Status scatter(const CopyPlan& plan, std::span<const std::byte> image) noexcept override;
+  // scatter() of an image that `image` says where it lives: device memory of this GPU is one
+  // copy kernel within the device (a staging row committed into engine memory).
+  Status scatter_from(const CopyPlan& plan, Region image) noexcept;
   // The context's kToDevice lane (where a tier's copies into this device's memory run) waits,
   // device-side, for this executor's last transfer in each direction: a tier writing the codec's
   // regions through Codec::direct follows every transfer and order this executor was given.

@@ -388,19 +388,37 @@ std::optional<Worker::PageDestinations> Worker::page_destinations(const LoadOp& 
 
 WorkerOutcome Worker::run_load(QueuedLoad& q) {
   const LoadOp& op = q.op;
-  // PAGE first; the SLOT is fetched only when every chunk loaded.
+  // PAGE first: the SLOT reaches its state group only when every chunk loaded. A layout with
+  // staging rows has the sidecar fetched in the same call as the chunks, into a row committed
+  // after them (its transfer then runs with theirs instead of after them); otherwise it is
+  // fetched once they loaded.
   if (!q.destinations) q.destinations = page_destinations(op);
   const auto& regions = q.destinations;
   if (!regions) return WorkerOutcome::kPageUnavailable;
+  std::optional<SlotIdentity> slot_id;
+  if (op.slot) slot_id = SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_};
+  std::unique_ptr<SlotStaging> staged;
+  if (slot_id) {
+    std::lock_guard<std::mutex> lock(layout_mu_);
+    // Any refusal (no rows, all in use, a bad group) leaves it to the path after the chunks,
+    // which reports it as before.
+    if (auto s = layout_.stage_slot(*slot_id, op.slot_group)) staged = std::move(s).value();
+  }
+  std::optional<LockedCodec> staged_codec;
   std::vector<LoadItem> items;
-  items.reserve(op.chunk_keys.size());
+  items.reserve(op.chunk_keys.size() + 1);
+  if (staged) {  // first: its transfer starts with the load, its checks overlap the chunks'
+    staged_codec.emplace(staged->codec(), layout_mu_);
+    items.push_back(LoadItem{slot_key(*op.slot), staged->regions(), &*staged_codec});
+  }
+  const std::size_t first_chunk = items.size();
   for (std::size_t i = 0; i < op.chunk_keys.size(); ++i)
     items.push_back(LoadItem{page_key(op.chunk_keys[i]), (*regions)[i]});
   std::vector<LoadResult> results(items.size());
   if (!stack_.load(items, LockedCodec(layout_.page_codec(), layout_mu_), results).is_ok())
     return WorkerOutcome::kPageUnavailable;
   bool all = true;
-  for (std::size_t i = 0; i < results.size(); ++i) {
+  for (std::size_t i = first_chunk; i < results.size(); ++i) {
     const Status& st = results[i].status;
     if (!st.is_ok()) {
       all = false;
@@ -412,31 +430,43 @@ WorkerOutcome Worker::run_load(QueuedLoad& q) {
     }
     counters_.page_chunks_loaded.add();
     std::lock_guard<std::mutex> lock(mu_);
-    loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] += total_bytes((*regions)[i]);
+    loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] +=
+        total_bytes((*regions)[i - first_chunk]);
   }
+  // A staged sidecar is dropped uncommitted: the state group never saw it.
   if (!all) return WorkerOutcome::kPageUnavailable;
-  if (!op.slot) return WorkerOutcome::kOk;
+  if (!slot_id) return WorkerOutcome::kOk;
+  const ObjectKey key = slot_key(*op.slot);
+  if (staged) {
+    LoadResult& res = results[0];
+    // A failed copy into the state group is a device failure, not a corrupt sidecar.
+    if (res.status.is_ok() && !staged->commit().is_ok()) return WorkerOutcome::kSidecarUnavailable;
+    return slot_outcome(key, res, total_bytes(staged->regions()));
+  }
   std::vector<Region> dst;
   std::unique_ptr<Codec> codec;
   {
     std::lock_guard<std::mutex> lock(layout_mu_);
-    auto regions = layout_.slot_regions(op.slot_group);
-    if (!regions) return WorkerOutcome::kMissingDestinationGroup;
-    auto bound =
-        layout_.slot_codec(SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_});
+    auto group = layout_.slot_regions(op.slot_group);
+    if (!group) return WorkerOutcome::kMissingDestinationGroup;
+    auto bound = layout_.slot_codec(*slot_id);
     if (!bound) return WorkerOutcome::kSidecarCodec;
-    dst = std::move(regions).value();
+    dst = std::move(group).value();
     codec = std::move(bound).value();
   }
-  const ObjectKey key = slot_key(*op.slot);
   LoadItem item{key, dst};
   LoadResult res;
   if (!stack_.load(std::span(&item, 1), LockedCodec(*codec, layout_mu_), std::span(&res, 1)).is_ok())
     return WorkerOutcome::kSidecarUnavailable;
+  return slot_outcome(key, res, total_bytes(dst));
+}
+
+WorkerOutcome Worker::slot_outcome(const ObjectKey& key, const LoadResult& res,
+                                   std::uint64_t bytes) {
   if (res.status.is_ok()) {
     counters_.slot_restores.add();
     std::lock_guard<std::mutex> lock(mu_);
-    loaded_by_tier_[static_cast<std::size_t>(res.tier)] += total_bytes(dst);
+    loaded_by_tier_[static_cast<std::size_t>(res.tier)] += bytes;
     return WorkerOutcome::kOk;
   }
   if (res.status == Code::kNotFound) return WorkerOutcome::kSidecarUnavailable;

@@ -267,18 +267,19 @@ std::pair<std::uint64_t, TierStack::Impl::Pending*> TierStack::Impl::enter_locke
   return pending_.insert(std::move(p));
 }
 
-TierStack::Impl::RequestBatch::RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes,
-                                            std::uint32_t format_id)
-    : op(op), format_id(format_id), most(std::min(most, kScatterBatch)), due_bytes(due_bytes) {
+TierStack::Impl::RequestBatch::RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes)
+    : op(op), most(std::min(most, kScatterBatch)), due_bytes(due_bytes) {
   reqs.reserve(this->most);
   items.reserve(this->most);
+  if (op == Op::kGet) formats.reserve(this->most);
 }
 
 bool TierStack::Impl::RequestBatch::add(const IoRequest& r, std::size_t item,
-                                        std::uint64_t payload_bytes) {
+                                        std::uint64_t payload_bytes, std::uint32_t format_id) {
   if (reqs.empty()) started = Clock::now();
   reqs.push_back(r);
   items.push_back(item);
+  if (op == Op::kGet) formats.push_back(format_id);
   bytes += payload_bytes;
   return reqs.size() == most || bytes >= due_bytes;
 }
@@ -291,6 +292,7 @@ bool TierStack::Impl::submit_batch(int t, RequestBatch& b, std::span<std::uint64
   auto empty = [&] {
     b.reqs.clear();
     b.items.clear();
+    b.formats.clear();
     b.bytes = 0;
   };
   std::array<Pending*, kScatterBatch> entries;  // stay put while pending
@@ -316,7 +318,7 @@ bool TierStack::Impl::submit_batch(int t, RequestBatch& b, std::span<std::uint64
     ids[b.items[k]] = r.user_data;
     if (b.op != Op::kGet) continue;
     write_object_header(entries[k]->header,
-                        ObjectHeader{b.format_id, 0, r.key, r.skip + total_bytes(r.tail), 0});
+                        ObjectHeader{b.formats[k], 0, r.key, r.skip + total_bytes(r.tail), 0});
     r.buf = host_region(std::span<std::byte>(entries[k]->header));
   }
   Status why;
@@ -843,10 +845,13 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   std::vector<std::size_t> raw_size(items.size(), 0);
   std::vector<char> unserved(items.size(), 1);
   counters_.loads.add(items.size());
+  auto codec_of = [&](std::size_t i) -> const Codec& {
+    return items[i].codec ? *items[i].codec : codec;
+  };
   for (std::size_t i = 0; i < items.size(); ++i) {
     out[i] = LoadResult{Status::not_found(), -1};
     auto size = caller_payload_bytes(items[i].dst);
-    if (size) size = codec.encoded_size(items[i].dst);
+    if (size) size = codec_of(i).encoded_size(items[i].dst);
     if (!size) {
       out[i].status = size.status();
       unserved[i] = 0;
@@ -860,7 +865,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   // Scattered gets go to a tier together, up to kScatterBatch or kScatterSubmitBytes of payload
   // per submit (a pinned tier then moves them in large transfers instead of one by one): the
   // requests not yet submitted.
-  RequestBatch scattered(Op::kGet, items.size(), kScatterSubmitBytes, codec.format_id());
+  RequestBatch scattered(Op::kGet, items.size(), kScatterSubmitBytes);
   std::array<Completion, kTakeChunk> done;  // served items' completions (serve below)
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (t > 0 && tiers_[t - 1]->spec.write) above_writable = true;
@@ -872,16 +877,17 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
     const Capabilities& caps = tiers_[t]->caps;
     const bool scatter =
         caps.scatter_gets && caps.io_alignment <= 1 && !tiers_[t]->stage && !above_writable;
-    // The codec's direct form for `dst` when this tier can take it: the framing plus the regions
-    // make the whole payload.
-    auto direct = [&](RegionList dst, std::size_t raw) -> std::optional<DirectPayload> {
+    // Item i's direct form when this tier can take it: the framing plus the regions make the
+    // whole payload.
+    auto direct = [&](std::size_t i) -> std::optional<DirectPayload> {
+      RegionList dst = items[i].dst;
       if (!tail_on_one_side(dst) ||
           !std::all_of(dst.begin(), dst.end(), [&](const Region& r) {
             return r.size == 0 || (caps.memory_kinds & kind_bit(r.kind)) != 0;
           }))
         return std::nullopt;
-      auto form = codec.direct(dst);
-      if (!form || form->framing + total_bytes(dst) != raw) return std::nullopt;
+      auto form = codec_of(i).direct(dst);
+      if (!form || form->framing + total_bytes(dst) != raw_size[i]) return std::nullopt;
       return *form;
     };
     std::fill(ids.begin(), ids.end(), 0);
@@ -901,19 +907,19 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
         const std::size_t m = std::min(n, kTakeChunk);
         take_all(std::span(ids).subspan(served, m), done);
         for (std::size_t k = 0; k < m; ++k, ++served)
-          serve_get(tier, items[served], codec, ids[served], std::move(done[k]), bufs[served],
-                    out[served], unserved[served], start, now, notes);
+          serve_get(tier, items[served], codec_of(served), ids[served], std::move(done[k]),
+                    bufs[served], out[served], unserved[served], start, now, notes);
         n -= m;
       }
     };
     for (std::size_t i = 0; i < items.size(); ++i) {
       std::optional<DirectPayload> form;
-      if (unserved[i] && scatter && raw_size[i] > 0) form = direct(items[i].dst, raw_size[i]);
+      if (unserved[i] && scatter && raw_size[i] > 0) form = direct(i);
       if (form) {
         // Its buf, the header it accepts, is made when the batch goes (submit_batch).
         if (scattered.add(IoRequest{Op::kGet, items[i].key, Region{}, 0, items[i].dst,
                                     form->framing, form->check},
-                          i, raw_size[i]))
+                          i, raw_size[i], codec_of(i).format_id()))
           submit_scattered();
         continue;
       }

@@ -302,14 +302,15 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // `format_id`, its key, skip + tail bytes of payload) until the tier writes the stored one.
   // Reserved when made: adding allocates nothing.
   struct RequestBatch {
-    RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes, std::uint32_t format_id = 0);
+    RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes);
     // Adds `r`, the request of item `item` with `bytes` of payload (its user_data is set when it
-    // is submitted). True when the batch is due.
-    bool add(const IoRequest& r, std::size_t item, std::uint64_t bytes);
+    // is submitted); a get accepts objects of layout `format_id`. True when the batch is due.
+    bool add(const IoRequest& r, std::size_t item, std::uint64_t bytes,
+             std::uint32_t format_id = 0);
     const Op op;
-    const std::uint32_t format_id;     // gets: the layout they accept
     std::vector<IoRequest> reqs;
-    std::vector<std::size_t> items;  // the item of each request
+    std::vector<std::size_t> items;       // the item of each request
+    std::vector<std::uint32_t> formats;   // gets: the layout each accepts
     std::uint64_t bytes = 0;
     const std::size_t most;
     const std::uint64_t due_bytes;

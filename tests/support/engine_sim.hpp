@@ -12,6 +12,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -99,10 +101,26 @@ inline Json faulty_profile(const std::string& capacity = "256MiB") {
 
 // Fault injection over a real layout: while `fail_snapshot` is set, the SLOT codecs it hands out
 // fail to encode (a SLOT snapshot that cannot be taken); everything else is the inner layout's.
+// With `rows` (a second layout of the same geometry and identity, SimOptions::host_rows), it
+// stages SLOT loads in that layout's group 0 and commits them by a copy into the group: the
+// worker's staged path (KvLayout::stage_slot) on host memory, whose own layout stages none.
 class FaultyLayout final : public KvLayout {
  public:
-  explicit FaultyLayout(KvLayout& inner) : inner_(inner) {}
+  explicit FaultyLayout(KvLayout& inner, std::unique_ptr<KvLayout> rows = nullptr)
+      : inner_(inner), rows_(std::move(rows)) {}
   bool fail_snapshot = false;
+  std::atomic<std::uint64_t> row_commits{0};  // staged SLOTs copied into their group
+
+  Result<std::unique_ptr<SlotStaging>> stage_slot(const SlotIdentity& id,
+                                                  std::int32_t group) override {
+    if (!rows_) return inner_.stage_slot(id, group);
+    if (row_held_) return Status(Code::kRejected, "the row is in use");
+    TIER_ASSIGN_OR_RETURN(auto dst, inner_.slot_regions(group));
+    TIER_ASSIGN_OR_RETURN(auto codec, rows_->slot_codec(id));
+    TIER_ASSIGN_OR_RETURN(auto row, rows_->slot_regions(0));
+    return std::unique_ptr<SlotStaging>(
+        new HostRow(*this, std::move(codec), std::move(row), std::move(dst)));
+  }
 
   const Codec& page_codec() const noexcept override { return inner_.page_codec(); }
   Result<std::vector<Region>> page_regions(
@@ -141,7 +159,31 @@ class FaultyLayout final : public KvLayout {
    private:
     std::unique_ptr<Codec> inner_;
   };
+  class HostRow final : public SlotStaging {
+   public:
+    HostRow(FaultyLayout& owner, std::unique_ptr<Codec> codec, std::vector<Region> row,
+            std::vector<Region> group)
+        : owner_(owner), codec_(std::move(codec)), row_(std::move(row)), group_(std::move(group)) {
+      owner_.row_held_ = true;
+    }
+    ~HostRow() override { owner_.row_held_ = false; }
+    RegionList regions() const noexcept override { return row_; }
+    const Codec& codec() const noexcept override { return *codec_; }
+    Status commit() override {
+      for (std::size_t i = 0; i < row_.size(); ++i)
+        std::memcpy(group_[i].data, row_[i].data, row_[i].size);
+      owner_.row_commits.fetch_add(1);
+      return Status::ok();
+    }
+
+   private:
+    FaultyLayout& owner_;
+    std::unique_ptr<Codec> codec_;
+    std::vector<Region> row_, group_;
+  };
   KvLayout& inner_;
+  std::unique_ptr<KvLayout> rows_;
+  std::atomic<bool> row_held_{false};
 };
 
 struct SimOptions {
@@ -150,6 +192,8 @@ struct SimOptions {
   std::uint64_t num_slots = 4;
   std::uint64_t prefill_chunk = 4096;
   dsv4::Dsv4LayoutOptions layout;  // where each rank's KV memory lives (host or GPU)
+  // Host memory: SLOT loads go through a staging row (FaultyLayout's `rows`), as on a GPU.
+  bool host_rows = false;
   // Every plan reaches each rank as its own decoded copy of one encoded message, and each rank's
   // reports reach the scheduler encoded and decoded, as between processes.
   bool wire = false;
@@ -194,7 +238,11 @@ class SimEngine {
       stacks.push_back(std::move(stack).value());
       layouts.push_back(require_value(
           dsv4::Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r, o_.layout)));
-      faulty.push_back(std::make_unique<FaultyLayout>(*layouts.back()));
+      std::unique_ptr<KvLayout> rows;
+      if (o_.host_rows)
+        rows = require_value(
+            dsv4::Dsv4Layout::create(geo, o_.config.page_namespace, o_.config.tp_size, r));
+      faulty.push_back(std::make_unique<FaultyLayout>(*layouts.back(), std::move(rows)));
       workers.push_back(Worker::create(o_.config, r, *stacks.back(), *faulty.back()).value());
     }
     restart_scheduler();

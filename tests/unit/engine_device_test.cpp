@@ -149,9 +149,10 @@ TEST_CASE("device KV: wrong-device and wrong-kind buffers are refused before a b
 }
 
 // The reference launches the PAGE plan and then the SLOT plan on the caller's stream. Here a
-// rank's layout moves every transfer on its executor's one stream, synchronously: a load fetches
-// and scatters every PAGE chunk before it fetches the sidecar, and both have landed in GPU memory
-// when progress() returns.
+// rank's layout moves every transfer on its executor's one stream, synchronously: a load through
+// a layout that stages no SLOT rows (the wrapper here forwards none) fetches and scatters every
+// PAGE chunk before it fetches the sidecar, and both have landed in GPU memory when progress()
+// returns. The device layout's own staging row is the next case.
 TEST_CASE("device KV: a load moves PAGE then SLOT, in order, and both have landed on return") {
   tier::test::register_faulty_backend();
   fault_control().reset();
@@ -177,6 +178,62 @@ TEST_CASE("device KV: a load moves PAGE then SLOT, in order, and both have lande
   for (std::size_t i = 0; i + 1 < gets.size(); ++i) CHECK_FALSE(gets[i]);
   CHECK(gets.back());
   check_restored(sim, l.h, 8192);  // no stream wait beyond progress()
+  fault_control().reset();
+}
+
+// The device layout stages the sidecar in a row of GPU memory (Dsv4Layout::stage_slot): the
+// worker fetches it first, in the same call as the PAGE chunks, and the row reaches the state
+// group only when every chunk loaded. While the row is held elsewhere the load takes the
+// sequential path (sidecar last) and still restores.
+TEST_CASE("device KV: a staged sidecar travels with the chunks and lands only on a whole load") {
+  tier::test::register_faulty_backend();
+  fault_control().reset();
+  auto o = device_opts(2);
+  o.profile = [](std::uint32_t r) { return r == 1 ? faulty_profile() : cpu_profile(); };
+  SimEngine sim(o);
+  const auto a = tokens(98, 8192 + 8);
+  sim.run(1, a);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  const ObjectKey sidecar = w1.slot_key(b);
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  std::vector<ObjectKey> gets;
+  std::mutex mu;
+  fault_control().observe = [&](Op op, const ObjectKey& k) {
+    if (op != Op::kGet || k.rank != 1) return;
+    std::lock_guard<std::mutex> lock(mu);
+    gets.push_back(k);
+  };
+  auto load = [&](RequestId id, bool whole) {
+    gets.clear();
+    auto l = sim.admit(id, a).live;
+    const auto before = require_value(digest_slot(*sim.layouts[1], l.group));
+    auto ev = sim.step();
+    const auto t = terminal_of(ev, Channel::kLoad);
+    REQUIRE(t);
+    CHECK(t->ok() == whole);
+    if (whole) check_restored(sim, l.h, 8192);
+    else CHECK(require_value(digest_slot(*sim.layouts[1], l.group)) == before);
+    sim.finish(l.h);
+  };
+  load(2, true);
+  REQUIRE(gets.size() == 9);
+  CHECK(gets.front() == sidecar);  // staged: first
+  // Another holder of the row: the sequential path, the sidecar after the chunks.
+  {
+    const SlotIdentity id{b.tokens, b.key.lo, 2, 1};
+    auto held = require_value(sim.layouts[1]->stage_slot(id, 0));
+    CHECK(sim.layouts[1]->stage_slot(id, 1).status().code() == Code::kRejected);
+    load(3, true);
+    REQUIRE(gets.size() == 9);
+    CHECK(gets.back() == sidecar);
+  }
+  // A chunk goes missing: the sidecar is fetched into the row and never reaches the group.
+  REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.page_key(keys[4])); }).is_ok());
+  load(4, false);
+  CHECK(gets.size() == 9);
+  CHECK(w1.counters().slot_restores.get() == 2);
+  CHECK(w1.counters().slot_invalidations.get() == 0);
   fault_control().reset();
 }
 

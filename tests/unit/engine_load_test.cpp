@@ -112,3 +112,59 @@ TEST_CASE("page and slot load orders page retrieve before sidecar get, restore, 
   CHECK(w1c.slot_restores.get() == 1);
   check_restored(sim, l.h, 8192);
 }
+
+// A layout with staging rows (a GPU's, KvLayout::stage_slot) has the sidecar fetched in the same
+// call as the PAGE chunks, first, so that its transfer runs with theirs; the state group still
+// changes only when every chunk loaded: a missing chunk leaves it as it was, the fetched sidecar
+// uncommitted (the reference never fetches it then; docs/engine.md says why this one does).
+TEST_CASE("a staged sidecar is fetched with the chunks and committed only when every chunk loaded") {
+  FaultScope faults;
+  auto o = rank1_faulty();
+  o.host_rows = true;
+  SimEngine sim(o);
+  const auto a = tokens(67, 8192 + 8);
+  sim.run(1, a);
+  const Boundary b = boundary_of(sim, a, 8192);
+  auto& w1 = *sim.workers[1];
+  std::vector<ObjectKey> gets;
+  fault_control().observe = [&](Op op, const ObjectKey& k) {
+    if (op == Op::kGet) gets.push_back(k);
+  };
+  auto l = sim.admit(2, a).live;
+  REQUIRE(sim.step().loaded.size() == 1);
+  const auto keys = chunk_keys(sim.o_.config.page_namespace, a, 1024);
+  REQUIRE(gets.size() == 9);
+  CHECK(gets[0] == w1.slot_key(b));
+  for (std::size_t i = 0; i < 8; ++i) CHECK(gets[1 + i] == w1.page_key(keys[i]));
+  check_restored(sim, l.h, 8192);
+  CHECK(sim.faulty[1]->row_commits.load() == 1);
+  CHECK(w1.counters().slot_restores.get() == 1);
+  sim.finish(l.h);
+
+  // A chunk goes missing: the sidecar is fetched into the row and dropped there.
+  REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.page_key(keys[5])); }).is_ok());
+  gets.clear();
+  auto l2 = sim.admit(3, a).live;
+  const auto before = require_value(digest_slot(*sim.layouts[1], l2.group));
+  auto ev = sim.step();
+  fault_control().observe = nullptr;
+  REQUIRE(ev.load_failed.size() == 1);
+  CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kPageUnavailable);
+  CHECK(gets.size() == 9);
+  CHECK(require_value(digest_slot(*sim.layouts[1], l2.group)) == before);
+  CHECK(sim.faulty[1]->row_commits.load() == 1);
+  CHECK(w1.counters().slot_restores.get() == 1);
+  CHECK(w1.counters().slot_invalidations.get() == 0);
+  CHECK(located(sim, 1, w1.slot_key(b)) == 0);  // a valid sidecar stays stored
+}
+
+// The fail-closed scenarios of the sequential path, through staging rows.
+TEST_CASE("staged sidecars: resumes bit exact; foreign and corrupt ones never reach the group") {
+  auto o = sim_options(2);
+  o.host_rows = true;
+  resume_bit_exact_on_every_rank(o);
+  foreign_sidecar_fails_whole_load(o);
+  corrupt_sidecar_bytes_fail_the_load(o);
+  corrupt_sidecar_bytes_fail_the_load(o, /*reseal=*/true);
+  page_hit_shrinks_to_committed_sidecar(o);
+}

@@ -490,6 +490,72 @@ TEST_CASE("a load's scattered gets reach the tier in submits of many, in item or
   CHECK(submits == std::vector<std::size_t>{16, 16, 8});
 }
 
+// A codec that is `inner` under another layout id: its objects are refused by `inner`'s loads.
+class Relabeled final : public Codec {
+ public:
+  Relabeled(const Codec& inner, std::uint32_t id) : inner_(inner), id_(id) {}
+  std::string_view name() const noexcept override { return "relabeled"; }
+  std::uint32_t format_id() const noexcept override { return id_; }
+  Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+    return inner_.encoded_size(src);
+  }
+  Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
+    return inner_.encode(src, dst);
+  }
+  Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
+    return inner_.decode(payload, dst);
+  }
+  Result<DirectPayload> direct(RegionList regions) const noexcept override {
+    return inner_.direct(regions);
+  }
+
+ private:
+  const Codec& inner_;
+  std::uint32_t id_;
+};
+
+// An engine loads its PAGE chunks and their SLOT sidecar, two layouts, in one call: each item
+// is checked against its own codec's layout, also when their gets go to the tier in one submit
+// (direct, on a scatter tier) or through the stack's buffers (a tier that applies a stage).
+TEST_CASE("a load of items with codecs of their own checks each against its own layout") {
+  for (const char* profile :
+       {R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu"}]})",
+        R"({"tiers":[{"name":"cpu","capacity":"1MiB","backend":"cpu","stage":{"type":"zstd"}}]})"}) {
+    CAPTURE(profile);
+    Harness h(profile);
+    const Relabeled other(*h.codec, h.codec->format_id() + 1);
+    auto save = [&](std::uint64_t n, const Codec& c) {
+      auto d = Harness::data_of(n);
+      Region r = host_region(d);
+      Status out;
+      REQUIRE(h.stack->save(std::span<const SaveItem>({SaveItem{key_of(n), RegionList(&r, 1)}}),
+                            c, std::span(&out, 1)).is_ok());
+      REQUIRE(out.is_ok());
+    };
+    save(1, *h.codec);
+    save(2, other);
+    // Both layouts, each right, then each under the other's codec.
+    std::vector<std::vector<std::byte>> got(4, std::vector<std::byte>(kPayload, std::byte{0xEE}));
+    std::vector<Region> dst;
+    for (auto& g : got) dst.push_back(host_region(g));
+    const std::vector<LoadItem> items{{key_of(1), RegionList(&dst[0], 1)},
+                                      {key_of(2), RegionList(&dst[1], 1), &other},
+                                      {key_of(1), RegionList(&dst[2], 1), &other},
+                                      {key_of(2), RegionList(&dst[3], 1)}};
+    std::vector<LoadResult> out(items.size());
+    REQUIRE(h.stack->load(items, *h.codec, out).is_ok());
+    CHECK(out[0].status.is_ok());
+    CHECK(got[0] == Harness::data_of(1));
+    CHECK(out[1].status.is_ok());
+    CHECK(got[1] == Harness::data_of(2));
+    for (std::size_t i : {2, 3}) {
+      CAPTURE(i);
+      CHECK_FALSE(out[i].status.is_ok());
+      CHECK(got[i] == std::vector<std::byte>(kPayload, std::byte{0xEE}));
+    }
+  }
+}
+
 // A load's scattered gets enter the stack's table when their batch is submitted: an item
 // refused before any get (here the 66th, past a first batch of 64) is answered while the 65th
 // still waits in the next batch, which is then served like the rest, not skipped as never sent.

@@ -47,6 +47,32 @@ class FramedSnapshot final : public engine::SlotSnapshot {
 
 }  // namespace
 
+// The row a load writes a SLOT into (stage_slot), released on destruction.
+class Dsv4Layout::StagedSlot final : public engine::SlotStaging {
+ public:
+  StagedSlot(Dsv4Layout& owner, dsv4::SlotBoundaryCodec codec, std::vector<Region> row,
+             dsv4::SlotPlan group)
+      : owner_(owner), codec_(codec), row_(std::move(row)), group_(std::move(group)) {}
+  ~StagedSlot() override {
+    std::lock_guard<std::mutex> lock(owner_.staging_mu_);
+    owner_.staging_held_ = false;
+  }
+  RegionList regions() const noexcept override { return row_; }
+  const Codec& codec() const noexcept override { return codec_; }
+  // The row's regions lie back to back in slot image order: the row is the group's image.
+  Status commit() override {
+    const Region& first = row_.front();
+    return owner_.memory_->commit_row(
+        group_.plan(), Region{first.data, owner_.slot_->slot_bytes(), first.kind, first.device});
+  }
+
+ private:
+  Dsv4Layout& owner_;
+  BoundSlotCodec codec_;
+  std::vector<Region> row_;
+  dsv4::SlotPlan group_;
+};
+
 std::string_view kv_memory_name(KvMemoryKind k) noexcept {
   return k == KvMemoryKind::kDevice ? "device" : "host";
 }
@@ -131,6 +157,44 @@ Result<std::unique_ptr<Codec>> Dsv4Layout::slot_codec(const engine::SlotIdentity
     return Status::invalid("dsv4 layout: SLOT identity of another rank");
   return std::unique_ptr<Codec>(
       new BoundSlotCodec(slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash})));
+}
+
+Result<std::unique_ptr<engine::SlotStaging>> Dsv4Layout::stage_slot(
+    const engine::SlotIdentity& id, std::int32_t group) {
+  if (options_.memory != KvMemoryKind::kDevice)
+    return Status(Code::kNotSupported, "dsv4 layout: host KV memory stages no SLOT rows");
+  const auto& own = slot_->identity();
+  if (id.tp_size != own.tp_size || id.tp_rank != own.tp_rank)
+    return Status::invalid("dsv4 layout: SLOT identity of another rank");
+  TIER_ASSIGN_OR_RETURN(auto dst, slot_regions(group));
+  TIER_ASSIGN_OR_RETURN(dsv4::SlotPlan plan, slot_->plan(dst));
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  if (staging_held_) return Status(Code::kRejected, "dsv4 layout: the SLOT staging row is in use");
+  try {
+    if (!staging_) {
+      TIER_ASSIGN_OR_RETURN(Region row, memory_->staging_row(slot_->slot_bytes()));
+      // One group per region, back to back in the order of the slot image.
+      std::vector<dsv4::BoundRegion> rows = slot_->regions();
+      std::uint64_t offset = 0;
+      for (dsv4::BoundRegion& r : rows) {
+        r.base = row.data + offset;
+        r.total_bytes = r.unit_bytes;
+        r.kind = row.kind;
+        r.device = row.device;
+        offset += r.unit_bytes;
+      }
+      TIER_ASSIGN_OR_RETURN(staging_,
+                            dsv4::SlotCodec::create(std::move(rows), 1, own, memory_->executor()));
+    }
+    TIER_ASSIGN_OR_RETURN(auto row, staging_->describe(0));
+    auto staged = std::make_unique<StagedSlot>(
+        *this, staging_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash}), std::move(row),
+        std::move(plan));
+    staging_held_ = true;
+    return std::unique_ptr<engine::SlotStaging>(std::move(staged));
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "dsv4 layout: out of memory");
+  }
 }
 
 std::uint32_t Dsv4Layout::block_tokens() const noexcept {

@@ -34,6 +34,13 @@ class HostMemory final : public KvMemory {
       return Status(Code::kNoSpace, "dsv4 layout: cannot allocate the snapshot");
     }
   }
+  // A load into host memory is a copy on the caller's thread: a row would only add one.
+  Result<Region> staging_row(std::size_t) override {
+    return Status(Code::kNotSupported, "dsv4 layout: host KV memory stages no rows");
+  }
+  Status commit_row(const CopyPlan&, Region) override {
+    return Status(Code::kNotSupported, "dsv4 layout: host KV memory stages no rows");
+  }
   Status visit(RegionList regions, Access, const std::function<void(RegionList)>& fn) override {
     for (const Region& r : regions)
       if (!r.host_accessible()) return Status::invalid("host KV memory: a device region");

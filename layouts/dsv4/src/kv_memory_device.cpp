@@ -70,6 +70,19 @@ class DeviceMemory final : public KvMemory {
     return executor_->order_after(stream, event);
   }
 
+  Result<Region> staging_row(std::size_t bytes) override {
+    if (row_.size() == 0) {
+      TIER_ASSIGN_OR_RETURN(row_, gpu::DeviceBuffer::allocate(device_, bytes));
+    }
+    if (bytes > row_.size())
+      return Status::invalid(fmt::format("dsv4 layout: a staging row of {} bytes asked for {}",
+                                         row_.size(), bytes));
+    return row_.region().slice(0, bytes);
+  }
+  Status commit_row(const CopyPlan& plan, Region row) override {
+    return executor_->scatter_from(plan, row);
+  }
+
   Result<std::unique_ptr<PendingImage>> snapshot(const CopyPlan& plan, std::size_t header_bytes,
                                                  void* stream) override {
     const std::size_t total = header_bytes + plan.image_bytes;
@@ -210,6 +223,7 @@ class DeviceMemory final : public KvMemory {
   std::vector<gpu::DeviceBuffer> owned_;
   std::vector<Region> regions_;
   gpu::PinnedBuffer scratch_;
+  gpu::DeviceBuffer row_;  // staging_row(), once asked for
   std::unique_ptr<gpu::DeviceCopyExecutor> executor_;
 };
 

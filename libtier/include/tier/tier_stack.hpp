@@ -66,6 +66,10 @@ struct SaveItem {
 struct LoadItem {
   ObjectKey key;
   RegionList dst;
+  // The codec of this item; null: the one the load was called with. One call may then fetch
+  // objects of several layouts together (an engine's PAGE chunks and their SLOT sidecar), their
+  // transfers back to back. Must outlive the call.
+  const Codec* codec = nullptr;
 };
 struct LoadResult {
   Status status;     // Ok, NotFound (no readable tier holds a valid copy), or the decode error
@@ -157,7 +161,8 @@ class TierStack {
   // Saves every item with `codec`. out[i] is Ok (stored, or present already), or the error of
   // the first writable tier. `out.size()` must equal `items.size()`.
   Status save(std::span<const SaveItem> items, const Codec& codec, std::span<Status> out);
-  // Loads every item with `codec`. out[i] says which tier served it, or why it missed.
+  // Loads every item with its own codec (LoadItem::codec), else with `codec`. out[i] says which
+  // tier served it, or why it missed.
   Status load(std::span<const LoadItem> items, const Codec& codec, std::span<LoadResult> out);
   // Removes `key` from every tier. Ok only if no tier holds it afterwards; otherwise the error
   // of a tier that failed (the key may still be stored there).

@@ -120,6 +120,23 @@ class SlotSnapshot {
   virtual Result<std::span<const std::byte>> frame() = 0;
 };
 
+// A row of the layout's own memory that one load writes a SLOT into before its state group
+// takes it (KvLayout::stage_slot): the worker fetches the sidecar in the same TierStack call as
+// the PAGE chunks (its transfer back to back with theirs, not after them) and commits the row
+// only once every chunk loaded, so the state group still changes only on a whole restore.
+// Destroying it releases the row. Threads: used by one thread (the worker's progress()).
+class SlotStaging {
+ public:
+  virtual ~SlotStaging() = default;
+  // The regions the load writes: shaped as slot_regions() (same count and sizes, in order).
+  virtual RegionList regions() const noexcept = 0;
+  // The codec that checks the sidecar's frame for these regions as slot_codec(id) checks it for
+  // the state group (same identity, same refusals).
+  virtual const Codec& codec() const noexcept = 0;
+  // Copies the row into the state group; returns once it landed there. Errors: DeviceError.
+  virtual Status commit() = 0;
+};
+
 // The model's KV memory on one rank and the codecs that move it. The DSV4 implementation binds
 // the DSV4 geometry and codecs; tests and tierbench use the same interface.
 class KvLayout {
@@ -136,6 +153,17 @@ class KvLayout {
   // A codec bound to one sidecar's identity: encode frames the SLOT image, decode checks the
   // frame against `id` (and the layout) before any byte is written. Errors: InvalidArgument.
   virtual Result<std::unique_ptr<Codec>> slot_codec(const SlotIdentity& id) const = 0;
+  // A staging row for the SLOT of `group` framed for `id` (SlotStaging). Optional: a layout
+  // whose loads gain nothing from fetching the sidecar with the chunks (host memory, where each
+  // load is a copy by the caller's thread) keeps the default, NotSupported, and the worker
+  // fetches the sidecar after them. Errors: NotSupported, Rejected (the rows are in use: the
+  // worker then fetches after the chunks), InvalidArgument (group, identity), NoSpace,
+  // DeviceError.
+  virtual Result<std::unique_ptr<SlotStaging>> stage_slot(const SlotIdentity& id,
+                                                          std::int32_t group) {
+    (void)id, (void)group;
+    return Status(Code::kNotSupported, "this KV layout stages no SLOT rows");
+  }
   // Tokens one block id covers (for DSV4: the geometry's block_size x dcp_size). Worker::create
   // refuses an EngineConfig whose block_tokens differs. 0: the layout does not say.
   virtual std::uint32_t block_tokens() const noexcept { return 0; }
@@ -256,6 +284,9 @@ class Worker final : public TierView {
   // pool). Takes layout_mu_.
   std::optional<PageDestinations> page_destinations(const LoadOp& op);
   WorkerOutcome run_load(QueuedLoad& q);
+  // The outcome of a sidecar fetched into `bytes` of state (counters, invalidation of a corrupt
+  // one), once every PAGE chunk loaded.
+  WorkerOutcome slot_outcome(const ObjectKey& key, const LoadResult& res, std::uint64_t bytes);
   void run_save(QueuedSave& q);
   WorkerOutcome save_slot(QueuedSave& q);
   // Polls `probe` until it sees the object (kOk), the probe fails (`failed`) or the publication

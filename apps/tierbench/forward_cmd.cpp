@@ -268,7 +268,7 @@ int run_forward(cli::Args& args) {
   for (const OpReport& r : w.take_reports())
     if (!r.ok())
       return cli::fail(fmt::format("storing the prefix failed: {}", outcome_name(r.outcome)));
-  // The restore, and the same load without its SLOT (where the sidecar's part of the time goes).
+  // The restore, and the same load without its SLOT (what the sidecar adds).
   std::vector<double> restores, page_only;
   for (int i = 0; i < 2 * (iters + 1); ++i) {
     const bool with_slot = i % 2 == 0;
@@ -319,8 +319,8 @@ int run_forward(cli::Args& args) {
              bulk > 0 ? restore / bulk : 0);
   const double page = median(page_only);
   fmt::print(
-      "    of which the PAGE chunks alone  {:10.3f} ms   {:8.2f} GB/s   ({:.3f} ms for the "
-      "SLOT after them)\n",
+      "    the PAGE chunks alone           {:10.3f} ms   {:8.2f} GB/s   ({:.3f} ms more with "
+      "the SLOT)\n",
       page * 1e3, (bytes - slot_bytes) / page / 1e9, (restore - page) * 1e3);
   return 0;
 }

@@ -298,8 +298,8 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   // Requests of one op and call that go to a tier in one submit (a save's gathered puts, a
   // load's scattered gets): at most `most` (<= kScatterBatch), or fewer that hold `due_bytes` of
   // payload. Their pending entries are made when the batch is submitted, under one lock for them
-  // all; a get's buf then becomes its entry's own header, holding the header it accepts (layout
-  // `format_id`, its key, skip + tail bytes of payload) until the tier writes the stored one.
+  // all; a get's buf then becomes its entry's own header, holding the header it accepts (its
+  // item's layout, its key, skip + tail bytes of payload) until the tier writes the stored one.
   // Reserved when made: adding allocates nothing.
   struct RequestBatch {
     RequestBatch(Op op, std::size_t most, std::uint64_t due_bytes);
@@ -309,8 +309,8 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
              std::uint32_t format_id = 0);
     const Op op;
     std::vector<IoRequest> reqs;
-    std::vector<std::size_t> items;       // the item of each request
-    std::vector<std::uint32_t> formats;   // gets: the layout each accepts
+    std::vector<std::size_t> items;      // the item of each request
+    std::vector<std::uint32_t> formats;  // gets: the layout each accepts
     std::uint64_t bytes = 0;
     const std::size_t most;
     const std::uint64_t due_bytes;

@@ -35,9 +35,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string_view>
-#include <mutex>
 #include <vector>
 
 #include "tier/dsv4/geometry.hpp"

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "support/fault_backend.hpp"
+#include "support/test_util.hpp"
 #include "tier/dsv4/kv_layout.hpp"
 #include "tierbench/kv_content.hpp"
 #include "tier/engine/scheduler.hpp"
@@ -141,23 +142,16 @@ class FaultyLayout final : public KvLayout {
   }
 
  private:
-  class FailingEncode final : public Codec {
+  class FailingEncode final : public tier::test::ForwardingCodec {
    public:
-    explicit FailingEncode(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {}
-    std::string_view name() const noexcept override { return inner_->name(); }
-    std::uint32_t format_id() const noexcept override { return inner_->format_id(); }
-    Result<std::size_t> encoded_size(RegionList src) const noexcept override {
-      return inner_->encoded_size(src);
-    }
+    explicit FailingEncode(std::unique_ptr<Codec> inner)
+        : ForwardingCodec(*inner), owned_(std::move(inner)) {}
     Result<std::size_t> encode(RegionList, std::span<std::byte>) const noexcept override {
       return Status(Code::kDeviceError, "injected snapshot failure");
     }
-    Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
-      return inner_->decode(payload, dst);
-    }
 
    private:
-    std::unique_ptr<Codec> inner_;
+    std::unique_ptr<Codec> owned_;  // what inner_ refers to
   };
   class HostRow final : public SlotStaging {
    public:

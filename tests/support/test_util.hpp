@@ -22,6 +22,30 @@
 
 namespace tier::test {
 
+// A codec that hands every call to `inner` (which must outlive it): fault injectors and test
+// codecs derive from it and override what they change.
+class ForwardingCodec : public Codec {
+ public:
+  explicit ForwardingCodec(const Codec& inner) : inner_(inner) {}
+  std::string_view name() const noexcept override { return inner_.name(); }
+  std::uint32_t format_id() const noexcept override { return inner_.format_id(); }
+  Result<std::size_t> encoded_size(RegionList src) const noexcept override {
+    return inner_.encoded_size(src);
+  }
+  Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
+    return inner_.encode(src, dst);
+  }
+  Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
+    return inner_.decode(payload, dst);
+  }
+  Result<DirectPayload> direct(RegionList regions) const noexcept override {
+    return inner_.direct(regions);
+  }
+
+ protected:
+  const Codec& inner_;
+};
+
 // Meson's exit code for a skipped test.
 inline constexpr int kSkip = 77;
 

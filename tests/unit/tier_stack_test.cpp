@@ -491,26 +491,12 @@ TEST_CASE("a load's scattered gets reach the tier in submits of many, in item or
 }
 
 // A codec that is `inner` under another layout id: its objects are refused by `inner`'s loads.
-class Relabeled final : public Codec {
+class Relabeled final : public tier::test::ForwardingCodec {
  public:
-  Relabeled(const Codec& inner, std::uint32_t id) : inner_(inner), id_(id) {}
-  std::string_view name() const noexcept override { return "relabeled"; }
+  Relabeled(const Codec& inner, std::uint32_t id) : ForwardingCodec(inner), id_(id) {}
   std::uint32_t format_id() const noexcept override { return id_; }
-  Result<std::size_t> encoded_size(RegionList src) const noexcept override {
-    return inner_.encoded_size(src);
-  }
-  Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
-    return inner_.encode(src, dst);
-  }
-  Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
-    return inner_.decode(payload, dst);
-  }
-  Result<DirectPayload> direct(RegionList regions) const noexcept override {
-    return inner_.direct(regions);
-  }
 
  private:
-  const Codec& inner_;
   std::uint32_t id_;
 };
 

@@ -5,29 +5,6 @@
 namespace tier::dsv4 {
 namespace {
 
-// The per-boundary SLOT codec, owning the SlotBoundaryCodec that refers to the layout's SlotCodec.
-class BoundSlotCodec final : public Codec {
- public:
-  explicit BoundSlotCodec(dsv4::SlotBoundaryCodec inner) : inner_(inner) {}
-  std::string_view name() const noexcept override { return inner_.name(); }
-  std::uint32_t format_id() const noexcept override { return inner_.format_id(); }
-  Result<std::size_t> encoded_size(RegionList src) const noexcept override {
-    return inner_.encoded_size(src);
-  }
-  Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override {
-    return inner_.encode(src, dst);
-  }
-  Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override {
-    return inner_.decode(payload, dst);
-  }
-  Result<DirectPayload> direct(RegionList regions) const noexcept override {
-    return inner_.direct(regions);
-  }
-
- private:
-  dsv4::SlotBoundaryCodec inner_;
-};
-
 // A snapshot gathered by the KV memory, framed by the boundary's codec once it landed.
 class FramedSnapshot final : public engine::SlotSnapshot {
  public:
@@ -68,7 +45,7 @@ class Dsv4Layout::StagedSlot final : public engine::SlotStaging {
 
  private:
   Dsv4Layout& owner_;
-  BoundSlotCodec codec_;
+  dsv4::SlotBoundaryCodec codec_;
   std::vector<Region> row_;
   dsv4::SlotPlan group_;
 };
@@ -156,7 +133,7 @@ Result<std::unique_ptr<Codec>> Dsv4Layout::slot_codec(const engine::SlotIdentity
   if (id.tp_size != own.tp_size || id.tp_rank != own.tp_rank)
     return Status::invalid("dsv4 layout: SLOT identity of another rank");
   return std::unique_ptr<Codec>(
-      new BoundSlotCodec(slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash})));
+      new dsv4::SlotBoundaryCodec(slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash})));
 }
 
 Result<std::unique_ptr<engine::SlotStaging>> Dsv4Layout::stage_slot(

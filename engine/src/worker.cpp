@@ -396,7 +396,11 @@ WorkerOutcome Worker::run_load(QueuedLoad& q) {
   const auto& regions = q.destinations;
   if (!regions) return WorkerOutcome::kPageUnavailable;
   std::optional<SlotIdentity> slot_id;
-  if (op.slot) slot_id = SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_};
+  ObjectKey key;  // the sidecar's
+  if (op.slot) {
+    slot_id = SlotIdentity{op.slot->tokens, op.slot->key.lo, config_.tp_size, rank_};
+    key = slot_key(*op.slot);
+  }
   std::unique_ptr<SlotStaging> staged;
   if (slot_id) {
     std::lock_guard<std::mutex> lock(layout_mu_);
@@ -409,7 +413,7 @@ WorkerOutcome Worker::run_load(QueuedLoad& q) {
   items.reserve(op.chunk_keys.size() + 1);
   if (staged) {  // first: its transfer starts with the load, its checks overlap the chunks'
     staged_codec.emplace(staged->codec(), layout_mu_);
-    items.push_back(LoadItem{slot_key(*op.slot), staged->regions(), &*staged_codec});
+    items.push_back(LoadItem{key, staged->regions(), &*staged_codec});
   }
   const std::size_t first_chunk = items.size();
   for (std::size_t i = 0; i < op.chunk_keys.size(); ++i)
@@ -436,7 +440,6 @@ WorkerOutcome Worker::run_load(QueuedLoad& q) {
   // A staged sidecar is dropped uncommitted: the state group never saw it.
   if (!all) return WorkerOutcome::kPageUnavailable;
   if (!slot_id) return WorkerOutcome::kOk;
-  const ObjectKey key = slot_key(*op.slot);
   if (staged) {
     LoadResult& res = results[0];
     // A failed copy into the state group is a device failure, not a corrupt sidecar.

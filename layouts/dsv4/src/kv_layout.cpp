@@ -128,10 +128,15 @@ Result<std::vector<Region>> Dsv4Layout::slot_regions(std::int32_t group) const {
   return slot_->describe(static_cast<std::uint32_t>(group));
 }
 
-Result<std::unique_ptr<Codec>> Dsv4Layout::slot_codec(const engine::SlotIdentity& id) const {
+Status Dsv4Layout::same_rank(const engine::SlotIdentity& id) const {
   const auto& own = slot_->identity();
   if (id.tp_size != own.tp_size || id.tp_rank != own.tp_rank)
     return Status::invalid("dsv4 layout: SLOT identity of another rank");
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Codec>> Dsv4Layout::slot_codec(const engine::SlotIdentity& id) const {
+  TIER_RETURN_IF_ERROR(same_rank(id));
   return std::unique_ptr<Codec>(
       new dsv4::SlotBoundaryCodec(slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash})));
 }
@@ -140,9 +145,7 @@ Result<std::unique_ptr<engine::SlotStaging>> Dsv4Layout::stage_slot(
     const engine::SlotIdentity& id, std::int32_t group) {
   if (options_.memory != KvMemoryKind::kDevice)
     return Status(Code::kNotSupported, "dsv4 layout: host KV memory stages no SLOT rows");
-  const auto& own = slot_->identity();
-  if (id.tp_size != own.tp_size || id.tp_rank != own.tp_rank)
-    return Status::invalid("dsv4 layout: SLOT identity of another rank");
+  TIER_RETURN_IF_ERROR(same_rank(id));
   TIER_ASSIGN_OR_RETURN(auto dst, slot_regions(group));
   TIER_ASSIGN_OR_RETURN(dsv4::SlotPlan plan, slot_->plan(dst));
   std::lock_guard<std::mutex> lock(staging_mu_);
@@ -161,7 +164,8 @@ Result<std::unique_ptr<engine::SlotStaging>> Dsv4Layout::stage_slot(
         offset += r.unit_bytes;
       }
       TIER_ASSIGN_OR_RETURN(staging_,
-                            dsv4::SlotCodec::create(std::move(rows), 1, own, memory_->executor()));
+                            dsv4::SlotCodec::create(std::move(rows), 1, slot_->identity(),
+                                                    memory_->executor()));
     }
     TIER_ASSIGN_OR_RETURN(auto row, staging_->describe(0));
     auto staged = std::make_unique<StagedSlot>(
@@ -189,9 +193,7 @@ Status Dsv4Layout::order_after(const engine::DeviceOrder& after) {
 
 Result<std::unique_ptr<engine::SlotSnapshot>> Dsv4Layout::snapshot_slot(
     const engine::SlotIdentity& id, std::int32_t group, const engine::DeviceOrder& after) {
-  const auto& own = slot_->identity();
-  if (id.tp_size != own.tp_size || id.tp_rank != own.tp_rank)
-    return Status::invalid("dsv4 layout: SLOT identity of another rank");
+  TIER_RETURN_IF_ERROR(same_rank(id));
   if (id.boundary_tokens == 0) return Status::invalid("dsv4 SLOT: boundary of 0 tokens");
   TIER_ASSIGN_OR_RETURN(auto regions, slot_regions(group));
   TIER_ASSIGN_OR_RETURN(dsv4::SlotPlan plan, slot_->plan(regions));

@@ -128,6 +128,8 @@ class Dsv4Layout final : public engine::KvLayout {
 
  private:
   Dsv4Layout();
+  // InvalidArgument unless `id` names this layout's TP size and rank.
+  Status same_rank(const engine::SlotIdentity& id) const;
 
   Geometry geometry_;
   Key128 page_namespace_;

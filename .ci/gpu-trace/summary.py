@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Summary of a .ci/gpu-trace/run CSV: the host-to-device DMAs of 1 MiB or more, grouped into
-transfers (DMAs less than GAP us apart: the second argument, default 50), each with its DMA count, bytes, span, the DMAs' own rate,
-the gaps between them, and the GPU work in the 100 us after its last DMA (the transfer's tail);
-then the DMAs' median rate by size (the cost of splitting a transfer into DMAs)."""
+transfers (DMAs less than GAP us apart; GAP is the second argument, default 50), each with its DMA
+count, bytes, span, the DMAs' own rate, the gaps between them, and the GPU work in the 100 us after
+its last DMA (the transfer's tail); then the DMAs' median rate by size (the cost of splitting a
+transfer into DMAs).
+
+    python3 .ci/gpu-trace/summary.py OUT.csv [GAP]
+"""
 import collections
 import statistics
 import sys

@@ -7,6 +7,7 @@ transfer into DMAs).
 
     python3 .ci/gpu-trace/summary.py OUT.csv [GAP]
 """
+import bisect
 import collections
 import statistics
 import sys
@@ -42,10 +43,12 @@ def main(path, gap_us=50.0):
               f"  DMAs at {nbytes / busy:5.2f} GB/s"
               + (f"  gaps {sum(gaps) / 1e3:6.1f} us (median {statistics.median(gaps) / 1e3:.1f})"
                  if gaps else ""))
-        for s, e, stream, name in kernels:
-            if end <= s < end + 100_000:
-                print(f"      +{(s - end) / 1e3:6.1f} .. +{(e - end) / 1e3:6.1f} us  stream {stream} "
-                      f"{name[:70]}")
+        # The kernels are sorted by start: those starting in the 100 us after the last DMA.
+        tail = kernels[bisect.bisect_left(kernels, (end,)):
+                       bisect.bisect_left(kernels, (end + 100_000,))]
+        for s, e, stream, name in tail:
+            print(f"      +{(s - end) / 1e3:6.1f} .. +{(e - end) / 1e3:6.1f} us  stream {stream} "
+                  f"{name[:70]}")
         for d in g:
             by_size[round(d[3] / 2**20, 2)].append(d[3] / (d[1] - d[0]))
     print("DMA rate by size (MiB: median GB/s, count):",

@@ -29,13 +29,22 @@ struct PhaseResult {
 };
 
 // Runs one request per object, keeping up to `depth` in flight; records each latency. With
-// `seal_bytes` > 0 a put first seals the image of that many bytes at the front of its buffer
-// (payload checksum and header), inside the timed phase: the work a TierStack save does.
+// `seal` a put first seals its image (payload checksum and header), inside the timed phase, as a
+// TierStack save does: a tier that seals puts (Capabilities::seals_puts) gets the header and the
+// payload as a gather put and hashes the payload as it copies it; any other gets the image
+// sealed here first.
 PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
                       const std::vector<Region>& bufs, std::size_t depth, cli::Progress* progress,
-                      std::size_t seal_bytes = 0) {
+                      bool seal = false) {
   PhaseResult res;
   const std::size_t n = keys.size();
+  const Capabilities caps = b.capabilities();
+  const bool by_tier = seal && op == Op::kPut && caps.gather_puts && caps.seals_puts;
+  std::vector<Region> payloads;  // by_tier: each image's payload, the put's tail
+  if (by_tier)
+    for (const Region& r : bufs)
+      payloads.push_back(Region{r.data + kObjectHeaderBytes, r.size - kObjectHeaderBytes,
+                                MemoryKind::kHost, -1});
   std::vector<Clock::time_point> started(n);
   res.latencies_us.reserve(n);
   std::vector<IoRequest> batch;
@@ -46,8 +55,15 @@ PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
     batch.clear();
     while (next + batch.size() < n && inflight + batch.size() < depth) {
       std::size_t i = next + batch.size();
-      if (op == Op::kPut && seal_bytes > 0)
-        seal_object({bufs[i].data, seal_bytes}, kIdentityLayoutId, 0, keys[i]);
+      if (by_tier) {
+        write_object_header({bufs[i].data, kObjectHeaderBytes},
+                            ObjectHeader{kIdentityLayoutId, 0, keys[i], payloads[i].size, 0});
+        batch.push_back(IoRequest{op, keys[i],
+                                  Region{bufs[i].data, kObjectHeaderBytes, MemoryKind::kHost, -1},
+                                  i, RegionList(&payloads[i], 1)});
+        continue;
+      }
+      if (op == Op::kPut && seal) seal_object(bufs[i].bytes(), kIdentityLayoutId, 0, keys[i]);
       batch.push_back(IoRequest{op, keys[i], bufs[i], i});
     }
     if (!batch.empty()) {
@@ -381,8 +397,7 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} put", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;
-    keep(put, run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get(),
-                        o.seal ? objs.padded : 0));
+    keep(put, run_phase(b, Op::kPut, objs.keys, objs.put_bufs, o.depth, bar.get(), o.seal));
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} get", r + 1), o.objects);
     if (!group.wait(o.processes)) return 1;
@@ -423,7 +438,8 @@ TIER_CLI_COMMAND(micro,
                  "tier) and adds their figures up, and a list "
                  "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
                  "sealing each image (payload checksum, header) as part of its put, as a "
-                 "TierStack save of fresh bytes does; --threads N,... runs N threads on one "
+                 "TierStack save of fresh bytes does (by the tier as it copies, where it seals "
+                 "puts); --threads N,... runs N threads on one "
                  "TierStack of that tier (saves, then loads, of their own host objects through "
                  "the identity codec) beside N threads' memcpy in the same run, every N in each "
                  "of --rounds rounds; per N: median and min-max ratio, and the throughput "

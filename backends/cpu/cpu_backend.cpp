@@ -36,6 +36,7 @@ Capabilities CpuBackend::capabilities() const noexcept {
   c.persistent = c.shared = mode_->shared();
   c.verifies_reads = true;  // every mode copies host images with copy_verified
   c.gather_puts = true;     // every put is copied inside submit
+  c.seals_puts = true;      // and a gathered one sealed as it is copied (seal_into)
   c.scatter_gets = true;    // scatter_verified over the stored pieces
   c.concurrent = concurrent_;
   return c;
@@ -44,29 +45,6 @@ Capabilities CpuBackend::capabilities() const noexcept {
 Usage CpuBackend::usage() const noexcept { return mode_->usage(); }
 
 std::string CpuBackend::describe() const { return mode_->describe(tier_name()); }
-
-namespace {
-
-// Copies `head` then `tail` (host regions, in order) into `pieces`, which hold as many bytes.
-Status gather_into(std::span<const Piece> pieces, const Region& head, RegionList tail) {
-  std::size_t p = 0, off = 0;  // the piece and the offset in it the next byte goes to
-  auto copy = [&](const Region& r) {
-    for (std::size_t done = 0; done < r.size;) {
-      if (p == pieces.size()) return false;
-      std::size_t n = std::min(r.size - done, pieces[p].size() - off);
-      copy_bytes(pieces[p].data() + off, r.data + done, n);
-      done += n;
-      off += n;
-      if (off == pieces[p].size()) ++p, off = 0;
-    }
-    return true;
-  };
-  bool fits = copy(head);
-  for (const Region& r : tail) fits = fits && copy(r);
-  return fits ? Status::ok() : Status(Code::kBadState, "gather put: pieces shorter than the image");
-}
-
-}  // namespace
 
 void CpuBackend::settle() noexcept {
   if (copying_.empty()) return;
@@ -96,7 +74,7 @@ Completion CpuBackend::put(const IoRequest& r) {
   if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
     o = mode_->put_with(
         r.key, r.buf.size + total_bytes(r.tail),
-        [&](std::span<const Piece> pieces) { return gather_into(pieces, r.buf, r.tail); },
+        [&](std::span<const Piece> pieces) { return seal_into(pieces, r.buf.bytes(), r.tail); },
         evicted);
   } else if (r.buf.kind == MemoryKind::kDevice) {
     // Device buffers are accepted (capabilities()) only when the mode has a device path.

@@ -45,6 +45,10 @@ Status check_request(const IoRequest& r, const Capabilities& caps) {
   if (r.op != Op::kPut && r.op != Op::kGet) return Status::ok();
   const Region& b = r.buf;
   TIER_RETURN_IF_ERROR(check_buffer(r, b, caps));
+  if (r.op == Op::kPut && !r.tail.empty() && caps.seals_puts &&
+      (!b.host_accessible() || b.size != kObjectHeaderBytes))
+    return Status::invalid(
+        "put: a sealed gather put's header buffer must be 96 bytes of host memory");
   if (r.op == Op::kGet && !r.tail.empty()) {
     if (!b.host_accessible() || b.size != kObjectHeaderBytes)
       return Status::invalid("get: a scattered get's header buffer must be 96 bytes of host memory");

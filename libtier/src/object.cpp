@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "copy_xxh3.hpp"
 #include "verify_pool.hpp"
 
 namespace tier {
@@ -397,6 +398,91 @@ void each_stored(std::span<const std::span<std::byte>> stored, std::size_t from,
 }
 
 }  // namespace
+
+Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const std::byte> header,
+                 RegionList payload) noexcept {
+  if (header.size() != kObjectHeaderBytes)
+    return Status::invalid("seal: the header buffer is not kObjectHeaderBytes");
+  auto h = parse_object_header(header);
+  if (!h) return Status::invalid(fmt::format("seal: {}", h.status().message()));
+  const std::uint64_t n = total_bytes(payload);
+  std::uint64_t stored = 0;
+  for (const auto& p : pieces) stored += p.size();
+  if (h->payload_bytes != n || stored != kObjectHeaderBytes + n)
+    return Status::invalid(fmt::format("seal: header declares {} payload bytes, the regions hold "
+                                       "{}, the storage {}",
+                                       h->payload_bytes, n, stored));
+  // Moves `len` bytes from the regions at `s` into the pieces at `d`, part by part.
+  auto copy_parts = [&](Pos s, Pos d, std::size_t len) {
+    while (len > 0) {
+      while (payload[s.i].size == s.off) s = Pos{s.i + 1, 0};
+      while (pieces[d.i].size() == d.off) d = Pos{d.i + 1, 0};
+      const std::size_t k = std::min({len, payload[s.i].size - s.off, pieces[d.i].size() - d.off});
+      std::memcpy(pieces[d.i].data() + d.off, payload[s.i].data + s.off, k);
+      s.off += k;
+      d.off += k;
+      len -= k;
+    }
+  };
+  auto region_size = [&](std::size_t i) { return payload[i].size; };
+  auto piece_size = [&](std::size_t i) { return pieces[i].size(); };
+  Pos s{}, d{};
+  std::uint64_t s_at = 0, d_at = 0;  // offsets of `s` in the payload, of `d` in the image
+  if (h->version == kObjectVersionWholePayload) {  // older images: copied, then hashed
+    if (n > 0) {
+      advance(d, d_at, kObjectHeaderBytes, piece_size);
+      copy_parts(s, d, static_cast<std::size_t>(n));
+    }
+    auto piece = [&](std::size_t i) { return std::span<const std::byte>(pieces[i]); };
+    h->payload_checksum = pieces_checksum(pieces.size(), piece, kObjectHeaderBytes, n, h->version);
+  } else {
+    const bool stream = kHaveAvx2 && n >= kStreamFrom;
+    std::array<Pos, kWindowChunks> from, to;
+    std::uint64_t window_first = 0;
+    auto before = [&](std::uint64_t first, std::size_t count) {
+      window_first = first;
+      for (std::size_t k = 0; k < count; ++k) {
+        advance(s, s_at, (first + k) * kChecksumChunkBytes, region_size);
+        advance(d, d_at, kObjectHeaderBytes + (first + k) * kChecksumChunkBytes, piece_size);
+        from[k] = s;
+        to[k] = d;
+      }
+    };
+    auto chunk = [&](std::uint64_t c) {
+      const auto len = static_cast<std::size_t>(
+          std::min<std::uint64_t>(kChecksumChunkBytes, n - c * kChecksumChunkBytes));
+      const Pos a = from[static_cast<std::size_t>(c - window_first)];
+      const Pos b = to[static_cast<std::size_t>(c - window_first)];
+      std::uint64_t sum;
+      if (payload[a.i].size - a.off >= len && pieces[b.i].size() - b.off >= len) {
+        sum = detail::copy_xxh3(pieces[b.i].data() + b.off, payload[a.i].data + a.off, len, stream);
+        if (stream) _mm_sfence();  // this thread's streamed bytes land before it reports them
+        return sum;
+      }
+      copy_parts(a, b, len);  // a chunk across regions or pieces: copied, then hashed stored
+      XXH3_state_t state;
+      XXH3_64bits_reset(&state);
+      std::size_t left = len;
+      for (Pos p = b; left > 0; p = Pos{p.i + 1, 0}) {
+        const std::size_t k = std::min(left, pieces[p.i].size() - p.off);
+        XXH3_64bits_update(&state, pieces[p.i].data() + p.off, k);
+        left -= k;
+      }
+      return XXH3_64bits_digest(&state);
+    };
+    h->payload_checksum = chunked_checksum(n, chunk, before);
+  }
+  std::array<std::byte, kObjectHeaderBytes> sealed;
+  write_object_header(sealed, *h);
+  std::size_t at = 0;
+  for (const auto& p : pieces) {
+    if (at == sealed.size()) break;
+    const std::size_t k = std::min(p.size(), sealed.size() - at);
+    std::memcpy(p.data(), sealed.data() + at, k);
+    at += k;
+  }
+  return Status::ok();
+}
 
 std::size_t copy_head(std::span<const std::span<std::byte>> pieces,
                       std::span<std::byte> out) noexcept {

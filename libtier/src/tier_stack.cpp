@@ -113,6 +113,7 @@ Status TierStack::Impl::open(const Profile& profile, Registry& registry) {
   const Tier& first = at(first_writable_);
   gather_saves_ = first.caps.gather_puts && first.caps.io_alignment <= 1 && !first.stage &&
                   writable == 1;
+  seal_in_tier_ = gather_saves_ && first.caps.seals_puts;
   // The verification threads start now, not inside the first verified save or load, which
   // started them and waited for a new one's first chunk (docs/object-format.md).
   detail::VerifyPool::instance().prestart();
@@ -707,8 +708,9 @@ std::optional<IoRequest> TierStack::Impl::gathered_put(const SaveItem& item, con
     out = size.status();
     return std::nullopt;
   }
-  write_object_header(
-      header, ObjectHeader{codec.format_id(), 0, item.key, *size, payload_checksum(item.src)});
+  // A tier that seals puts hashes the payload as it copies it (Capabilities::seals_puts).
+  const std::uint64_t sum = seal_in_tier_ ? 0 : payload_checksum(item.src);
+  write_object_header(header, ObjectHeader{codec.format_id(), 0, item.key, *size, sum});
   return IoRequest{Op::kPut, item.key, host_region(header), 0, item.src};
 }
 
@@ -774,9 +776,10 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   };
   std::vector<std::uint64_t> ids(items.size(), 0);
   // Gathered puts go to the tier together: up to kScatterBatch of them, or as many as hold
-  // kGatherSubmitBytes of payload (the bytes hashed for their headers are still in this core's
-  // cache when the tier copies them), in one submit with one look at what finished. The tier
-  // has copied the headers and the regions when submit returns (gather_puts).
+  // kGatherSubmitBytes of payload (the bytes hashed for their headers, where the tier does not
+  // seal them itself, are still in this core's cache when the tier copies them), in one submit
+  // with one look at what finished. The tier has copied the headers and the regions when submit
+  // returns (gather_puts).
   struct alignas(64) HeaderBytes {
     std::array<std::byte, kObjectHeaderBytes> bytes;
   };

@@ -306,6 +306,23 @@ def test_host_arrays_move_once(store):
     assert "libtier_stack_staging_copy_bytes_total 0\n" in store.metrics_prometheus()
 
 
+def test_saves_sealed_by_the_tier_load_back_verified(store):
+    # The cpu tier hashes a save's payload as it copies it (Capabilities::seals_puts): payloads of
+    # one region and of regions whose 64 KiB checksum chunks span them, small, of many chunks on
+    # the verification threads and large enough for streamed stores, each loaded back verified
+    # into other splits. A wrong checksum would fail the load (ChecksumMismatch).
+    rng = np.random.default_rng(11)
+    sizes = [[1], [241], [65536 + 7], [40000, 70000, 100000], [3, 65533, 5, 131072], [600000]]
+    keys = keys_of(len(sizes), "sealed")
+    src = [[rng.integers(0, 256, n, dtype=np.uint8) for n in parts] for parts in sizes]
+    dst = [np.zeros(sum(parts), dtype=np.uint8) for parts in sizes]
+    assert store.save(keys, src) == [libtier.Code.OK] * len(keys)
+    splits = [[d[: len(d) // 3], d[len(d) // 3:]] for d in dst]
+    assert store.load(keys, splits) == [libtier.Code.OK] * len(keys)
+    for parts, d in zip(src, dst):
+        assert np.array_equal(np.concatenate(parts), d)
+
+
 def test_staging_copy_bytes_counts_an_encoded_save():
     # Written through to two tiers, a save is encoded once into the stack's image: counted.
     two = {"tiers": [{"name": "a", "capacity": "4MiB", "backend": {"type": "cpu"}},

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "tier/object.hpp"
 #include "tier/plugin.hpp"
 #include "tier/registry.hpp"
 
@@ -107,9 +108,14 @@ class FaultInjectingBackend final : public Backend {
       }
       if (r.op == Op::kPut && (fc.mutate_put || !r.tail.empty())) {
         // The whole image, also of a gather put (header in buf, payload in the tail regions),
-        // copied now as gather_puts promises: a held put is submitted later.
+        // copied now as gather_puts promises (a held put is submitted later) and sealed as the
+        // inner tier's seals_puts promises.
         auto copy = std::make_unique<std::vector<std::byte>>(r.buf.data, r.buf.data + r.buf.size);
-        for (const Region& t : r.tail) copy->insert(copy->end(), t.data, t.data + t.size);
+        if (!r.tail.empty()) {
+          copy->resize(r.buf.size + total_bytes(r.tail));
+          std::span<std::byte> image(*copy);
+          if (Status s = seal_into(std::span(&image, 1), r.buf.bytes(), r.tail); !s) return s;
+        }
         if (fc.mutate_put) fc.mutate_put(r.key, *copy);
         fwd.buf = host_region(*copy);
         fwd.tail = {};

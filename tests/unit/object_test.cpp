@@ -500,6 +500,75 @@ TEST_CASE("scatter_verified: a payload of many chunks across windows, pieces and
   set_verify_threads(before);
 }
 
+// seal_into, the tier's side of a sealed gather put: byte for byte the image seal_object makes,
+// whatever the payload's regions, the storage's pieces, the size (short, one chunk and a bit on
+// the caller, many chunks on the verification threads, streamed stores) and the version.
+TEST_CASE("seal_into writes the image seal_object makes, from regions into pieces") {
+  const unsigned before = verify_threads();
+  set_verify_threads(4);
+  const ObjectKey k = key_of(25);
+  for (std::uint16_t version : {kObjectVersion, kObjectVersionWholePayload}) {
+    for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{240}, std::size_t{241},
+                             kChecksumChunkBytes, kChecksumChunkBytes + 5000,
+                             5 * kChecksumChunkBytes + 123, 520 * kChecksumChunkBytes + 7}) {
+      for (bool scattered : {false, true}) {
+        CAPTURE(version);
+        CAPTURE(size);
+        CAPTURE(scattered);
+        auto want = make_image(k, size);
+        if (version != kObjectVersion) seal_object(want, 1, 0, k, version);
+        std::vector<Region> src;  // the payload as one region, or as odd ones with empty ones
+        if (!scattered) {
+          src.push_back(Region{want.data() + kObjectHeaderBytes, size, MemoryKind::kHost, -1});
+        } else {
+          for (std::size_t at = 0, n = 3; at < size; n = n * 13 % 300'007 + 1) {
+            const std::size_t take = std::min(n, size - at);
+            src.push_back(Region{want.data() + kObjectHeaderBytes + at, take, MemoryKind::kHost, -1});
+            src.push_back(Region{nullptr, 0, MemoryKind::kHost, -1});
+            at += take;
+          }
+        }
+        std::vector<std::byte> out(want.size(), std::byte{0xEE});
+        std::vector<std::span<std::byte>> pieces;
+        if (!scattered) {
+          pieces.push_back(std::span(out));
+        } else {
+          for (std::size_t at = 0, cut = 61; at < out.size(); at += cut, cut = cut * 7 % 1'000'003 + 1)
+            pieces.push_back(std::span(out).subspan(at, std::min(cut, out.size() - at)));
+        }
+        std::vector<std::byte> head(kObjectHeaderBytes);  // its payload checksum is not read
+        write_object_header(head, ObjectHeader{1, 0, k, size, 0xBAD, version});
+        REQUIRE(seal_into(pieces, head, src).is_ok());
+        CHECK(out == want);
+        CHECK(verify_object(out, k).is_ok());
+      }
+    }
+  }
+  set_verify_threads(before);
+}
+
+TEST_CASE("seal_into refuses headers and sizes that do not describe the image") {
+  const ObjectKey k = key_of(26);
+  auto payload = tier::test::random_bytes(1000, 7);
+  const Region src[] = {Region{reinterpret_cast<std::byte*>(payload.data()), payload.size(),
+                               MemoryKind::kHost, -1}};
+  std::vector<std::byte> out(kObjectHeaderBytes + payload.size());
+  const std::span<std::byte> pieces[] = {std::span(out)};
+  std::vector<std::byte> head(kObjectHeaderBytes);
+  write_object_header(head, ObjectHeader{1, 0, k, payload.size(), 0});
+  CHECK(seal_into(pieces, std::span(head).first(95), src).code() == Code::kInvalidArgument);
+  std::vector<std::byte> other(kObjectHeaderBytes);  // declares another payload size
+  write_object_header(other, ObjectHeader{1, 0, k, payload.size() + 1, 0});
+  CHECK(seal_into(pieces, other, src).code() == Code::kInvalidArgument);
+  auto garbage = head;
+  garbage[20] ^= std::byte{1};  // the header checksum no longer matches
+  CHECK(seal_into(pieces, garbage, src).code() == Code::kInvalidArgument);
+  const std::span<std::byte> short_pieces[] = {std::span(out).first(out.size() - 1)};
+  CHECK(seal_into(short_pieces, head, src).code() == Code::kInvalidArgument);
+  REQUIRE(seal_into(pieces, head, src).is_ok());
+  CHECK(verify_object(out, k).is_ok());
+}
+
 // Verification on a thread that shares the host with other processes (the shm tier's gets) takes
 // its share of the CPUs: with as many processes as CPUs, the caller alone.
 TEST_CASE("VerifyCpuShare: a thread's verification keeps to its share of the CPUs") {

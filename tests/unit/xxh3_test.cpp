@@ -1,7 +1,8 @@
-// hip/xxh3.hpp built for the host: the reference the GPU's chunk verification is checked against
-// (verify_kernels.hip; the GPU tests compare the device with it). Every length class of XXH3-64
-// (0, 1-3, 4-8, 9-16, 17-128, 129-240, long with and without a partial block) at every alignment
-// against libxxhash, and version 2's payload checksum rebuilt from it.
+// libtier/src/xxh3.hpp built for the host: the reference the GPU's chunk verification is checked
+// against (verify_kernels.hip; the GPU tests compare the device with it). Every length class of
+// XXH3-64 (0, 1-3, 4-8, 9-16, 17-128, 129-240, long with and without a partial block) at every
+// alignment against libxxhash, version 2's payload checksum rebuilt from it, and the host tiers'
+// copy that hashes as it goes (copy_xxh3).
 #include "xxh3.hpp"
 
 #define XXH_INLINE_ALL
@@ -9,14 +10,19 @@
 
 #include <doctest/doctest.h>
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "copy_xxh3.hpp"
 #include "object_chunks.hpp"
 #include "support/test_util.hpp"
 #include "tier/object.hpp"
 
 using namespace tier::gpu;
+namespace xxh3 = tier::xxh3;
 using tier::test::random_bytes;
 
 // The GPU's copy of the object format's chunk (its compilers must not see tier/object.hpp).
@@ -66,5 +72,39 @@ TEST_CASE("version 2's payload checksum is hash64 of the chunks' hash64 list") {
     INFO("payload ", n);
     CHECK(xxh3::hash64(reinterpret_cast<const unsigned char*>(list.data()), 8 * list.size(),
                        s.bytes) == want);
+  }
+}
+
+// copy_xxh3, the host tiers' copy that hashes as it goes: libxxhash's XXH3 of the source, every
+// byte copied and none beside, for every length class around the long path's blocks and stripes,
+// at odd alignments of both sides, with cached and streamed stores.
+TEST_CASE("copy_xxh3 copies exactly the bytes and returns their XXH3-64") {
+  const auto src = random_bytes(300'000, 5);
+  std::vector<std::size_t> lengths = {0, 1, 3, 8, 16, 17, 128, 129, 240, 241, 255, 256, 257,
+                                      1023, 1024, 1025, 1087, 1088, 1089, 4096, 65535, 65536,
+                                      65537, 262'144, 299'000};
+  for (std::size_t n = 240; n < 2200; n += 37) lengths.push_back(n);
+  for (std::size_t n : lengths) {
+    for (std::size_t from : {0u, 1u, 7u, 32u}) {
+      for (std::size_t to : {0u, 5u, 32u, 64u}) {
+        for (bool stream : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(from);
+          CAPTURE(to);
+          CAPTURE(stream);
+          std::vector<std::byte> out(n + 128 + 64, std::byte{0xEE});
+          // 64-byte aligned start, so `to` decides the destination's alignment
+          std::byte* base = out.data() + (-reinterpret_cast<std::uintptr_t>(out.data()) % 64);
+          const auto* in = reinterpret_cast<const std::byte*>(src.data()) + from;
+          const std::uint64_t sum = tier::detail::copy_xxh3(base + to, in, n, stream);
+          _mm_sfence();
+          REQUIRE(sum == XXH3_64bits(in, n));
+          REQUIRE(std::memcmp(base + to, in, n) == 0);
+          CHECK(std::all_of(out.data(), base + to, [](std::byte b) { return b == std::byte{0xEE}; }));
+          CHECK(std::all_of(base + to + n, out.data() + out.size(),
+                            [](std::byte b) { return b == std::byte{0xEE}; }));
+        }
+      }
+    }
   }
 }

@@ -94,6 +94,12 @@ struct Capabilities {
   // byte of a put before submit() returns, so the caller may reuse a put's regions (`buf` and
   // `tail`) as soon as submit() has consumed the request.
   bool gather_puts = false;
+  // Such puts are sealed by the backend (with gather_puts only): the header in `buf` is written
+  // by write_object_header with any payload checksum, and the backend computes the checksum
+  // from the bytes it stores, as it copies them, and stores the header with it (seal_into(),
+  // tier/object.hpp): the payload is read once, and what is stored matches its checksum even
+  // when the caller changes the regions meanwhile. A stack then hashes nothing itself.
+  bool seals_puts = false;
   // Gets may carry IoRequest::tail: `buf` is exactly kObjectHeaderBytes of host memory holding,
   // on submit, a header (write_object_header) whose layout and stage ids the caller accepts. The
   // backend writes the payload, after its first IoRequest::skip bytes, into the tail regions, in

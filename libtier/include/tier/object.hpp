@@ -135,6 +135,17 @@ Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<
                         RegionList payload, const ObjectKey& expected, std::size_t skip = 0,
                         const PayloadCheck* check = nullptr) noexcept;
 
+// Writes an image into `pieces` (a tier's storage, in order; together exactly kObjectHeaderBytes
+// plus the payload's bytes) from `header` (kObjectHeaderBytes written by write_object_header,
+// its payload checksum not read) and `payload` (host regions, in order): the payload is copied
+// and its checksum computed from the same loads (one read of the payload: version 2's chunks on
+// the verification threads, hashed as they are copied), then the header, with that checksum,
+// last. For tiers that declare Capabilities::seals_puts. Returns: Ok, or kInvalidArgument (a
+// header that does not parse or declares another payload size, pieces of another size); the
+// pieces' bytes are unspecified unless Ok.
+Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const std::byte> header,
+                 RegionList payload) noexcept;
+
 // Copies the first min(out.size(), their total) bytes of `pieces` (in order) into `out`; returns
 // how many. For headers of images and frames held in several pieces.
 std::size_t copy_head(std::span<const std::span<std::byte>> pieces, std::span<std::byte> out) noexcept;

@@ -1,5 +1,5 @@
-// xxh3::default_secret(): XXH3's default secret as libxxhash's header defines it (host code,
-// built by the host compiler into libtier_gpu).
+// xxh3::default_secret(): XXH3's default secret as libxxhash's header defines it (host code:
+// built into the core, and by the host compiler into libtier_gpu, a hidden copy in each).
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -7,7 +7,7 @@
 
 #include "xxh3.hpp"
 
-namespace tier::gpu::xxh3 {
+namespace tier::xxh3 {
 
 static_assert(sizeof(XXH3_kSecret) == kSecretBytes, "XXH3's default secret is 192 bytes");
 
@@ -17,4 +17,4 @@ Secret default_secret() noexcept {
   return s;
 }
 
-}  // namespace tier::gpu::xxh3
+}  // namespace tier::xxh3

@@ -1,9 +1,11 @@
 #pragma once
 // XXH3-64 (seed 0) for the host and the GPU alike: the hash of object format version 2's chunk
 // checksums (docs/object-format.md), so a pinned tier can verify a payload on the device where
-// its bytes land. This is XXH3's published algorithm (xxhash 0.8) over a caller-supplied default
-// secret: the 192 bytes come from libxxhash's own header at run time (xxh3_secret.cpp), nothing
-// here spells them out.
+// its bytes land, and a host tier can hash a payload in the pass that copies it (copy_xxh3.hpp).
+// This is XXH3's published algorithm (xxhash 0.8) over a caller-supplied default secret: the 192
+// bytes come from libxxhash's own header at run time (xxh3_secret.cpp), nothing here spells them
+// out. A private header of the core that the GPU sources (hip/) include too: it includes no GPU
+// runtime header and declares nothing that needs one.
 //
 // The scalar forms here (hash64 for any length) are the reference: tests/unit/xxh3_test checks
 // them against libxxhash for every length class on the host. verify_kernels.hip computes the
@@ -19,7 +21,7 @@
 #define TIER_HD
 #endif
 
-namespace tier::gpu::xxh3 {
+namespace tier::xxh3 {
 
 using u8 = unsigned char;
 using u32 = unsigned int;
@@ -213,4 +215,4 @@ TIER_HD inline u64 hash64(const u8* in, u64 len, const u8* secret) {
   return merge(acc, len, secret);
 }
 
-}  // namespace tier::gpu::xxh3
+}  // namespace tier::xxh3

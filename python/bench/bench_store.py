@@ -6,7 +6,8 @@ torch's CPU tensors, c_api_bench's buffers and micro's payloads do) through libt
 each, the keys removed between rounds), the C API's c_api_bench doing the same from C, and
 `tierbench micro --seal --json` (the tier's backend alone) with the same profile, tier, size and
 count. The work is the same on both sides: a put stores a freshly sealed image (micro's --seal times
-the payload checksum and header inside its put phase, as a save computes them), and a get is a
+the payload checksum and header inside its put phase, as a save computes them: on a tier that
+seals puts, such as the cpu tier, by the tier as it copies the payload), and a get is a
 verified read into distinct destination buffers. The images are the same too: micro's objects are
 whole images, so its --object-size is SIZE plus the 96-byte header, and its rate is counted in
 payload bytes (x SIZE / (SIZE + 96)) like the others. It also runs micro with SIZE-byte images (96

@@ -289,6 +289,43 @@ TEST_CASE_FIXTURE(Fixture, "a put whose image does not match its key is refused"
   CHECK(run(b(), Op::kContains, k).status.code() == Code::kNotFound);
 }
 
+// Capabilities::gather_puts: the header in `buf`, the payload in tail regions (split across a
+// checksum chunk here) store the same image as the whole; with seals_puts the header comes
+// without its payload checksum and the tier computes it, and a header buffer of another size is
+// refused.
+TEST_CASE_FIXTURE(Fixture, "a gather put stores its image; a sealing tier computes its checksum") {
+  const Capabilities caps = b().capabilities();
+  if (!caps.gather_puts) {
+    MESSAGE("the tier takes no gather puts");
+    return;
+  }
+  auto k = key_of(23);
+  auto img = make_image(k, 100'000);
+  std::vector<std::byte> head(img.begin(), img.begin() + kObjectHeaderBytes);
+  if (caps.seals_puts) {  // any payload checksum: the tier computes its own
+    auto h = parse_object_header(head);
+    REQUIRE(h.is_ok());
+    h->payload_checksum = 0;
+    write_object_header(head, *h);
+  }
+  std::byte* payload = img.data() + kObjectHeaderBytes;
+  const Region tail[] = {Region{payload, 1000, MemoryKind::kHost, -1},
+                         Region{payload + 1000, 70'000, MemoryKind::kHost, -1},
+                         Region{payload + 71'000, 29'000, MemoryKind::kHost, -1}};
+  if (caps.seals_puts) {
+    IoRequest short_head{Op::kPut, k, Region{head.data(), 95, MemoryKind::kHost, -1}, 42, tail};
+    CHECK(run(b(), short_head).status.code() == Code::kInvalidArgument);
+  }
+  IoRequest req{Op::kPut, k, Region{head.data(), head.size(), MemoryKind::kHost, -1}, 42, tail};
+  Completion c = run(b(), req);
+  REQUIRE_MESSAGE(c.status.is_ok(), c.status.to_string());
+  std::shared_ptr<std::byte[]> hold;
+  Completion g = get(k, img.size(), hold);
+  REQUIRE_MESSAGE(g.status.is_ok(), g.status.to_string());
+  CHECK(g.bytes == img.size());
+  CHECK(std::memcmp(hold.get(), img.data(), img.size()) == 0);
+}
+
 TEST_CASE_FIXTURE(Fixture, "poll with nothing in flight returns no completion") {
   Completion out[4];
   auto t0 = std::chrono::steady_clock::now();

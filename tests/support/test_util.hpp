@@ -96,9 +96,8 @@ inline std::vector<std::byte> make_image(const ObjectKey& key, std::size_t paylo
 }
 
 // Submits one request and waits for its completion (up to `timeout`).
-inline Completion run(Backend& b, Op op, const ObjectKey& key, Region buf = {},
+inline Completion run(Backend& b, IoRequest req,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
-  IoRequest req{op, key, buf, 42};
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto r = b.submit(std::span(&req, 1));
@@ -115,6 +114,10 @@ inline Completion run(Backend& b, Op op, const ObjectKey& key, Region buf = {},
     if (r && *r == 1) return c;
   }
   return Completion{0, Status(Code::kTimedOut, "poll"), 0};
+}
+inline Completion run(Backend& b, Op op, const ObjectKey& key, Region buf = {},
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+  return run(b, IoRequest{op, key, buf, 42}, timeout);
 }
 
 // Keeps a copy of every object a backend reports evicted, in order.

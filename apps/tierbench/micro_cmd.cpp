@@ -43,8 +43,8 @@ PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
   std::vector<Region> payloads;  // by_tier: each image's payload, the put's tail
   if (by_tier)
     for (const Region& r : bufs)
-      payloads.push_back(Region{r.data + kObjectHeaderBytes, r.size - kObjectHeaderBytes,
-                                MemoryKind::kHost, -1});
+      payloads.push_back(
+          Region{r.data + kObjectHeaderBytes, r.size - kObjectHeaderBytes, MemoryKind::kHost, -1});
   std::vector<Clock::time_point> started(n);
   res.latencies_us.reserve(n);
   std::vector<IoRequest> batch;

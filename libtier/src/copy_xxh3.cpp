@@ -40,15 +40,18 @@ TIER_AVX2 void stripe(__m256i& a0, __m256i& a1, const std::byte* in, std::byte* 
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), d1);
     }
   }
-  const __m256i x0 = _mm256_xor_si256(d0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key)));
+  const __m256i x0 =
+      _mm256_xor_si256(d0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key)));
   const __m256i x1 =
       _mm256_xor_si256(d1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key + 32)));
   // (x >> 32) of each lane into its low half, for the 32 x 32 -> 64 product with x's low half.
   const __m256i p0 = _mm256_mul_epu32(x0, _mm256_shuffle_epi32(x0, _MM_SHUFFLE(0, 3, 0, 1)));
   const __m256i p1 = _mm256_mul_epu32(x1, _mm256_shuffle_epi32(x1, _MM_SHUFFLE(0, 3, 0, 1)));
   // The words with their partner lane's (i ^ 1): the two 64-bit halves of each 128 swapped.
-  a0 = _mm256_add_epi64(p0, _mm256_add_epi64(a0, _mm256_shuffle_epi32(d0, _MM_SHUFFLE(1, 0, 3, 2))));
-  a1 = _mm256_add_epi64(p1, _mm256_add_epi64(a1, _mm256_shuffle_epi32(d1, _MM_SHUFFLE(1, 0, 3, 2))));
+  a0 =
+      _mm256_add_epi64(p0, _mm256_add_epi64(a0, _mm256_shuffle_epi32(d0, _MM_SHUFFLE(1, 0, 3, 2))));
+  a1 =
+      _mm256_add_epi64(p1, _mm256_add_epi64(a1, _mm256_shuffle_epi32(d1, _MM_SHUFFLE(1, 0, 3, 2))));
 }
 
 // XXH3's scramble after each 1 KiB block: acc = (acc ^ (acc >> 47) ^ key) * kPrime32_1.
@@ -68,14 +71,12 @@ template <bool Stream>
 __attribute__((target("avx2"))) u64 copy_xxh3_long(std::byte* dst, const std::byte* src,
                                                    std::size_t n) noexcept {
   const u8* s = kSecret.bytes;
-  __m256i a0 = _mm256_set_epi64x(static_cast<long long>(xxh3::acc_init(3)),
-                                 static_cast<long long>(xxh3::acc_init(2)),
-                                 static_cast<long long>(xxh3::acc_init(1)),
-                                 static_cast<long long>(xxh3::acc_init(0)));
-  __m256i a1 = _mm256_set_epi64x(static_cast<long long>(xxh3::acc_init(7)),
-                                 static_cast<long long>(xxh3::acc_init(6)),
-                                 static_cast<long long>(xxh3::acc_init(5)),
-                                 static_cast<long long>(xxh3::acc_init(4)));
+  __m256i a0 = _mm256_set_epi64x(
+      static_cast<long long>(xxh3::acc_init(3)), static_cast<long long>(xxh3::acc_init(2)),
+      static_cast<long long>(xxh3::acc_init(1)), static_cast<long long>(xxh3::acc_init(0)));
+  __m256i a1 = _mm256_set_epi64x(
+      static_cast<long long>(xxh3::acc_init(7)), static_cast<long long>(xxh3::acc_init(6)),
+      static_cast<long long>(xxh3::acc_init(5)), static_cast<long long>(xxh3::acc_init(4)));
   const std::size_t blocks = (n - 1) / xxh3::kBlockBytes;
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::size_t at = b * xxh3::kBlockBytes;

@@ -9,9 +9,10 @@ namespace tier::detail {
 
 // Copies `n` bytes from `src` to `dst` (not overlapping) and returns XXH3_64bits of them, in one
 // pass over the bytes with AVX2 (each 64-byte stripe loaded once, stored and hashed from the
-// same registers), or memcpy then XXH3_64bits of `dst` without it. `stream`: non-temporal stores
-// where `dst` is 32-byte aligned (for destinations nobody reads soon); the caller then fences
-// (_mm_sfence) before it reports the bytes. Thread-safe; no alignment required.
+// same registers); without AVX2, and for inputs of at most 240 bytes (XXH3's short forms),
+// memcpy then XXH3_64bits of `dst`. `stream`: non-temporal stores where `dst` is 32-byte aligned
+// (for destinations nobody reads soon); the caller then fences (_mm_sfence) before it reports
+// the bytes. Thread-safe; no alignment required.
 std::uint64_t copy_xxh3(std::byte* dst, const std::byte* src, std::size_t n, bool stream) noexcept;
 
 }  // namespace tier::detail

@@ -409,9 +409,9 @@ Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const s
   std::uint64_t stored = 0;
   for (const auto& p : pieces) stored += p.size();
   if (h->payload_bytes != n || stored != kObjectHeaderBytes + n)
-    return Status::invalid(fmt::format("seal: header declares {} payload bytes, the regions hold "
-                                       "{}, the storage {}",
-                                       h->payload_bytes, n, stored));
+    return Status::invalid(
+        fmt::format("seal: header declares {} payload bytes, the regions hold {}, the storage {}",
+                    h->payload_bytes, n, stored));
   // Moves `len` bytes from the regions at `s` into the pieces at `d`, part by part.
   auto copy_parts = [&](Pos s, Pos d, std::size_t len) {
     while (len > 0) {

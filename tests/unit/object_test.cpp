@@ -523,7 +523,8 @@ TEST_CASE("seal_into writes the image seal_object makes, from regions into piece
         } else {
           for (std::size_t at = 0, n = 3; at < size; n = n * 13 % 300'007 + 1) {
             const std::size_t take = std::min(n, size - at);
-            src.push_back(Region{want.data() + kObjectHeaderBytes + at, take, MemoryKind::kHost, -1});
+            src.push_back(
+                Region{want.data() + kObjectHeaderBytes + at, take, MemoryKind::kHost, -1});
             src.push_back(Region{nullptr, 0, MemoryKind::kHost, -1});
             at += take;
           }
@@ -533,7 +534,8 @@ TEST_CASE("seal_into writes the image seal_object makes, from regions into piece
         if (!scattered) {
           pieces.push_back(std::span(out));
         } else {
-          for (std::size_t at = 0, cut = 61; at < out.size(); at += cut, cut = cut * 7 % 1'000'003 + 1)
+          for (std::size_t at = 0, cut = 61; at < out.size();
+               at += cut, cut = cut * 7 % 1'000'003 + 1)
             pieces.push_back(std::span(out).subspan(at, std::min(cut, out.size() - at)));
         }
         std::vector<std::byte> head(kObjectHeaderBytes);  // its payload checksum is not read
@@ -550,8 +552,8 @@ TEST_CASE("seal_into writes the image seal_object makes, from regions into piece
 TEST_CASE("seal_into refuses headers and sizes that do not describe the image") {
   const ObjectKey k = key_of(26);
   auto payload = tier::test::random_bytes(1000, 7);
-  const Region src[] = {Region{reinterpret_cast<std::byte*>(payload.data()), payload.size(),
-                               MemoryKind::kHost, -1}};
+  const Region src[] = {
+      Region{reinterpret_cast<std::byte*>(payload.data()), payload.size(), MemoryKind::kHost, -1}};
   std::vector<std::byte> out(kObjectHeaderBytes + payload.size());
   const std::span<std::byte> pieces[] = {std::span(out)};
   std::vector<std::byte> head(kObjectHeaderBytes);

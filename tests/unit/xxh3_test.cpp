@@ -10,10 +10,9 @@
 
 #include <doctest/doctest.h>
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
+#include <immintrin.h>
 #include <vector>
 
 #include "copy_xxh3.hpp"
@@ -80,9 +79,9 @@ TEST_CASE("version 2's payload checksum is hash64 of the chunks' hash64 list") {
 // at odd alignments of both sides, with cached and streamed stores.
 TEST_CASE("copy_xxh3 copies exactly the bytes and returns their XXH3-64") {
   const auto src = random_bytes(300'000, 5);
-  std::vector<std::size_t> lengths = {0, 1, 3, 8, 16, 17, 128, 129, 240, 241, 255, 256, 257,
-                                      1023, 1024, 1025, 1087, 1088, 1089, 4096, 65535, 65536,
-                                      65537, 262'144, 299'000};
+  std::vector<std::size_t> lengths = {0,    1,    3,     8,     16,    17,      128,    129,  240,
+                                      241,  255,  256,   257,   1023,  1024,    1025,   1087, 1088,
+                                      1089, 4096, 65535, 65536, 65537, 262'144, 299'000};
   for (std::size_t n = 240; n < 2200; n += 37) lengths.push_back(n);
   for (std::size_t n : lengths) {
     for (std::size_t from : {0u, 1u, 7u, 32u}) {
@@ -100,7 +99,8 @@ TEST_CASE("copy_xxh3 copies exactly the bytes and returns their XXH3-64") {
           _mm_sfence();
           REQUIRE(sum == XXH3_64bits(in, n));
           REQUIRE(std::memcmp(base + to, in, n) == 0);
-          CHECK(std::all_of(out.data(), base + to, [](std::byte b) { return b == std::byte{0xEE}; }));
+          CHECK(
+              std::all_of(out.data(), base + to, [](std::byte b) { return b == std::byte{0xEE}; }));
           CHECK(std::all_of(base + to + n, out.data() + out.size(),
                             [](std::byte b) { return b == std::byte{0xEE}; }));
         }

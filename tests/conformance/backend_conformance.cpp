@@ -82,6 +82,14 @@ struct Fixture {
     hold = aligned(n);
     return run(b(), Op::kGet, k, Region{hold.get(), n, MemoryKind::kHost, -1});
   }
+  // Gets `k` back and checks it holds exactly `img`.
+  void check_stored(const ObjectKey& k, const std::vector<std::byte>& img) {
+    std::shared_ptr<std::byte[]> hold;
+    Completion g = get(k, img.size(), hold);
+    REQUIRE_MESSAGE(g.status.is_ok(), g.status.to_string());
+    CHECK(g.bytes == img.size());
+    CHECK(std::memcmp(hold.get(), img.data(), img.size()) == 0);
+  }
 };
 
 }  // namespace
@@ -92,11 +100,7 @@ TEST_CASE_FIXTURE(Fixture, "put then get round-trips bit-exact") {
     auto img = make_image(k, size);
     Completion c = put(k, img);
     REQUIRE_MESSAGE(c.status.is_ok(), c.status.to_string());
-    std::shared_ptr<std::byte[]> hold;
-    Completion g = get(k, img.size(), hold);
-    REQUIRE_MESSAGE(g.status.is_ok(), g.status.to_string());
-    CHECK(g.bytes == img.size());
-    CHECK(std::memcmp(hold.get(), img.data(), img.size()) == 0);
+    check_stored(k, img);
   }
 }
 
@@ -319,11 +323,7 @@ TEST_CASE_FIXTURE(Fixture, "a gather put stores its image; a sealing tier comput
   IoRequest req{Op::kPut, k, Region{head.data(), head.size(), MemoryKind::kHost, -1}, 42, tail};
   Completion c = run(b(), req);
   REQUIRE_MESSAGE(c.status.is_ok(), c.status.to_string());
-  std::shared_ptr<std::byte[]> hold;
-  Completion g = get(k, img.size(), hold);
-  REQUIRE_MESSAGE(g.status.is_ok(), g.status.to_string());
-  CHECK(g.bytes == img.size());
-  CHECK(std::memcmp(hold.get(), img.data(), img.size()) == 0);
+  check_stored(k, img);
 }
 
 TEST_CASE_FIXTURE(Fixture, "poll with nothing in flight returns no completion") {

@@ -412,13 +412,13 @@ Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const s
     return Status::invalid(
         fmt::format("seal: header declares {} payload bytes, the regions hold {}, the storage {}",
                     h->payload_bytes, n, stored));
-  // Moves `len` bytes from the regions at `s` into the pieces at `d`, part by part.
-  auto copy_parts = [&](Pos s, Pos d, std::size_t len) {
+  // Moves `len` bytes from the regions `from` at `s` into the pieces at `d`, part by part.
+  auto copy_parts = [&](RegionList from, Pos s, Pos d, std::size_t len) {
     while (len > 0) {
-      while (payload[s.i].size == s.off) s = Pos{s.i + 1, 0};
+      while (from[s.i].size == s.off) s = Pos{s.i + 1, 0};
       while (pieces[d.i].size() == d.off) d = Pos{d.i + 1, 0};
-      const std::size_t k = std::min({len, payload[s.i].size - s.off, pieces[d.i].size() - d.off});
-      std::memcpy(pieces[d.i].data() + d.off, payload[s.i].data + s.off, k);
+      const std::size_t k = std::min({len, from[s.i].size - s.off, pieces[d.i].size() - d.off});
+      std::memcpy(pieces[d.i].data() + d.off, from[s.i].data + s.off, k);
       s.off += k;
       d.off += k;
       len -= k;
@@ -431,7 +431,7 @@ Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const s
   if (h->version == kObjectVersionWholePayload) {  // older images: copied, then hashed
     if (n > 0) {
       advance(d, d_at, kObjectHeaderBytes, piece_size);
-      copy_parts(s, d, static_cast<std::size_t>(n));
+      copy_parts(payload, s, d, static_cast<std::size_t>(n));
     }
     auto piece = [&](std::size_t i) { return std::span<const std::byte>(pieces[i]); };
     h->payload_checksum = pieces_checksum(pieces.size(), piece, kObjectHeaderBytes, n, h->version);
@@ -459,7 +459,7 @@ Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const s
         if (stream) _mm_sfence();  // this thread's streamed bytes land before it reports them
         return sum;
       }
-      copy_parts(a, b, len);  // a chunk across regions or pieces: copied, then hashed stored
+      copy_parts(payload, a, b, len);  // a chunk across regions or pieces: copied, then hashed stored
       XXH3_state_t state;
       XXH3_64bits_reset(&state);
       std::size_t left = len;
@@ -474,13 +474,8 @@ Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const s
   }
   std::array<std::byte, kObjectHeaderBytes> sealed;
   write_object_header(sealed, *h);
-  std::size_t at = 0;
-  for (const auto& p : pieces) {
-    if (at == sealed.size()) break;
-    const std::size_t k = std::min(p.size(), sealed.size() - at);
-    std::memcpy(p.data(), sealed.data() + at, k);
-    at += k;
-  }
+  const Region head[] = {host_region(sealed)};
+  copy_parts(head, Pos{}, Pos{}, kObjectHeaderBytes);
   return Status::ok();
 }
 

@@ -113,7 +113,6 @@ Status TierStack::Impl::open(const Profile& profile, Registry& registry) {
   const Tier& first = at(first_writable_);
   gather_saves_ = first.caps.gather_puts && first.caps.io_alignment <= 1 && !first.stage &&
                   writable == 1;
-  seal_in_tier_ = gather_saves_ && first.caps.seals_puts;
   // The verification threads start now, not inside the first verified save or load, which
   // started them and waited for a new one's first chunk (docs/object-format.md).
   detail::VerifyPool::instance().prestart();
@@ -709,7 +708,8 @@ std::optional<IoRequest> TierStack::Impl::gathered_put(const SaveItem& item, con
     return std::nullopt;
   }
   // A tier that seals puts hashes the payload as it copies it (Capabilities::seals_puts).
-  const std::uint64_t sum = seal_in_tier_ ? 0 : payload_checksum(item.src);
+  const std::uint64_t sum =
+      at(first_writable_).caps.seals_puts ? 0 : payload_checksum(item.src);
   write_object_header(header, ObjectHeader{codec.format_id(), 0, item.key, *size, sum});
   return IoRequest{Op::kPut, item.key, host_region(header), 0, item.src};
 }

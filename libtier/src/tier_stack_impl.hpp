@@ -359,7 +359,6 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   const std::chrono::microseconds op_timeout_;
   int first_writable_ = -1;
   bool gather_saves_ = false;  // the first writable tier takes gathered payloads (save())
-  bool seal_in_tier_ = false;  // and computes their payload checksums (Capabilities::seals_puts)
   detail::ImagePool pool_;
   std::unique_ptr<TierGauges[]> gauges_;    // one per tier; atomics, read without a lock
   std::unique_ptr<Histogram[]> durations_;  // [op * (tiers + 1) + tier + 1]; atomics

@@ -114,7 +114,12 @@ class FaultInjectingBackend final : public Backend {
         if (!r.tail.empty()) {
           copy->resize(r.buf.size + total_bytes(r.tail));
           std::span<std::byte> image(*copy);
-          if (Status s = seal_into(std::span(&image, 1), r.buf.bytes(), r.tail); !s) return s;
+          if (Status s = seal_into(std::span(&image, 1), r.buf.bytes(), r.tail); !s) {
+            taken(r);  // refused as the inner tier would refuse it: this request fails alone
+            ready_.push_back({r.user_data, std::move(s), 0});
+            ++n;
+            continue;
+          }
         }
         if (fc.mutate_put) fc.mutate_put(r.key, *copy);
         fwd.buf = host_region(*copy);

@@ -481,8 +481,11 @@ int tier_store_load(tier_store* store, const tier_item* items, size_t count, int
 int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int32_t* codes) {
   return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (count && (!keys || !codes)) return Status::invalid("keys or codes is NULL");
-    for (std::size_t i = 0; i < count; ++i)
-      codes[i] = static_cast<std::int32_t>(s.stack->remove(object_key(s, keys[i])).code());
+    std::vector<ObjectKey> ks(count);
+    std::vector<Status> out(count);
+    for (std::size_t i = 0; i < count; ++i) ks[i] = object_key(s, keys[i]);
+    TIER_RETURN_IF_ERROR(s.stack->remove(ks, out));
+    for (std::size_t i = 0; i < count; ++i) codes[i] = static_cast<std::int32_t>(out[i].code());
     return Status::ok();
   });
 }

@@ -1072,25 +1072,38 @@ void TierStack::Impl::remove_background(int t, const ObjectKey& key) {
   }
 }
 
-Status TierStack::Impl::remove(const ObjectKey& key) {
+Status TierStack::Impl::remove(std::span<const ObjectKey> keys, std::span<Status> out) {
+  if (out.size() != keys.size()) return Status::invalid("remove: out.size() != keys.size()");
   Call call_{*this};
-  std::vector<std::uint64_t> ids;
-  Status result;
+  std::fill(out.begin(), out.end(), Status::ok());
+  std::vector<std::uint64_t> ids(keys.size());
+  std::array<Completion, kTakeChunk> done;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    auto id = submit_one(static_cast<int>(t), Op::kRemove, key, Region{}, Pending{});
-    if (!id) {
-      if (result.is_ok()) result = id.status();
-      continue;
+    const int tier = static_cast<int>(t);
+    std::fill(ids.begin(), ids.end(), 0);
+    // Up to kScatterBatch removes per submit, then one wait for all of them.
+    RequestBatch batch(Op::kRemove, keys.size(), std::numeric_limits<std::uint64_t>::max());
+    auto submit = [&] {
+      submit_batch(tier, batch, ids, [&](std::size_t i, const Status& why) {
+        if (out[i].is_ok()) out[i] = why;
+      });
+    };
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (batch.add(IoRequest{Op::kRemove, keys[i], Region{}, 0}, i, 0, 0)) submit();
+    submit();
+    wait_for(ids);
+    for (std::size_t first = 0; first < keys.size(); first += kTakeChunk) {
+      const std::size_t n = std::min(kTakeChunk, keys.size() - first);
+      take_all(std::span(ids).subspan(first, n), done, {});
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t i = first + k;
+        const Status& why = done[k].status;
+        if (ids[i] != 0 && !why.is_ok() && !(why == Code::kNotFound) && out[i].is_ok())
+          out[i] = why;
+      }
     }
-    ids.push_back(*id);
-    reap(static_cast<int>(t), 0, {});
   }
-  wait_for(ids);
-  for (std::uint64_t id : ids) {
-    Completion c = take(id);
-    if (!c.status.is_ok() && !(c.status == Code::kNotFound) && result.is_ok()) result = c.status;
-  }
-  return result;
+  return Status::ok();
 }
 
 Result<std::uint64_t> TierStack::Impl::clear(const Key128& ns) {
@@ -1217,7 +1230,14 @@ Status TierStack::load(std::span<const LoadItem> items, const Codec& codec,
   detail::VerifyPool::Transfer busy;
   return impl_->load(items, codec, out);
 }
-Status TierStack::remove(const ObjectKey& key) { return impl_->remove(key); }
+Status TierStack::remove(std::span<const ObjectKey> keys, std::span<Status> out) {
+  return impl_->remove(keys, out);
+}
+Status TierStack::remove(const ObjectKey& key) {
+  Status out;
+  TIER_RETURN_IF_ERROR(impl_->remove(std::span(&key, 1), std::span(&out, 1)));
+  return out;
+}
 Result<std::uint64_t> TierStack::clear(const Key128& ns) { return impl_->clear(ns); }
 Status TierStack::stat(std::span<const ObjectKey> keys, std::span<ObjectStat> out) {
   return impl_->stat(keys, out);

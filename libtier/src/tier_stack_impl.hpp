@@ -94,7 +94,7 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   Result<int> locate(const ObjectKey& key);
   Status save(std::span<const SaveItem> items, const Codec& codec, std::span<Status> out);
   Status load(std::span<const LoadItem> items, const Codec& codec, std::span<LoadResult> out);
-  Status remove(const ObjectKey& key);
+  Status remove(std::span<const ObjectKey> keys, std::span<Status> out);
   Result<std::uint64_t> clear(const Key128& ns);
   Status stat(std::span<const ObjectKey> keys, std::span<ObjectStat> out);
   void progress();

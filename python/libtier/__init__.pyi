@@ -296,7 +296,9 @@ class Store:
         its Completion. Raises TimedOut after `timeout` seconds, NotFound for an unknown ticket
         (or one another thread took while this one waited)."""
     def remove(self, keys: Sequence[KeyLike]) -> list[Code]:
-        """Removes each key from every tier."""
+        """Removes each key from every tier (each tier's removes in batches, one wait for them
+        all): OK where no tier holds the key afterwards, absent ones included; else the error of
+        the first tier that failed."""
     def clear(self) -> int:
         """Removes every object of this Store's namespace from every tier, every rank's objects
         included (tier_store_clear), and returns how many were removed. Raises NotSupported when

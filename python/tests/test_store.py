@@ -87,6 +87,15 @@ def test_save_load_round_trip_and_lookup(store):
     assert store.lookup_prefix(keys) == 0
 
 
+def test_remove_many_keys_each_gets_its_code(store):
+    keys = keys_of(150, "rm")
+    src = [np.full(100, i, dtype=np.uint8) for i in range(0, 150, 2)]
+    assert store.save(keys[::2], src) == [libtier.Code.OK] * 75
+    assert store.remove(keys) == [libtier.Code.OK] * 150  # absent ones too: gone either way
+    assert store.exists(keys) == [False] * 150
+    assert store.remove([]) == []
+
+
 def test_scatter_gather_and_buffer_forms(store):
     data = np.random.default_rng(1).integers(0, 255, 4096, dtype=np.uint8)
     key = keys_of(1, "sg")

@@ -276,6 +276,28 @@ TEST_CASE("lookup_prefix stops at the first missing key; remove clears every tie
   CHECK(h.stack->remove(key_of(77)).is_ok());  // absent everywhere: fine
 }
 
+TEST_CASE("remove of many keys: batched per tier, each key with its own outcome") {
+  Harness h(R"({"tiers":[{"name":"a","capacity":"4MiB","backend":"cpu"},
+                         {"name":"b","capacity":"4MiB","backend":"cpu"}]})");
+  // 150 keys (more than one submit's batch): the even ones stored in both tiers, the odd ones
+  // nowhere; one more key stored and not removed.
+  std::vector<ObjectKey> keys;
+  for (int i = 0; i < 150; ++i) keys.push_back(key_of(i));
+  for (int i = 0; i < 150; i += 2) REQUIRE(h.save(key_of(i), i).is_ok());
+  REQUIRE(h.save(key_of(500), 500).is_ok());
+  REQUIRE(h.stack->flush(std::chrono::seconds(5)).is_ok());
+  REQUIRE(h.stack->tier(1).usage().objects == 76);
+  std::vector<Status> out(keys.size(), Status(Code::kBadState, "not set"));
+  REQUIRE(h.stack->remove(keys, out).is_ok());
+  for (std::size_t i = 0; i < out.size(); ++i) CHECK_MESSAGE(out[i].is_ok(), i);
+  CHECK(h.stack->tier(0).usage().objects == 1);
+  CHECK(h.stack->tier(1).usage().objects == 1);
+  CHECK(h.has(key_of(500)));
+  CHECK_FALSE(h.has(key_of(0)));
+  CHECK(h.stack->remove(std::span<const ObjectKey>(), std::span<Status>()).is_ok());
+  CHECK(h.stack->remove(keys, std::span(out).first(1)).code() == Code::kInvalidArgument);
+}
+
 TEST_CASE("location policy: a hit in a tier that is not readable is never served") {
   // Puts go to the first writable tier; finds and reads use only readable tiers (the reference's
   // store location vs retrieve locations: a CPU hit outside a disk-only policy is not served).
@@ -307,6 +329,14 @@ TEST_CASE("a remove that fails in some tier is reported") {
       {"name":"b","capacity":"1MiB","backend":{"type":"mock","fail_every":1,"fail_op":"remove"}}]})");
   REQUIRE(h.save(key_of(1), 1).is_ok());
   CHECK(h.stack->remove(key_of(1)).code() == Code::kIoError);
+  // In a batch, every key that tier b fails is reported, stored in a or not.
+  REQUIRE(h.save(key_of(2), 2).is_ok());
+  const std::vector<ObjectKey> keys{key_of(2), key_of(3)};
+  std::vector<Status> out(2);
+  REQUIRE(h.stack->remove(keys, out).is_ok());
+  CHECK(out[0].code() == Code::kIoError);
+  CHECK(out[1].code() == Code::kIoError);
+  CHECK(h.stack->tier(0).usage().objects == 0);  // a removed what it held
 }
 
 TEST_CASE("a load with regions that do not match the stored size is refused, not truncated") {

@@ -271,7 +271,8 @@ int tier_store_save(tier_store* store, const tier_item* items, size_t count, int
  * tiers (may be NULL) receives the index of the tier that served each item, or -1. */
 int tier_store_load(tier_store* store, const tier_item* items, size_t count, int32_t* codes,
                     int32_t* tiers);
-/* Removes each key from every tier; codes[i] as tier::TierStack::remove. */
+/* Removes each key from every tier, in batches per tier (one wait for them all); codes[i] as
+ * tier::TierStack::remove. */
 int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int32_t* codes);
 /* Removes every object of namespace `ns` (NULL: the store's own) from every tier, every rank's
  * objects included (tier::TierStack::clear): what an engine does when new weights make its cached

@@ -164,8 +164,11 @@ class TierStack {
   // Loads every item with its own codec (LoadItem::codec), else with `codec`. out[i] says which
   // tier served it, or why it missed.
   Status load(std::span<const LoadItem> items, const Codec& codec, std::span<LoadResult> out);
-  // Removes `key` from every tier. Ok only if no tier holds it afterwards; otherwise the error
-  // of a tier that failed (the key may still be stored there).
+  // Removes every key from every tier: each tier's removes go in batches, then one wait for them
+  // all. out[i] is Ok only if no tier holds keys[i] afterwards; otherwise the error of the first
+  // tier that failed (the key may still be stored there). `out.size()` must equal `keys.size()`.
+  Status remove(std::span<const ObjectKey> keys, std::span<Status> out);
+  // remove() of one key: Ok, or its out[0].
   Status remove(const ObjectKey& key);
 
   // Removes every object of namespace `ns` from every tier (an engine's clear: new weights make

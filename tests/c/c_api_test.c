@@ -4,11 +4,13 @@
  * (levels, a sink), the metrics endpoint, the sizing curve, and the offload engine over a small
  * DSV4 layout (a save of PAGE+SLOT, then a resume that restores the bytes). Needs
  * TIER_PLUGIN_DIR for the cpu plugin. Exit 0 when every check passed, 1 otherwise. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, close */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "tier/tier.h"
@@ -618,6 +620,7 @@ static void test_curve(void) {
   char path[] = "/tmp/c_api_trace_XXXXXX";
   int fd = mkstemp(path);
   CHECK(fd >= 0);
+  if (fd >= 0) close(fd); /* written by name below */
   write_text(path,
              "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
              "{\"timestamp\": 1, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 3]}\n"

@@ -145,7 +145,7 @@ def main(argv=None):
             print(f"{i:<6} {op:<4} {py:>7.2f} {capi:>7.2f} {micro:>7.2f} {micro_size:>12.2f} "
                   f"{py / micro:>9.2f} {py / micro_size:>10.2f} {py / capi:>9.2f}")
     def spread(xs):
-        return f"median {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
+        return f"median {statistics.median(xs):.3f} [{min(xs):.2f}-{max(xs):.2f}]"
     for op in ("put", "get"):
         ratio = {k: [run["py"][op] / run[k][op] for run in runs]
                  for k in ("micro", "micro_size", "capi")}

@@ -17,6 +17,7 @@
 #include "tier/options.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"
+#include "tier/tier_stack.hpp"
 
 namespace tier::bench {
 namespace {
@@ -98,6 +99,37 @@ PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
   return res;
 }
 
+// --stack: the profile's TierStack saving and loading the same objects (their payloads, through
+// the identity codec) on the tier the other phases use, so that the two differ only by the
+// stack's own work (the storage, the sources and the read buffers are the same).
+struct StackRun {
+  TierStack& stack;
+  const Codec& codec;
+  std::vector<Region> src, dst;  // each object's payload in its image, in its read buffer
+  std::vector<SaveItem> saves;
+  std::vector<LoadItem> loads;
+};
+
+// One save or load of every object in one call; each object's latency is the call's mean.
+PhaseResult stack_phase(StackRun& s, Op op) {
+  PhaseResult res;
+  const std::size_t n = s.saves.size();
+  std::vector<Status> saved(op == Op::kPut ? n : 0);
+  std::vector<LoadResult> loaded(op == Op::kGet ? n : 0);
+  auto t0 = Clock::now();
+  Status st = op == Op::kPut ? s.stack.save(s.saves, s.codec, saved)
+                             : s.stack.load(s.loads, s.codec, loaded);
+  res.seconds = seconds_since(t0);
+  auto note = [&](const Status& x) {
+    if (!x.is_ok() && res.errors++ == 0) res.first_error = x.to_string();
+  };
+  note(st);
+  for (const Status& x : saved) note(x);
+  for (const LoadResult& x : loaded) note(x.status);
+  res.latencies_us.assign(n, n > 0 ? res.seconds / static_cast<double>(n) * 1e6 : 0);
+  return res;
+}
+
 // --processes N: N forked processes (rank = process index) run every phase at the same time,
 // lined up by this barrier in anonymous shared memory; each process reports its own figures and
 // the first adds the sums. A process that fails marks the barrier so that none waits forever.
@@ -130,6 +162,7 @@ struct MicroOptions {
   std::uint64_t rounds = 0;
   std::uint64_t processes = 1;  // of this run
   bool seal = false;
+  bool stack = false;    // also the profile's TierStack on the same tier (StackRun)
   bool best = false;     // report each phase's fastest round instead of the last
   bool json = false;
   bool table = false;    // several process counts: one line per count, then a table
@@ -206,6 +239,7 @@ int run_micro(cli::Args& args) {
   o.rounds = args.uint("rounds", 1, 1000).value_or(2);
   const std::vector<std::uint64_t> counts = args.list("processes", "1", 1, 64);
   o.seal = args.flag("seal");
+  o.stack = args.flag("stack");
   o.best = args.flag("best");
   o.json = args.flag("json");
   args.finish();
@@ -213,8 +247,10 @@ int run_micro(cli::Args& args) {
     return cli::fail(
         "usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
         "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N[,N...]] "
-        "[--seal] [--best] [--json]",
+        "[--seal] [--stack] [--best] [--json]",
         2);
+  if (o.stack && (counts.size() != 1 || counts[0] != 1))
+    return cli::fail("--stack runs in one process (no --processes)", 2);
   o.profile_path = *profile_path;
   o.tier_name = *tier_name;
   const std::uint64_t most = *std::max_element(counts.begin(), counts.end());
@@ -359,6 +395,26 @@ void report_phase(const MicroOptions& o, std::uint32_t rank, const char* op, con
              p.errors ? fmt::format("  ({} errors, first: {})", p.errors, p.first_error) : "");
 }
 
+// A --stack phase beside the tier's own phase of the same round kind (`alone`).
+void report_stack(const MicroOptions& o, const char* op, const PhaseResult& p,
+                  const PhaseResult& alone, std::size_t padded) {
+  const double gbps = gb_per_s(p, padded, o.objects);
+  const double tier_gbps = gb_per_s(alone, padded, o.objects);
+  const double ratio = tier_gbps > 0 ? gbps / tier_gbps : 0;
+  if (o.json) {
+    Json j = {{"tier", o.tier_name},        {"op", op},
+              {"object_bytes", padded},     {"objects", o.objects},
+              {"seconds", p.seconds},       {"gb_per_s", gbps},
+              {"tier_gb_per_s", tier_gbps}, {"ratio_to_tier", ratio},
+              {"errors", p.errors}};
+    fmt::print("{}\n", tier::json_text(j));
+    return;
+  }
+  fmt::print("{:9} {:>10} x {:<6} {:8.2f} GB/s  {:.3f}x the tier alone on the same storage{}\n",
+             op, format_size(padded), o.objects, gbps, ratio,
+             p.errors ? fmt::format("  ({} errors, first: {})", p.errors, p.first_error) : "");
+}
+
 int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& group) {
   ConfigErrors errors;
   auto profile = load_profile(o.profile_path, Registry::global(), &errors);
@@ -367,23 +423,55 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
   if (t < 0)
     return cli::fail(fmt::format("profile {} has no tier \"{}\"", o.profile_path, o.tier_name));
   const TierSpec& spec = profile->tiers[static_cast<std::size_t>(t)];
-  auto backend = Registry::global().create_backend(
-      spec.backend_type, BackendContext{spec.name, spec.capacity_bytes, spec.backend_options});
-  if (!backend) return cli::fail(backend.status().to_string());
-  Backend& b = **backend;
+  // With --stack the tier is the stack's own: its puts and gets and the stack's saves and loads
+  // use the same storage.
+  Result<PluginPtr<Backend>> backend = Status(Code::kBadState, "not created");
+  Result<std::unique_ptr<TierStack>> stack = Status(Code::kBadState, "not opened");
+  Result<PluginPtr<Codec>> identity = Status(Code::kBadState, "not created");
+  Backend* tier_backend = nullptr;
+  if (o.stack) {
+    if (profile->tiers.size() != 1)
+      return cli::fail(fmt::format("--stack compares a profile's TierStack with its only tier: "
+                                   "{} has {} tiers",
+                                   o.profile_path, profile->tiers.size()),
+                       2);
+    stack = TierStack::open(*profile);
+    if (!stack) return cli::fail(stack.status().to_string());
+    identity = Registry::global().create_codec("identity", Json::object());
+    if (!identity) return cli::fail(identity.status().to_string());
+    tier_backend = &(*stack)->tier(0);
+  } else {
+    backend = Registry::global().create_backend(
+        spec.backend_type, BackendContext{spec.name, spec.capacity_bytes, spec.backend_options});
+    if (!backend) return cli::fail(backend.status().to_string());
+    tier_backend = &**backend;
+  }
+  Backend& b = *tier_backend;
   // Images are padded to the tier's alignment only (an image of --object-size bytes is stored
   // as such where the tier allows it); the buffers start on 64-byte lines at least.
   Objects objs = make_objects(o, std::max<std::size_t>(b.capabilities().io_alignment, 1), rank);
   if (objs.padded * o.objects > b.usage().capacity_bytes)
     fmt::print(stderr, "note: {} objects of {} exceed the tier capacity {}; puts will evict\n",
                o.objects, format_size(objs.padded), format_size(b.usage().capacity_bytes));
+  std::optional<StackRun> via;
+  if (o.stack) {
+    via.emplace(StackRun{**stack, **identity, {}, {}, {}, {}});
+    for (std::uint64_t i = 0; i < o.objects; ++i) {
+      via->src.push_back(objs.put_bufs[i].slice(kObjectHeaderBytes, objs.padded - kObjectHeaderBytes));
+      via->dst.push_back(objs.get_bufs[i].slice(kObjectHeaderBytes, objs.padded - kObjectHeaderBytes));
+    }
+    for (std::uint64_t i = 0; i < o.objects; ++i) {
+      via->saves.push_back(SaveItem{objs.keys[i], RegionList(&via->src[i], 1)});
+      via->loads.push_back(LoadItem{objs.keys[i], RegionList(&via->dst[i], 1)});
+    }
+  }
   // One baseline for both: memcpy of every object into a distinct buffer.
   if (!group.wait(o.processes)) return 1;
   const double base = memcpy_gb_per_s(objs.src_ptrs, objs.dst_ptrs, objs.padded);
 
   // The round a phase reports: the last, or with --best the fastest; a round's errors are
   // reported whichever round that is.
-  PhaseResult put, get;
+  PhaseResult put, get, stack_put, stack_get;
   auto keep = [&](PhaseResult& kept, PhaseResult round) {
     const std::size_t errors = kept.errors + round.errors;
     std::string first = kept.first_error.empty() ? round.first_error : kept.first_error;
@@ -392,7 +480,18 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
     kept.errors = errors;
     kept.first_error = std::move(first);
   };
+  // --stack: the stack's save and load of the same objects, then their removal; before the
+  // tier's phases in odd rounds, after them in even ones, so that neither always follows the
+  // other's get.
+  auto stack_round = [&]() -> Status {
+    keep(stack_put, stack_phase(*via, Op::kPut));
+    keep(stack_get, stack_phase(*via, Op::kGet));
+    std::vector<Status> removed(o.objects);
+    return via->stack.remove(objs.keys, removed);
+  };
   for (std::uint64_t r = 0; r < o.rounds; ++r) {
+    if (via && r % 2 == 1)
+      if (Status st = stack_round(); !st) return cli::fail(st.to_string());
     std::unique_ptr<cli::Progress> bar;
     if (!o.json)
       bar = std::make_unique<cli::Progress>(fmt::format("round {} put", r + 1), o.objects);
@@ -403,15 +502,22 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
     if (!group.wait(o.processes)) return 1;
     keep(get, run_phase(b, Op::kGet, objs.keys, objs.get_bufs, o.depth, bar.get()));
     bar.reset();
-    if (r + 1 < o.rounds) {  // start the next round empty, as a warm tier in steady state
+    // The next round starts empty, as a warm tier in steady state (so does the stack's part).
+    if (via || r + 1 < o.rounds) {
       std::vector<Region> none(o.objects);
       if (!group.wait(o.processes)) return 1;
       run_phase(b, Op::kRemove, objs.keys, none, o.depth, nullptr);
     }
+    if (via && r % 2 == 0)
+      if (Status st = stack_round(); !st) return cli::fail(st.to_string());
   }
   if (!o.table) {
     report_phase(o, rank, "put", put, objs.padded, base);
     report_phase(o, rank, "get", get, objs.padded, base);
+  }
+  if (via) {
+    report_stack(o, "stack_put", stack_put, put, objs.padded);
+    report_stack(o, "stack_get", stack_get, get, objs.padded);
   }
   if (o.cleanup) {  // the next run starts with an empty tier
     std::vector<Region> none(o.objects);
@@ -420,7 +526,7 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
   group.put_gbps[rank] = gb_per_s(put, objs.padded, o.objects);
   group.get_gbps[rank] = gb_per_s(get, objs.padded, o.objects);
   group.base_gbps[rank] = base;
-  return put.errors + get.errors == 0 ? 0 : 1;
+  return put.errors + get.errors + stack_put.errors + stack_get.errors == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -429,7 +535,7 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
                  "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] "
-                 "[--best] [--json] | micro --profile P --tier NAME --threads N[,N...] "
+                 "[--stack] [--best] [--json] | micro --profile P --tier NAME --threads N[,N...] "
                  "[--object-size SIZE] [--objects PER-THREAD] [--rounds R] [--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
@@ -439,7 +545,10 @@ TIER_CLI_COMMAND(micro,
                  "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
                  "sealing each image (payload checksum, header) as part of its put, as a "
                  "TierStack save of fresh bytes does (by the tier as it copies, where it seals "
-                 "puts); --threads N,... runs N threads on one "
+                 "puts); --stack (a profile of one tier) also saves and loads the same objects "
+                 "through the profile's TierStack (identity codec) each round, on the same "
+                 "tier and storage, and prints its rates as ratios to the tier alone "
+                 "(stack_put, stack_get); --threads N,... runs N threads on one "
                  "TierStack of that tier (saves, then loads, of their own host objects through "
                  "the identity codec) beside N threads' memcpy in the same run, every N in each "
                  "of --rounds rounds; per N: median and min-max ratio, and the throughput "

@@ -22,7 +22,10 @@ rounds (micro's --best): a round of 16 MiB takes a few milliseconds, and one pre
 2-core machine costs as much as the gap being measured, so every side gets the same chance to run
 one round undisturbed. Each repeat gives the ratios Python / tierbench micro (both baselines; issue
 24 asks for a median >= 0.95) and Python / C API (the binding's own overhead: both go through the
-profile's TierStack, which tierbench micro does not). Prints every repeat's ratios, then their
+profile's TierStack, which tierbench micro does not). A third micro process per repeat runs with
+--stack: the profile's TierStack (C++, identity codec) saving and loading the same objects on the
+same tier and storage, rounds alternating with the tier alone, so that its ratio is the stack's own
+cost without the placement of two processes' memory. Prints every repeat's ratios, then their
 median and min-max; and the Store's staging_copy_bytes after the Python rounds (0: every byte moved
 once, by the tier).
 
@@ -89,9 +92,10 @@ def python_process(profile, n, size, rounds):
     return r["rates"], r["staging_copy_bytes"]
 
 
-def json_lines(cmd):
+def json_lines(cmd, field="gb_per_s"):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return {r["op"]: r["gb_per_s"] for r in (json.loads(line) for line in out.splitlines() if line)}
+    return {r["op"]: r[field] for r in (json.loads(line) for line in out.splitlines() if line)
+            if field in r}
 
 
 def best(a, b):
@@ -131,26 +135,35 @@ def main(argv=None):
                 [a.tierbench, "micro", "--profile", a.profile, "--tier", a.tier, "--object-size",
                  str(image), "--objects", n, "--rounds", r, "--seal", "--best", "--json"])
             micro[name] = {op: v * a.object_size / image for op, v in rates.items()}
-        runs.append({"py": py, "capi": capi, **micro})
+        stack = json_lines(
+            [a.tierbench, "micro", "--profile", a.profile, "--tier", a.tier, "--object-size",
+             str(a.object_size + HEADER_BYTES), "--objects", n, "--rounds", r, "--seal", "--best",
+             "--stack", "--json"], "ratio_to_tier")
+        runs.append({"py": py, "capi": capi, **micro,
+                     "stack": {"put": stack["stack_put"], "get": stack["stack_get"]}})
     print(f"{a.objects} objects of {a.object_size} bytes, tier {a.tier} of {a.profile}, "
           f"{a.repeat} repeats, each side's fastest of {a.rounds} rounds per repeat (GB/s of "
           f"payload; micro: images of the same bytes, micro@{a.object_size}: images of "
           f"{a.object_size} bytes)")
     print(f"{'repeat':<6} {'op':<4} {'python':>7} {'C API':>7} {'micro':>7} "
-          f"{'micro@' + size:>12} {'py/micro':>9} {'py/micro@':>10} {'py/C API':>9}")
+          f"{'micro@' + size:>12} {'py/micro':>9} {'py/micro@':>10} {'py/C API':>9} "
+          f"{'stack/tier':>10}")
     for i, run in enumerate(runs, 1):
         for op in ("put", "get"):
             py, capi, micro, micro_size = (run[k][op]
                                            for k in ("py", "capi", "micro", "micro_size"))
             print(f"{i:<6} {op:<4} {py:>7.2f} {capi:>7.2f} {micro:>7.2f} {micro_size:>12.2f} "
-                  f"{py / micro:>9.2f} {py / micro_size:>10.2f} {py / capi:>9.2f}")
+                  f"{py / micro:>9.2f} {py / micro_size:>10.2f} {py / capi:>9.2f} "
+                  f"{run['stack'][op]:>10.2f}")
     def spread(xs):
         return f"median {statistics.median(xs):.3f} [{min(xs):.2f}-{max(xs):.2f}]"
     for op in ("put", "get"):
         ratio = {k: [run["py"][op] / run[k][op] for run in runs]
                  for k in ("micro", "micro_size", "capi")}
+        stack = [run["stack"][op] for run in runs]
         print(f"{op}: python/micro {spread(ratio['micro'])} (target >= 0.95), python/micro@{size} "
-              f"{spread(ratio['micro_size'])}, python/C API {spread(ratio['capi'])}")
+              f"{spread(ratio['micro_size'])}, python/C API {spread(ratio['capi'])}, stack/tier "
+              f"(one process, same storage) {spread(stack)}")
     print(f"staging_copy_bytes after the Python rounds: {staging} (0: one copy, by the tier)")
     return 0
 

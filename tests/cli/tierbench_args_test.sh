@@ -89,4 +89,17 @@ grep -qE '^ *processes +put GB/s +get GB/s +memcpy GB/s +put/memcpy +get/memcpy$
   fail "micro --processes 1,2: no table in: $out"
 [ "$(grep -cE '^ +[12] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' <<<"$out")" -eq 2 ] ||
   fail "micro --processes 1,2: not one row per count in: $out"
+# --stack: the profile's TierStack saves and loads the same objects on the same tier, its rates
+# as ratios to the tier alone; one process, and a profile of one tier.
+out=$("$tierbench" micro --profile "$profile" --tier cpu --objects 4 --object-size 4KiB \
+  --rounds 3 --seal --best --stack --json 2>&1) || fail "micro --stack exited $?: $out"
+[ "$(grep -c '"errors":0,' <<<"$out")" -eq 4 ] || fail "micro --stack: $out"
+for op in stack_put stack_get; do
+  grep -qE "\"op\":\"$op\",\"ratio_to_tier\":[0-9.]+" <<<"$out" || fail "micro --stack: no $op in: $out"
+done
+expect_error '--stack runs in one process' --stack --processes 2
+echo '{"tiers": [{"name": "a", "capacity": "64MiB", "backend": {"type": "cpu"}},
+                 {"name": "b", "capacity": "64MiB", "backend": {"type": "cpu"}}]}' > "$tmp/two.json"
+out=$("$tierbench" micro --profile "$tmp/two.json" --tier a --stack 2>&1)
+[ $? -eq 2 ] && grep -qF 'with its only tier' <<<"$out" || fail "micro --stack of two tiers: $out"
 echo "tierbench arguments behave"

@@ -410,8 +410,8 @@ void report_stack(const MicroOptions& o, const char* op, const PhaseResult& p,
     fmt::print("{}\n", tier::json_text(j));
     return;
   }
-  fmt::print("{:9} {:>10} x {:<6} {:8.2f} GB/s  {:.3f}x the tier alone on the same storage{}\n",
-             op, format_size(padded), o.objects, gbps, ratio,
+  fmt::print("{:9} {:>10} x {:<6} {:8.2f} GB/s  {:.3f}x the tier alone on the same storage{}\n", op,
+             format_size(padded), o.objects, gbps, ratio,
              p.errors ? fmt::format("  ({} errors, first: {})", p.errors, p.first_error) : "");
 }
 
@@ -457,8 +457,10 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
   if (o.stack) {
     via.emplace(StackRun{**stack, **identity, {}, {}, {}, {}});
     for (std::uint64_t i = 0; i < o.objects; ++i) {
-      via->src.push_back(objs.put_bufs[i].slice(kObjectHeaderBytes, objs.padded - kObjectHeaderBytes));
-      via->dst.push_back(objs.get_bufs[i].slice(kObjectHeaderBytes, objs.padded - kObjectHeaderBytes));
+      via->src.push_back(
+          objs.put_bufs[i].slice(kObjectHeaderBytes, objs.padded - kObjectHeaderBytes));
+      via->dst.push_back(
+          objs.get_bufs[i].slice(kObjectHeaderBytes, objs.padded - kObjectHeaderBytes));
     }
     for (std::uint64_t i = 0; i < o.objects; ++i) {
       via->saves.push_back(SaveItem{objs.keys[i], RegionList(&via->src[i], 1)});

@@ -240,6 +240,7 @@ int run_micro(cli::Args& args) {
   const std::vector<std::uint64_t> counts = args.list("processes", "1", 1, 64);
   o.seal = args.flag("seal");
   o.stack = args.flag("stack");
+  o.seal = o.seal || o.stack;  // the stack's saves seal their images: so do the tier's puts
   o.best = args.flag("best");
   o.json = args.flag("json");
   args.finish();
@@ -547,7 +548,8 @@ TIER_CLI_COMMAND(micro,
                  "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
                  "sealing each image (payload checksum, header) as part of its put, as a "
                  "TierStack save of fresh bytes does (by the tier as it copies, where it seals "
-                 "puts); --stack (a profile of one tier) also saves and loads the same objects "
+                 "puts); --stack (a profile of one tier; implies --seal) also saves and loads "
+                 "the same objects "
                  "through the profile's TierStack (identity codec) each round, on the same "
                  "tier and storage, and prints its rates as ratios to the tier alone "
                  "(stack_put, stack_get); --threads N,... runs N threads on one "

@@ -25,6 +25,13 @@ namespace {
 thread_local std::string t_last_error;
 
 ObjectKey object_key(const tier_store& s, const tier_key& k) { return {s.ns, to_key(k), s.rank}; }
+// The store's object keys of `count` C keys (a batch call's list).
+std::vector<ObjectKey> object_keys(const tier_store& s, const tier_key* keys, std::size_t count) {
+  std::vector<ObjectKey> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(object_key(s, keys[i]));
+  return out;
+}
 
 // A caller's timeout in milliseconds (< 0: `fallback`); anything above a year is a year, so the
 // deadline computed from it cannot overflow.
@@ -425,9 +432,7 @@ int tier_store_lookup_prefix(tier_store* store, const tier_key* keys, size_t cou
   return with_handle(store, "store", [&](tier_store& s) -> Status {
     TIER_RETURN_IF_ERROR(need(prefix, "prefix"));
     if (count && !keys) return Status::invalid("keys is NULL");
-    std::vector<ObjectKey> k;
-    k.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(s, keys[i]));
+    const std::vector<ObjectKey> k = object_keys(s, keys, count);
     TIER_ASSIGN_OR_RETURN(*prefix, s.stack->lookup_prefix(k));
     return Status::ok();
   });
@@ -435,9 +440,7 @@ int tier_store_lookup_prefix(tier_store* store, const tier_key* keys, size_t cou
 int tier_store_stat(tier_store* store, const tier_key* keys, size_t count, tier_object_stat* out) {
   return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (count && (!keys || !out)) return Status::invalid("keys or out is NULL");
-    std::vector<ObjectKey> k;
-    k.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) k.push_back(object_key(s, keys[i]));
+    const std::vector<ObjectKey> k = object_keys(s, keys, count);
     std::vector<ObjectStat> stats(count);
     TIER_RETURN_IF_ERROR(s.stack->stat(k, stats));
     for (std::size_t i = 0; i < count; ++i)
@@ -481,10 +484,8 @@ int tier_store_load(tier_store* store, const tier_item* items, size_t count, int
 int tier_store_remove(tier_store* store, const tier_key* keys, size_t count, int32_t* codes) {
   return with_handle(store, "store", [&](tier_store& s) -> Status {
     if (count && (!keys || !codes)) return Status::invalid("keys or codes is NULL");
-    std::vector<ObjectKey> ks(count);
     std::vector<Status> out(count);
-    for (std::size_t i = 0; i < count; ++i) ks[i] = object_key(s, keys[i]);
-    TIER_RETURN_IF_ERROR(s.stack->remove(ks, out));
+    TIER_RETURN_IF_ERROR(s.stack->remove(object_keys(s, keys, count), out));
     for (std::size_t i = 0; i < count; ++i) codes[i] = static_cast<std::int32_t>(out[i].code());
     return Status::ok();
   });

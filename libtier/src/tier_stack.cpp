@@ -1072,36 +1072,37 @@ void TierStack::Impl::remove_background(int t, const ObjectKey& key) {
   }
 }
 
+void TierStack::Impl::remove_from(int t, std::span<const ObjectKey> keys, std::span<Status> got) {
+  std::fill(got.begin(), got.end(), Status::ok());
+  std::vector<std::uint64_t> ids(keys.size(), 0);
+  // Up to kScatterBatch removes per submit, then one wait for all of them.
+  RequestBatch batch(Op::kRemove, keys.size(), std::numeric_limits<std::uint64_t>::max());
+  auto submit = [&] {
+    submit_batch(t, batch, ids, [&](std::size_t i, const Status& why) { got[i] = why; });
+  };
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    if (batch.add(IoRequest{Op::kRemove, keys[i], Region{}, 0}, i, 0, 0)) submit();
+  submit();
+  wait_for(ids);
+  std::array<Completion, kTakeChunk> done;
+  for (std::size_t first = 0; first < keys.size(); first += kTakeChunk) {
+    const std::size_t n = std::min(kTakeChunk, keys.size() - first);
+    take_all(std::span(ids).subspan(first, n), done, {});
+    for (std::size_t k = 0; k < n; ++k)
+      if (ids[first + k] != 0) got[first + k] = std::move(done[k].status);
+  }
+}
+
 Status TierStack::Impl::remove(std::span<const ObjectKey> keys, std::span<Status> out) {
   if (out.size() != keys.size()) return Status::invalid("remove: out.size() != keys.size()");
   Call call_{*this};
   std::fill(out.begin(), out.end(), Status::ok());
-  std::vector<std::uint64_t> ids(keys.size());
-  std::array<Completion, kTakeChunk> done;
+  std::vector<Status> got(keys.size());
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    const int tier = static_cast<int>(t);
-    std::fill(ids.begin(), ids.end(), 0);
-    // Up to kScatterBatch removes per submit, then one wait for all of them.
-    RequestBatch batch(Op::kRemove, keys.size(), std::numeric_limits<std::uint64_t>::max());
-    auto submit = [&] {
-      submit_batch(tier, batch, ids, [&](std::size_t i, const Status& why) {
-        if (out[i].is_ok()) out[i] = why;
-      });
-    };
+    remove_from(static_cast<int>(t), keys, got);
     for (std::size_t i = 0; i < keys.size(); ++i)
-      if (batch.add(IoRequest{Op::kRemove, keys[i], Region{}, 0}, i, 0, 0)) submit();
-    submit();
-    wait_for(ids);
-    for (std::size_t first = 0; first < keys.size(); first += kTakeChunk) {
-      const std::size_t n = std::min(kTakeChunk, keys.size() - first);
-      take_all(std::span(ids).subspan(first, n), done, {});
-      for (std::size_t k = 0; k < n; ++k) {
-        const std::size_t i = first + k;
-        const Status& why = done[k].status;
-        if (ids[i] != 0 && !why.is_ok() && !(why == Code::kNotFound) && out[i].is_ok())
-          out[i] = why;
-      }
-    }
+      if (!got[i].is_ok() && !(got[i] == Code::kNotFound) && out[i].is_ok())
+        out[i] = std::move(got[i]);
   }
   return Status::ok();
 }
@@ -1117,24 +1118,14 @@ Result<std::uint64_t> TierStack::Impl::clear(const Key128& ns) {
       if (result.is_ok()) result = keys.status();
       continue;
     }
-    std::vector<std::uint64_t> ids;
-    for (const ObjectKey& k : *keys) {
-      if (!(k.ns == ns)) continue;
-      auto id = submit_one(tier, Op::kRemove, k, Region{}, Pending{});
-      if (!id) {
-        if (result.is_ok()) result = id.status();
-        continue;
-      }
-      ids.push_back(*id);
-      reap(tier, 0, {});
-    }
-    wait_for(ids);
-    for (std::uint64_t id : ids) {
-      Completion c = take(id);
-      if (c.status.is_ok()) {
+    std::erase_if(*keys, [&](const ObjectKey& k) { return !(k.ns == ns); });
+    std::vector<Status> got(keys->size());
+    remove_from(tier, *keys, got);
+    for (const Status& c : got) {
+      if (c.is_ok()) {
         ++removed;
-      } else if (!(c.status == Code::kNotFound) && result.is_ok()) {
-        result = c.status;
+      } else if (!(c == Code::kNotFound) && result.is_ok()) {
+        result = c;
       }
     }
   }

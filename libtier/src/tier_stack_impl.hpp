@@ -288,6 +288,10 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   void put_background(int t, const ObjectKey& key, Image image, bool demotion);
   // Queues a background remove of `key` from tier `t` (a corrupt copy); nobody waits for it.
   void remove_background(int t, const ObjectKey& key);
+  // Removes `keys` from tier `t` (remove and clear): up to kScatterBatch per submit, then one
+  // wait for them all. got[i] is the tier's outcome for keys[i] (NotFound included), or why it
+  // was not submitted. `got.size()` equals `keys.size()`.
+  void remove_from(int t, std::span<const ObjectKey> keys, std::span<Status> got);
   // Submits one request, pending as `p`. Returns its id (never 0), or why the tier refused it
   // (TimedOut: its queue stayed full).
   Result<std::uint64_t> submit_one(int t, Op op, const ObjectKey& key, Region buf, Pending p);

@@ -562,6 +562,21 @@ Result<RingRange> CopyContext::ring_acquire(std::uint64_t bytes, const Stream& s
                                                st.device}};
 }
 
+Status CopyContext::prepare() noexcept {
+  State& st = *state_;
+  DeviceGuard guard(st.device);
+  TIER_RETURN_IF_ERROR(guard.status());
+  {
+    std::lock_guard<std::mutex> lock(st.ring_mu);
+    if (st.ring.data() == nullptr) {
+      TIER_ASSIGN_OR_RETURN(st.ring, DeviceBuffer::allocate(st.device, ring_bytes()));
+    }
+  }
+  TIER_GPU_TRY(rt::load_kernel(reinterpret_cast<const void*>(&copy_tiles)));
+  TIER_GPU_TRY(rt::load_kernel(reinterpret_cast<const void*>(&copy_inline_tiles)));
+  return load_verify_kernels();
+}
+
 Status CopyContext::ring_retire(const RingRange& r, const Stream& s) noexcept {
   State& st = *state_;
   TIER_ASSIGN_OR_RETURN(Event e, st.take_event());
@@ -791,6 +806,7 @@ Status DeviceCopyExecutor::scatter_batch_async(std::span<const GatedScatter> ite
 Status DeviceCopyExecutor::order_after(void* stream, void* event) noexcept {
   return ctx_->order_after(stream, event);
 }
+Status DeviceCopyExecutor::prepare() noexcept { return ctx_->prepare(); }
 
 Status DeviceCopyExecutor::run_on_lane(const CopyPlan& plan, Region image, bool gather) noexcept {
   const int dir = gather ? 0 : 1;

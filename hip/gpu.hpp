@@ -319,6 +319,13 @@ class CopyContext {
   Status ring_retire(const RingRange& r, const Stream& s) noexcept;
   static constexpr std::uint64_t ring_bytes() noexcept { return std::uint64_t{64} << 20; }
 
+  // Does now what a first transfer would do: allocates the staging ring and loads the floor's
+  // kernels (the copy and the verification kernels; the runtime loads a kernel's module at its
+  // first launch otherwise). Idempotent. The C API calls it when device memory is registered, so
+  // that a fresh process's first load into that memory does not pay for it (about 3-4 ms on the
+  // H200, docs/integration.md "The fast path"). Errors: NoSpace, DeviceError.
+  Status prepare() noexcept;
+
   struct State;  // copy_kernels.hip
   State& state() noexcept { return *state_; }
 
@@ -392,6 +399,8 @@ class DeviceCopyExecutor final : public CopyExecutor {
 
   // CopyContext::order_after of this executor's GPU.
   Status order_after(void* stream, void* event) noexcept;
+  // CopyContext::prepare of this executor's GPU.
+  Status prepare() noexcept;
 
   // The path a transfer of `bytes` to or from an image of `kind` takes.
   ImagePath path_for(MemoryKind kind, std::size_t bytes, bool gather) const noexcept;
@@ -474,6 +483,8 @@ struct VerifyItem {
 // verify_payload_async for up to kMaxVerifyBatch payloads in one launch on `s`, whatever their
 // number. Errors: InvalidArgument (as verify_payload_async, for any item; more than
 // kMaxVerifyBatch items), DeviceError.
+// Loads the verification kernel on the current device (CopyContext::prepare). Errors: DeviceError.
+Status load_verify_kernels() noexcept;
 Status verify_payloads_async(std::span<const VerifyItem> items, VerifyCounters& counters,
                              const Stream& s) noexcept;
 

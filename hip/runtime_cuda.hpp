@@ -109,6 +109,11 @@ inline Error stream_wait_event(StreamHandle s, EventHandle e) {
 inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
   return cudaMemsetAsync(p, v, n, s);
 }
+// Loads kernel `f` on the current device now (the runtime loads a module at its first launch).
+inline Error load_kernel(const void* f) {
+  cudaFuncAttributes a;
+  return cudaFuncGetAttributes(&a, f);
+}
 
 // The wall clock: %globaltimer, the PTX ISA's global nanosecond timer, whatever the SM clock does.
 inline constexpr const char* kWallCounter = "%globaltimer";

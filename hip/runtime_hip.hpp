@@ -89,6 +89,11 @@ inline Error stream_wait_event(StreamHandle s, EventHandle e) {
 inline Error memset_async(void* p, int v, size_t n, StreamHandle s) {
   return hipMemsetAsync(p, v, n, s);
 }
+// Loads kernel `f` on the current device now (the runtime loads a module at its first launch).
+inline Error load_kernel(const void* f) {
+  hipFuncAttributes a;
+  return hipFuncGetAttributes(&a, f);
+}
 
 // The wall clock: s_memrealtime, read by HIP's wall_clock64(), a counter at a constant rate
 // whatever the shader clock does. HIP 5.2 declares wall_clock64() for the device compile only:

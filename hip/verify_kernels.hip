@@ -397,6 +397,11 @@ Status verify_payload_async(Region payload, std::uint64_t expected, Region scrat
   return Status::ok();
 }
 
+Status load_verify_kernels() noexcept {
+  TIER_GPU_TRY(rt::load_kernel(reinterpret_cast<const void*>(&batch_hashes)));
+  return Status::ok();
+}
+
 Result<VerifyCounters> VerifyCounters::allocate(const Stream& s) noexcept {
   TIER_ASSIGN_OR_RETURN(DeviceBuffer words,
                         DeviceBuffer::allocate(s.device(), kWords * sizeof(std::uint32_t)));

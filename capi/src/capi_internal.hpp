@@ -165,6 +165,10 @@ Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept;
 // or size is never trusted, a stray one would fault the GPU context); NotSupported without the
 // GPU floor. Each allocation the regions lie in is looked up once.
 Status check_device_memory(RegionList regions, int device) noexcept;
+// Registered device memory: check_device_memory() of it, then the executor of its GPU made and
+// its CopyContext prepared (the staging ring allocated, the kernels loaded), so that the first
+// transfer into or out of it pays neither.
+Status prepare_device(GpuExecutors& g, const Region& memory) noexcept;
 
 // Moves the bytes of a region list to and from a stored payload: the payload is the regions'
 // bytes concatenated (layout id kIdentityLayoutId, so host and device copies of one object are
@@ -184,6 +188,8 @@ class RegionCodec final : public Codec {
   Result<std::size_t> encode(RegionList src, std::span<std::byte> dst) const noexcept override;
   Status decode(std::span<const std::byte> payload, RegionList dst) const noexcept override;
   Result<DirectPayload> direct(RegionList regions) const noexcept override;
+  // prepare_device() on this codec's executors (tier_memory_register of device memory).
+  Status prepare_device(const Region& memory) const noexcept;
 
  private:
   struct Plan;

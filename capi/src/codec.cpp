@@ -15,6 +15,10 @@ struct RegionCodec::Plan {
 RegionCodec::RegionCodec() : gpu_(make_gpu_executors()) {}
 RegionCodec::~RegionCodec() = default;
 
+Status RegionCodec::prepare_device(const Region& memory) const noexcept {
+  return capi::prepare_device(*gpu_, memory);
+}
+
 Result<std::int32_t> RegionCodec::check(RegionList regions) noexcept {
   try {
     const bool device = !regions.empty() && regions[0].kind == MemoryKind::kDevice;

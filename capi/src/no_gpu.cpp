@@ -16,6 +16,10 @@ Status check_device_memory(RegionList, int) noexcept {
   return Status(Code::kNotSupported, "device memory: this libtier was built without a GPU");
 }
 
+Status prepare_device(GpuExecutors&, const Region&) noexcept {
+  return Status(Code::kNotSupported, "device memory: this libtier was built without a GPU");
+}
+
 Result<std::unique_ptr<PinnedHold>> pin_host(void*, std::size_t) noexcept {
   return Status(Code::kNotSupported, "pinned registration: this libtier was built without a GPU");
 }

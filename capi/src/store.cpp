@@ -405,6 +405,8 @@ int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kin
       TIER_ASSIGN_OR_RETURN(m->pinned, pin_host(ptr, bytes));
     } else if (kind == TIER_MEMORY_DEVICE) {
       if (device < 0) return Status::invalid("a device registration needs a device >= 0");
+      TIER_RETURN_IF_ERROR(s.codec.prepare_device(
+          Region{static_cast<std::byte*>(ptr), bytes, MemoryKind::kDevice, device}));
     } else if (kind != TIER_MEMORY_HOST && kind != TIER_MEMORY_SHM) {
       return Status::invalid("unknown memory kind " + std::to_string(kind));
     }

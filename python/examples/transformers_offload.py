@@ -13,8 +13,9 @@ downloaded) runs on the GPU three times on the same random prompt:
   fast path"); no byte goes through pageable memory or Python;
 - mode (b), across processes from a disk tier: after prefill, the KV is saved to a disk tier,
   every GPU KV tensor is dropped, and a fresh Python process (this script with --resume) rebuilds
-  the model from the seed, restores the whole prefix from the disk tier into GPU tensors in one
-  call and decodes. It reports the restore's rate against the disk's own read rate for the same
+  the model from the seed, allocates the KV tensors and registers them with the store (as an engine
+  does when it allocates its KV: the GPU's copy resources are prepared then), restores the whole
+  prefix from the disk tier into them in one call and decodes. It reports the restore's rate against the disk's own read rate for the same
   bytes: the tier's data file read right after the restore with O_DIRECT, 4 MiB blocks, one
   reader (what `dd iflag=direct bs=4M` reads), four times over: the bytes of the four passes over
   their time (each pass's rate is reported too; a virtual disk may alternate between a fast and a
@@ -222,6 +223,13 @@ def prefix_regions(kv, chunk, n_chunks):
     return out
 
 
+def register_all(store, kv):
+    """Registers every KV tensor with the store once, when it is allocated (docs/integration.md,
+    "The fast path"): the GPU's copy resources are prepared then, not by the first restore. The
+    registrations end with release() or the store's close."""
+    return [store.register(t) for pair in kv for t in pair]
+
+
 def check(codes, what):
     bad = [c for c in codes if c != 0]
     if bad:
@@ -352,11 +360,14 @@ def mode_pinned(args, model, prompt):
         del kv
         torch.cuda.empty_cache()
         restored = empty_kv(shapes)
+        registered = register_all(store, restored)
         regions = prefix_regions(restored, args.chunk, n_chunks)  # once, with the tensors
         runs = [timed(lambda: check(store.load(keys, regions), "restore"))
                 for _ in range(args.repeat)]
         for i, (k, v) in enumerate(restored):
             set_kv(cache, i, k, v)
+        for r in registered:
+            r.release()
     out = decode(model, cache, first, args.new_tokens)
     nbytes = sum(2 * k.numel() * k.element_size() for k, _ in restored)
     return dict(out, save_ms=save_ms, restore_ms=median(runs), restore_runs_ms=runs,
@@ -403,6 +414,7 @@ def resume(manifest_path):
     regions = prefix_regions(kv, args.chunk, args.prompt // args.chunk)
     keys = prefix_keys(args, prompt)
     with open_store(manifest["profile"], args, "disk") as store:
+        registered = register_all(store, kv)  # as an engine does when it allocates its KV
         restore_ms = timed(lambda: check(store.load(keys, regions), "restore"))
         nbytes = sum(2 * k.numel() * k.element_size() for k, _ in kv)
         # The disk's own rate for the bytes the restore read: as many bytes of the tier's data
@@ -410,8 +422,10 @@ def resume(manifest_path):
         # their 16 MiB regions, a few percent), right after the restore.
         disk, passes = read_rate_gbps(os.path.join(manifest["workdir"], "data"), nbytes)
         # Again in this process: the disk is read again (O_DIRECT), without the first call's
-        # one-time costs (the GPU's copy context, the stack's buffers faulted in).
+        # one-time costs (the stack's buffers faulted in; the GPU's were prepared by register).
         warm_ms = timed(lambda: check(store.load(keys, regions), "restore"))
+        for r in registered:
+            r.release()
     first = torch.tensor([manifest["first"]], device="cuda")
     out = decode(model, new_cache_from(kv), first, args.new_tokens)
     json.dump(dict(out, restore_ms=restore_ms, bytes=nbytes, disk_read_gbps=disk,

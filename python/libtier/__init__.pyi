@@ -312,7 +312,10 @@ class Store:
     ) -> Registration:
         """Registers memory with the Store. PINNED page-locks host memory through the GPU runtime
         (NotSupported in a build without it); regions inside a registered pinned range are
-        treated as pinned. HOST and DEVICE registrations record the range."""
+        treated as pinned. HOST records the range. DEVICE checks that the GPU runtime knows the
+        whole buffer as memory of that GPU (InvalidArgument otherwise) and prepares the GPU's copy
+        resources now (staging ring, kernels), so that the first load into it does not pay for
+        them: register KV tensors when they are allocated."""
     def metrics(self) -> dict[str, Any]:
         """Counters, usage and latencies as a dict (the tiers' and the stack's,
         docs/metrics.md)."""

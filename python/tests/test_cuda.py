@@ -50,3 +50,24 @@ def test_an_object_of_many_regions_of_two_tensors_round_trips():
         assert store.load(keys, [regions(k2, v2, i) for i in range(n)]) == [libtier.Code.OK] * n
         torch.cuda.synchronize()
         assert torch.equal(k, k2) and torch.equal(v, v2)
+
+
+def test_registering_a_cuda_tensor_prepares_its_gpu_and_checks_the_memory():
+    """Store.register of a CUDA tensor (as an engine registers its KV when it allocates it)
+    prepares the GPU's copy resources; loads into it then work as before. A buffer that is not
+    that GPU's memory is refused, whatever the caller claims."""
+    with libtier.Store.open(json.dumps(PROFILE), namespace={"model": "cuda-register"}) as store:
+        keys = [libtier.external_key(f"reg-{i}") for i in range(4)]
+        src = torch.randint(0, 255, (4 << 20,), dtype=torch.uint8, device="cuda")
+        dst = torch.zeros_like(src)
+        with store.register(dst) as reg:
+            assert reg.region.kind == libtier.MemoryKind.DEVICE
+            parts = [[t] for t in src.chunk(4)]
+            assert store.save(keys, parts) == [libtier.Code.OK] * 4
+            assert store.load(keys, [[t] for t in dst.chunk(4)]) == [libtier.Code.OK] * 4
+            torch.cuda.synchronize()
+            assert torch.equal(src, dst)
+        host = torch.zeros(1 << 20, dtype=torch.uint8)
+        with pytest.raises(libtier.InvalidArgument, match="does not know it as device memory"):
+            store.register((host.data_ptr(), host.numel()), kind=libtier.MemoryKind.DEVICE,
+                           device=0)

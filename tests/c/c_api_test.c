@@ -208,6 +208,9 @@ static void test_store(void) {
   CHECK(rc == TIER_OK || rc == TIER_NOT_SUPPORTED);
   if (rc == TIER_OK) REQUIRE_OK(tier_memory_release(m));
   CHECK(tier_memory_register(s, src, 1, TIER_MEMORY_DEVICE, -1, &m) == TIER_INVALID_ARGUMENT);
+  /* Host memory claimed as a GPU's is refused (NOT_SUPPORTED in a build without the GPU floor). */
+  rc = tier_memory_register(s, src, sizeof src, TIER_MEMORY_DEVICE, 0, &m);
+  CHECK(rc == TIER_INVALID_ARGUMENT || rc == TIER_NOT_SUPPORTED);
 
   int32_t rm[1];
   REQUIRE_OK(tier_store_remove(s, keys, 1, rm));

@@ -222,8 +222,12 @@ const char* tier_store_metrics_endpoint(tier_store* store);
 
 /* Registers memory with a store until tier_memory_release. TIER_MEMORY_PINNED page-locks the
  * host range through the GPU runtime (NOT_SUPPORTED in a build without it, or with no GPU);
- * host regions inside a registered pinned range are then moved as pinned. HOST and DEVICE record
- * the range (DEVICE: INVALID_ARGUMENT for device < 0). A registration ends with its store's close
+ * host regions inside a registered pinned range are then moved as pinned. HOST records the
+ * range. DEVICE checks that the GPU runtime knows every byte as memory of GPU `device`
+ * (INVALID_ARGUMENT otherwise, and for device < 0; NOT_SUPPORTED in a build without the GPU
+ * floor) and prepares that GPU's copy resources now (its staging ring, the copy and verification
+ * kernels loaded), so that the first load or save with that memory does not pay for them: register
+ * the KV memory when it is allocated. A registration ends with its store's close
  * at the latest; tier_memory_release frees it (also after that close). [any thread] (a shared
  * lock of the store's registrations, held while a call converts its regions, never during a
  * transfer); a registration is released once, and not while a batch that uses its memory is in

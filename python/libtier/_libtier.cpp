@@ -264,7 +264,15 @@ tier_key to_key(py::handle h) {
 }
 std::vector<tier_key> to_keys(py::handle seq) {
   std::vector<tier_key> out;
-  for (py::handle h : seq) out.push_back(to_key(h));
+  if (!PyList_Check(seq.ptr()) && !PyTuple_Check(seq.ptr())) {  // any other iterable
+    for (py::handle h : seq) out.push_back(to_key(h));
+    return out;
+  }
+  // A list or tuple, the common case: its items read in place, without the iterator protocol.
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  out.resize(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = to_key(items[i]);
   return out;
 }
 std::string hex(const tier_key& k) {

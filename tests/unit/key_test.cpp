@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <xxhash.h>
 
+#include <cctype>
 #include <string>
 
 #include "tier/key.hpp"
@@ -141,6 +142,33 @@ TEST_CASE("hex round trip and object key text") {
       CHECK(r.status().code() == Code::kInvalidArgument);
       CHECK(r.status().message().find(std::string("'") + bad + "'") != std::string::npos);
     }
+  // Every byte value at every position of a word: exactly 0-9, a-f and A-F are digits, each with
+  // its value.
+  for (std::size_t at : {0u, 7u, 8u, 23u, 31u})
+    for (int c = 0; c < 256; ++c) {
+      std::string text(32, '0');
+      text[at] = static_cast<char>(c);
+      const int want = c >= '0' && c <= '9'   ? c - '0'
+                       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                              : -1;
+      auto r = Key128::from_hex(text);
+      REQUIRE(r.is_ok() == (want >= 0));
+      if (want < 0) continue;
+      const unsigned shift = 4 * (15 - at % 16);
+      CHECK((at < 16 ? r->hi : r->lo) == std::uint64_t(want) << shift);
+      CHECK((at < 16 ? r->lo : r->hi) == 0);
+    }
+  // Random keys round trip, in lower and upper case.
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 1000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const Key128 r{x, x * 0xff51afd7ed558ccdull};
+    std::string text = r.hex();
+    CHECK(*Key128::from_hex(text) == r);
+    for (char& ch : text) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    CHECK(*Key128::from_hex(text) == r);
+  }
   ObjectKey ok{k, k, 3};
   CHECK(ok.to_string() == k.hex() + "-" + k.hex() + "-r3");
 }

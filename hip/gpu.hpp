@@ -480,11 +480,11 @@ struct VerifyItem {
   std::uint32_t* host_verdict = nullptr;
   const CrcClaim* crc = nullptr;  // must stay valid until the call returns
 };
+// Loads the verification kernel on the current device (CopyContext::prepare). Errors: DeviceError.
+Status load_verify_kernels() noexcept;
 // verify_payload_async for up to kMaxVerifyBatch payloads in one launch on `s`, whatever their
 // number. Errors: InvalidArgument (as verify_payload_async, for any item; more than
 // kMaxVerifyBatch items), DeviceError.
-// Loads the verification kernel on the current device (CopyContext::prepare). Errors: DeviceError.
-Status load_verify_kernels() noexcept;
 Status verify_payloads_async(std::span<const VerifyItem> items, VerifyCounters& counters,
                              const Stream& s) noexcept;
 

@@ -911,11 +911,12 @@ class Registration {
     if (kind) r.kind = *kind;
     if (device) r.device = *device;
     region_ = Region{reinterpret_cast<std::uintptr_t>(r.ptr), r.bytes, r.kind, r.device};
+    auto use = store_->handle();
     int rc;
     {
       // Device memory prepares its GPU's copy resources (a few ms the first time): without the GIL.
       py::gil_scoped_release nogil;
-      rc = tier_memory_register(store_->handle().get(), r.ptr, r.bytes, r.kind, r.device, &h_);
+      rc = tier_memory_register(use.get(), r.ptr, r.bytes, r.kind, r.device, &h_);
     }
     check(rc);
   }

@@ -11,16 +11,16 @@ downloaded) runs on the GPU three times on the same random prompt:
   The tier moves each object with its DMA into the GPU's staging ring, verifies it on the GPU and
   writes the tensors with one gated copy kernel per batch of objects (docs/integration.md, "The
   fast path"); no byte goes through pageable memory or Python;
-- mode (b), across processes from a disk tier: after prefill, the KV is saved to a disk tier,
-  every GPU KV tensor is dropped, and a fresh Python process (this script with --resume) rebuilds
-  the model from the seed, allocates the KV tensors and registers them with the store (as an engine
+- mode (b), across processes from a disk tier: after prefill, the KV is saved to a disk tier, every
+  GPU KV tensor is dropped, and a fresh Python process (this script with --resume) rebuilds the
+  model from the seed, allocates the KV tensors and registers them with the store (as an engine
   does when it allocates its KV: the GPU's copy resources are prepared then), restores the whole
-  prefix from the disk tier into them in one call and decodes. It reports the restore's rate against the disk's own read rate for the same
-  bytes: the tier's data file read right after the restore with O_DIRECT, 4 MiB blocks, one
-  reader (what `dd iflag=direct bs=4M` reads), four times over: the bytes of the four passes over
-  their time (each pass's rate is reported too; a virtual disk may alternate between a fast and a
-  slow pass). For reference it also reports the rate of reading a file just written (on a
-  virtual disk that rate need not be the tier's data's).
+  prefix from the disk tier into them in one call and decodes. It reports the restore's rate
+  against the disk's own read rate for the same bytes: the tier's data file read right after the
+  restore with O_DIRECT, 4 MiB blocks, one reader (what `dd iflag=direct bs=4M` reads), four times
+  over: the bytes of the four passes over their time (each pass's rate is reported too; a virtual
+  disk may alternate between a fast and a slow pass). For reference it also reports the rate of
+  reading a file just written (on a virtual disk that rate need not be the tier's data's).
 
 Both modes must produce exactly the plain run's tokens, and bit for bit the same logits at every
 decode step (compared through a SHA-256 of them; exit status 1 otherwise). Each object is one

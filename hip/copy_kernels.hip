@@ -806,7 +806,6 @@ Status DeviceCopyExecutor::scatter_batch_async(std::span<const GatedScatter> ite
 Status DeviceCopyExecutor::order_after(void* stream, void* event) noexcept {
   return ctx_->order_after(stream, event);
 }
-Status DeviceCopyExecutor::prepare() noexcept { return ctx_->prepare(); }
 
 Status DeviceCopyExecutor::run_on_lane(const CopyPlan& plan, Region image, bool gather) noexcept {
   const int dir = gather ? 0 : 1;

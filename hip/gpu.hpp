@@ -399,8 +399,6 @@ class DeviceCopyExecutor final : public CopyExecutor {
 
   // CopyContext::order_after of this executor's GPU.
   Status order_after(void* stream, void* event) noexcept;
-  // CopyContext::prepare of this executor's GPU.
-  Status prepare() noexcept;
 
   // The path a transfer of `bytes` to or from an image of `kind` takes.
   ImagePath path_for(MemoryKind kind, std::size_t bytes, bool gather) const noexcept;

@@ -30,7 +30,6 @@ class SharedExecutor final : public CopyExecutor {
     std::lock_guard lock(mu_);
     return e_->share_order();
   }
-  Status prepare() noexcept { return e_->prepare(); }  // the context locks what it changes
 
  private:
   std::mutex mu_;
@@ -46,36 +45,31 @@ struct GpuExecutors {
 GpuExecutorsPtr make_gpu_executors() { return GpuExecutorsPtr(new GpuExecutors); }
 void GpuExecutorsDeleter::operator()(GpuExecutors* g) const noexcept { delete g; }
 
-namespace {
-Result<SharedExecutor*> shared_executor(GpuExecutors& g, int device) noexcept {
+Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept {
   try {
     std::lock_guard lock(g.mu);
     auto it = g.by_device.find(device);
-    if (it != g.by_device.end()) return it->second.get();
+    if (it != g.by_device.end()) return static_cast<CopyExecutor*>(it->second.get());
     if (device >= gpu::device_count())
       return Status::invalid("device " + std::to_string(device) + ": no such GPU");
     gpu::ExecutorOptions opts;
     opts.device = device;
     TIER_ASSIGN_OR_RETURN(auto exec, gpu::DeviceCopyExecutor::create(opts));
     auto shared = std::make_unique<SharedExecutor>(std::move(exec));
-    SharedExecutor* p = shared.get();
+    CopyExecutor* p = shared.get();
     g.by_device.emplace(device, std::move(shared));
     return p;
   } catch (const std::bad_alloc&) {
     return Status(Code::kNoSpace, "out of memory");
   }
 }
-}  // namespace
-
-Result<CopyExecutor*> gpu_executor(GpuExecutors& g, int device) noexcept {
-  TIER_ASSIGN_OR_RETURN(SharedExecutor * e, shared_executor(g, device));
-  return static_cast<CopyExecutor*>(e);
-}
 
 Status prepare_device(GpuExecutors& g, const Region& memory) noexcept {
   TIER_RETURN_IF_ERROR(check_device_memory(RegionList(&memory, 1), memory.device));
-  TIER_ASSIGN_OR_RETURN(SharedExecutor * e, shared_executor(g, memory.device));
-  return e->prepare();
+  // The executor holds the GPU's context from now on: what prepare() makes stays made.
+  TIER_RETURN_IF_ERROR(gpu_executor(g, memory.device).status());
+  TIER_ASSIGN_OR_RETURN(auto ctx, gpu::CopyContext::of(memory.device));
+  return ctx->prepare();
 }
 
 Status check_device_memory(RegionList regions, int device) noexcept {

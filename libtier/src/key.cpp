@@ -2,7 +2,6 @@
 
 #include <xxhash.h>
 
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -74,19 +73,6 @@ std::string Key128::hex() const { return fmt::format("{:016x}{:016x}", hi, lo); 
 
 namespace {
 
-// Each character's digit value, 0xff for a non-digit (the error path, and hosts that are not
-// little-endian).
-constexpr std::array<std::uint8_t, 256> kHexDigit = [] {
-  std::array<std::uint8_t, 256> t{};
-  t.fill(0xff);
-  for (int c = 0; c < 10; ++c) t['0' + c] = static_cast<std::uint8_t>(c);
-  for (int c = 0; c < 6; ++c) {
-    t['a' + c] = static_cast<std::uint8_t>(10 + c);
-    t['A' + c] = static_cast<std::uint8_t>(10 + c);
-  }
-  return t;
-}();
-
 constexpr std::uint64_t bytes_of(std::uint8_t b) { return 0x0101010101010101ull * b; }
 
 // The value of 8 hex digits, the first in the lowest byte of `x` (a little-endian load), eight
@@ -113,30 +99,19 @@ std::uint32_t hex8(std::uint64_t x, std::uint64_t& bad) noexcept {
 
 Result<Key128> Key128::from_hex(std::string_view hex) {
   if (hex.size() != 32) return Status::invalid("a key is 32 hex digits");
-  std::uint64_t hi = 0, lo = 0;
-  bool ok;
-  if constexpr (std::endian::native == std::endian::little) {
-    std::uint64_t w[4];
-    std::memcpy(w, hex.data(), sizeof w);
-    std::uint64_t bad = 0;
-    hi = (std::uint64_t{hex8(w[0], bad)} << 32) | hex8(w[1], bad);
-    lo = (std::uint64_t{hex8(w[2], bad)} << 32) | hex8(w[3], bad);
-    ok = bad == 0;
-  } else {
-    std::uint8_t bad = 0;  // the OR of every digit value: bit 7 set when any is 0xff
-    for (std::size_t i = 0; i < 16; ++i) {
-      const std::uint8_t h = kHexDigit[static_cast<unsigned char>(hex[i])];
-      const std::uint8_t l = kHexDigit[static_cast<unsigned char>(hex[16 + i])];
-      bad |= h | l;
-      hi = (hi << 4) | (h & 0xfu);
-      lo = (lo << 4) | (l & 0xfu);
-    }
-    ok = (bad & 0x80u) == 0;
-  }
-  if (!ok) {
-    for (char c : hex)
-      if (kHexDigit[static_cast<unsigned char>(c)] == 0xff)
+  std::uint64_t w[4];
+  std::memcpy(w, hex.data(), sizeof w);
+  if constexpr (std::endian::native == std::endian::big)
+    for (std::uint64_t& x : w) x = __builtin_bswap64(x);  // the first digit in the lowest byte
+  std::uint64_t bad = 0;
+  const std::uint64_t hi = (std::uint64_t{hex8(w[0], bad)} << 32) | hex8(w[1], bad);
+  const std::uint64_t lo = (std::uint64_t{hex8(w[2], bad)} << 32) | hex8(w[3], bad);
+  if (bad != 0) {  // name the first character that is not a digit
+    for (char c : hex) {
+      const unsigned char u = static_cast<unsigned char>(c), l = u | 0x20;
+      if (!(u >= '0' && u <= '9') && !(l >= 'a' && l <= 'f'))
         return Status::invalid(fmt::format("not a hex digit: '{}'", c));
+    }
   }
   return Key128{lo, hi};
 }

@@ -23,6 +23,10 @@
 #include "tier/region.hpp"
 #include "tier/status.hpp"
 
+namespace tier {
+class ImageMemory;  // tier/tier_stack.hpp
+}
+
 namespace tier::gpu {
 
 // "cuda" or "hip": the runtime this build uses.
@@ -155,6 +159,16 @@ class PinnedBuffer {
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+// The process's page-locked image memory for TierStack::set_image_memory (tier/tier_stack.hpp):
+// one mapped pinned allocation of page_locked_image_bytes(), made at the first call (about as
+// long as the runtime takes to page-lock that much; the C API calls it when device memory is
+// registered, not on a load), shared by every stack given it, and kept until the last of them
+// lets go. It hands out page ranges (best fit, freed ranges merged with their neighbours) and
+// says it has none (nullptr) when no free range is large enough: the stack takes the heap for
+// that buffer. Threads: any. Errors: NotSupported (no GPU), NoSpace.
+Result<std::shared_ptr<ImageMemory>> page_locked_images() noexcept;
+constexpr std::size_t page_locked_image_bytes() noexcept { return std::size_t{128} << 20; }
 
 // Page-locks (and maps) existing host memory until destruction. The memory must outlive it.
 class PinnedRegistration {

@@ -170,6 +170,10 @@ Status check_device_memory(RegionList regions, int device) noexcept;
 // transfer into or out of it pays neither.
 Status prepare_device(GpuExecutors& g, const Region& memory) noexcept;
 
+// The GPU floor's page-locked image memory (gpu::page_locked_images), for the stack of a store
+// whose device memory is registered; NotSupported without the GPU floor.
+Result<std::shared_ptr<ImageMemory>> page_locked_images() noexcept;
+
 // Moves the bytes of a region list to and from a stored payload: the payload is the regions'
 // bytes concatenated (layout id kIdentityLayoutId, so host and device copies of one object are
 // interchangeable). A list is all host kinds, or all device memory of one GPU, which moves

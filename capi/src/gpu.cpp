@@ -72,6 +72,10 @@ Status prepare_device(GpuExecutors& g, const Region& memory) noexcept {
   return ctx->prepare();
 }
 
+Result<std::shared_ptr<ImageMemory>> page_locked_images() noexcept {
+  return gpu::page_locked_images();
+}
+
 Status check_device_memory(RegionList regions, int device) noexcept {
   // The allocations met so far in this list (a tensor's rows and heads share one): a region
   // inside one of them needs no lookup. The caller keeps its memory while the call lasts.

@@ -1,4 +1,5 @@
-// The C API without the GPU floor: device regions and pinned registration are refused.
+// The C API without the GPU floor: device regions, pinned registration and page-locked images are
+// refused.
 #include "capi_internal.hpp"
 
 namespace tier::capi {
@@ -18,6 +19,10 @@ Status check_device_memory(RegionList, int) noexcept {
 
 Status prepare_device(GpuExecutors&, const Region&) noexcept {
   return Status(Code::kNotSupported, "device memory: this libtier was built without a GPU");
+}
+
+Result<std::shared_ptr<ImageMemory>> page_locked_images() noexcept {
+  return Status(Code::kNotSupported, "page-locked images: this libtier was built without a GPU");
 }
 
 Result<std::unique_ptr<PinnedHold>> pin_host(void*, std::size_t) noexcept {

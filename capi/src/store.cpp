@@ -407,6 +407,15 @@ int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kin
       if (device < 0) return Status::invalid("a device registration needs a device >= 0");
       TIER_RETURN_IF_ERROR(s.codec.prepare_device(
           Region{static_cast<std::byte*>(ptr), bytes, MemoryKind::kDevice, device}));
+      // A tier that cannot write device memory itself (the disk) then reads into page-locked
+      // images, which reach the GPU by DMA. Without them (none can be had) loads still work,
+      // through the runtime's pageable copy.
+      if (auto images = page_locked_images()) {
+        s.stack->set_image_memory(std::move(images).value());
+      } else if (log_enabled(LogLevel::kWarn)) {
+        log(LogLevel::kWarn, "device memory registered, but the stack's images stay in pageable "
+                             "memory: " + images.status().to_string());
+      }
     } else if (kind != TIER_MEMORY_HOST && kind != TIER_MEMORY_SHM) {
       return Status::invalid("unknown memory kind " + std::to_string(kind));
     }

@@ -1180,6 +1180,9 @@ const TierSpec& TierStack::spec(std::size_t i) const noexcept { return impl_->ti
 const std::vector<std::string>& TierStack::skipped_tiers() const noexcept {
   return impl_->skipped_;
 }
+void TierStack::set_image_memory(std::shared_ptr<ImageMemory> memory) {
+  impl_->set_image_memory(std::move(memory));
+}
 std::uint64_t TierStack::background_bytes() const noexcept { return impl_->bg_bytes_.load(); }
 StackCounters& TierStack::counters() noexcept { return impl_->counters_; }
 const StackCounters& TierStack::counters() const noexcept { return impl_->counters_; }

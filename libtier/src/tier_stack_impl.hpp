@@ -142,6 +142,9 @@ class __attribute__((visibility("hidden"))) TierStack::Impl {
   };
   Usage usage(std::size_t i) const noexcept;
   const Histogram& op_duration(StackOp op, int tier) const noexcept;
+  void set_image_memory(std::shared_ptr<ImageMemory> memory) noexcept {
+    pool_.set_memory(std::move(memory));
+  }
 
   class EvictSink;  // per-tier EvictionHandler forwarding to on_evict
   struct Tier {

@@ -1,6 +1,6 @@
 // The disk tier's layout and recovery: record codecs, restart (clean), removes and evictions that
-// persist, flipped bytes never served, full file system as failed saves, the lock, and the cache
-// reused by a TierStack after a restart. Real io_uring on real files; exits 77 without them.
+// persist, flipped bytes never served, full file system as failed saves, the lock, the cache
+// reused by a TierStack after a restart, and a stack's images in the memory it was given. Real io_uring on real files; exits 77 without them.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <sys/resource.h>
@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
 
 #include "support/disk_support.hpp"
 #include "tier/profile.hpp"
@@ -352,6 +354,93 @@ TEST_CASE("after a restart the disk tier serves the same hits (TierStack)") {
   }
   CHECK(without_restart == 1.0);
   CHECK(with_restart == without_restart);
+}
+
+namespace {
+
+// An ImageMemory over a heap arena of `pages` pages: bump allocation, nullptr once full (a full
+// page-locked arena). Counts the ranges out and notes any range given back that it never gave.
+class ArenaMemory final : public ImageMemory {
+ public:
+  explicit ArenaMemory(std::size_t pages)
+      : arena_(static_cast<std::byte*>(std::aligned_alloc(4096, (pages + 1) * 4096))),
+        size_(pages * 4096) {}
+  ~ArenaMemory() override { std::free(arena_); }
+  std::byte* allocate(std::size_t bytes) noexcept override {
+    std::lock_guard lock(mu_);
+    ++asked;
+    if (bytes % 4096 != 0 || used_ + bytes > size_) return nullptr;
+    std::byte* p = arena_ + used_;
+    used_ += bytes;
+    ++out;
+    return p;
+  }
+  void free(std::byte* p, std::size_t bytes) noexcept override {
+    std::lock_guard lock(mu_);
+    if (p < arena_ || p + bytes > arena_ + used_) foreign = true;
+    --out;
+  }
+  std::atomic<int> asked{0}, out{0};
+  std::atomic<bool> foreign{false};
+
+ private:
+  std::mutex mu_;
+  std::byte* arena_;
+  std::size_t size_, used_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a stack's images come from the memory it is given, the heap when that has none left") {
+  TempDir d;
+  auto codec = std::move(Registry::global().create_codec("identity", Json::object())).value();
+  std::string profile = R"({"tiers": [{"name": "disk", "capacity": "8MiB",
+      "backend": {"type": "disk", "path": ")" + d.store() + R"(", "region_size": "1MiB"}}]})";
+  auto p = parse_profile(Json::parse(profile), Registry::global(), "<t>");
+  REQUIRE_MESSAGE(p, p.status().to_string());
+  auto stack = std::move(TierStack::open(*p)).value();
+  auto arena = std::make_shared<ArenaMemory>(64);  // 256 KiB: several 20 KB images at once
+  stack->set_image_memory(arena);
+  // Saves encode into the stack's images (the disk tier gathers nothing) and loads read into
+  // them: every byte arrives through the arena's pages.
+  const auto round_trip = [&](std::uint64_t first) {
+    for (std::uint64_t i = first; i < first + 8; ++i) {
+      auto data = payload_of(i);
+      Region s = host_region(data);
+      Status st;
+      REQUIRE(stack->save(std::span<const SaveItem>({SaveItem{key_of(i), RegionList(&s, 1)}}),
+                          *codec, std::span(&st, 1)));
+      REQUIRE_MESSAGE(st, st.to_string());
+    }
+    std::vector<std::vector<std::byte>> got(8, std::vector<std::byte>(20'000));
+    std::vector<Region> r;
+    std::vector<LoadItem> items;
+    for (auto& g : got) r.push_back(host_region(g));
+    for (std::uint64_t i = 0; i < 8; ++i) items.push_back({key_of(first + i), RegionList(&r[i], 1)});
+    std::vector<LoadResult> out(8);
+    REQUIRE(stack->load(items, *codec, out));
+    for (std::uint64_t i = 0; i < 8; ++i) {
+      CHECK_MESSAGE(out[i].status, out[i].status.to_string());
+      CHECK(got[i] == payload_of(first + i));
+    }
+  };
+  round_trip(0);
+  CHECK(arena->asked.load() > 0);
+  CHECK(arena->out.load() > 0);  // the pool keeps them for the next requests
+  // A memory with no room: every buffer from the heap, the same bytes. The first memory's free
+  // buffers are dropped at once.
+  auto full = std::make_shared<ArenaMemory>(0);
+  stack->set_image_memory(full);
+  CHECK(arena->out.load() == 0);
+  round_trip(100);
+  CHECK(full->asked.load() > 0);
+  CHECK(full->out.load() == 0);
+  stack->set_image_memory(arena);
+  round_trip(200);
+  stack.reset();  // every range given back, to the memory it came from
+  CHECK(arena->out.load() == 0);
+  CHECK_FALSE(arena->foreign.load());
+  CHECK_FALSE(full->foreign.load());
 }
 
 int main(int argc, char** argv) { return run_disk_tests(argc, argv); }

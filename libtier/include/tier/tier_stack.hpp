@@ -116,11 +116,34 @@ struct StackExposition {
 // Reads counters only: any thread, without the stacks' locks.
 std::string metrics_prometheus(std::span<const StackExposition> stacks);
 
+// Memory for a TierStack's own image buffers: the image a get reads into when its tier cannot
+// write the caller's regions itself (a disk tier's reads, then decoded into them), the image a
+// save encodes into when its tier cannot gather the regions. The default is the heap. A GPU user
+// gives page-locked memory (the GPU floor's gpu::page_locked_images(); the C API does so when
+// device memory is registered): a disk tier then reads each image straight into memory the GPU
+// copies by DMA, not through the runtime's copy of pageable memory (docs/integration.md, "The
+// fast path").
+// Threads: allocate() and free() are called from any number of threads at once.
+class ImageMemory {
+ public:
+  virtual ~ImageMemory() = default;
+  // `bytes` (a whole number of 4 KiB pages) starting on a page, or nullptr when it holds no such
+  // range now (the stack then takes heap memory for that buffer).
+  virtual std::byte* allocate(std::size_t bytes) noexcept = 0;
+  // Gives back a range allocate() returned, with the same `bytes`.
+  virtual void free(std::byte* p, std::size_t bytes) noexcept = 0;
+};
+
 class TierStack {
  public:
   static Result<std::unique_ptr<TierStack>> open(const Profile& profile,
                                                  Registry& registry = Registry::global());
   ~TierStack();
+
+  // Where the stack's image buffers come from (ImageMemory above; null: the heap). Buffers made
+  // from now on come from `memory`; the free buffers the stack keeps for reuse are dropped, and
+  // those in use go back to where they came from when their request ends. Any thread, any time.
+  void set_image_memory(std::shared_ptr<ImageMemory> memory);
 
   std::size_t tier_count() const noexcept;
   // Tier `i`'s backend, to read its usage and metrics. Submitting to it directly races the

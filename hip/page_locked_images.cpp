@@ -30,8 +30,10 @@ class PageLockedImages final : public ImageMemory {
       if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
     if (best == free_.end()) return nullptr;
     const std::size_t at = best->first + best->second - bytes;
-    if (best->second == bytes) free_.erase(best);
-    else best->second -= bytes;
+    if (best->second == bytes)
+      free_.erase(best);
+    else
+      best->second -= bytes;
     return arena_.data() + at;
   }
 
@@ -66,7 +68,7 @@ class PageLockedImages final : public ImageMemory {
 
  private:
   PinnedBuffer arena_;
-  std::mutex mu_;                               // free_
+  std::mutex mu_;                            // free_
   std::map<std::size_t, std::size_t> free_;  // offset -> bytes
 };
 

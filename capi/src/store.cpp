@@ -413,8 +413,8 @@ int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kin
       if (auto images = page_locked_images()) {
         s.stack->set_image_memory(std::move(images).value());
       } else if (log_enabled(LogLevel::kWarn)) {
-        log(LogLevel::kWarn, "device memory registered, but the stack's images stay in pageable "
-                             "memory: " + images.status().to_string());
+        log(LogLevel::kWarn, "device memory registered; the stack's images stay pageable: " +
+                                 images.status().to_string());
       }
     } else if (kind != TIER_MEMORY_HOST && kind != TIER_MEMORY_SHM) {
       return Status::invalid("unknown memory kind " + std::to_string(kind));

@@ -30,8 +30,10 @@ ImageBuffer::ImageBuffer(std::size_t bytes, std::shared_ptr<ImageMemory> memory)
 }
 
 void ImageBuffer::Free::operator()(std::byte* p) const noexcept {
-  if (memory) memory->free(p, bytes);
-  else std::free(p);
+  if (memory)
+    memory->free(p, bytes);
+  else
+    std::free(p);
 }
 
 Image ImagePool::acquire(std::size_t bytes) {

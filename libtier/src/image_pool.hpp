@@ -61,7 +61,7 @@ class ImagePool {
   void set_memory(std::shared_ptr<ImageMemory> memory) noexcept;
 
  private:
-  std::mutex mu_;  // free_, bytes_, memory_
+  std::mutex mu_;                                 // free_, bytes_, memory_
   std::multimap<std::size_t, ImageBuffer> free_;  // by capacity
   std::uint64_t bytes_ = 0;
   std::shared_ptr<ImageMemory> memory_;

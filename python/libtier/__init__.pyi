@@ -315,7 +315,9 @@ class Store:
         treated as pinned. HOST records the range. DEVICE checks that the GPU runtime knows the
         whole buffer as memory of that GPU (InvalidArgument otherwise) and prepares the GPU's copy
         resources now (staging ring, kernels), so that the first load into it does not pay for
-        them: register KV tensors when they are allocated."""
+        them: register KV tensors when they are allocated. It also puts the store's own image
+        buffers in page-locked memory (one 128 MiB arena per process), so that a disk tier reads
+        each object into memory the GPU takes by DMA."""
     def metrics(self) -> dict[str, Any]:
         """Counters, usage and latencies as a dict (the tiers' and the stack's,
         docs/metrics.md)."""

@@ -1,6 +1,7 @@
 // The disk tier's layout and recovery: record codecs, restart (clean), removes and evictions that
 // persist, flipped bytes never served, full file system as failed saves, the lock, the cache
-// reused by a TierStack after a restart, and a stack's images in the memory it was given. Real io_uring on real files; exits 77 without them.
+// reused by a TierStack after a restart, and a stack's images in the memory it was given. Real
+// io_uring on real files; exits 77 without them.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <sys/resource.h>
@@ -395,7 +396,8 @@ TEST_CASE("a stack's images come from the memory it is given, the heap when that
   TempDir d;
   auto codec = std::move(Registry::global().create_codec("identity", Json::object())).value();
   std::string profile = R"({"tiers": [{"name": "disk", "capacity": "8MiB",
-      "backend": {"type": "disk", "path": ")" + d.store() + R"(", "region_size": "1MiB"}}]})";
+      "backend": {"type": "disk", "path": ")" +
+                        d.store() + R"(", "region_size": "1MiB"}}]})";
   auto p = parse_profile(Json::parse(profile), Registry::global(), "<t>");
   REQUIRE_MESSAGE(p, p.status().to_string());
   auto stack = std::move(TierStack::open(*p)).value();
@@ -416,7 +418,8 @@ TEST_CASE("a stack's images come from the memory it is given, the heap when that
     std::vector<Region> r;
     std::vector<LoadItem> items;
     for (auto& g : got) r.push_back(host_region(g));
-    for (std::uint64_t i = 0; i < 8; ++i) items.push_back({key_of(first + i), RegionList(&r[i], 1)});
+    for (std::uint64_t i = 0; i < 8; ++i)
+      items.push_back({key_of(first + i), RegionList(&r[i], 1)});
     std::vector<LoadResult> out(8);
     REQUIRE(stack->load(items, *codec, out));
     for (std::uint64_t i = 0; i < 8; ++i) {

@@ -572,7 +572,7 @@ TEST_CASE("page_locked_images: one mapped arena, best fit, its freed ranges merg
   CHECK(m.allocate(4096) == nullptr);  // full: the stack takes the heap
   CHECK(m.allocate(100) == nullptr);   // not whole pages
   for (std::size_t i = 0; i < n; i += 2) m.free(got[i], mib);
-  CHECK(m.allocate(2 * mib) == nullptr);  // holes of 1 MiB only
+  CHECK(m.allocate(2 * mib) == nullptr);     // holes of 1 MiB only
   std::byte* hole = m.allocate(mib - 4096);  // best fit: one hole, split
   CHECK(hole != nullptr);
   m.free(hole, mib - 4096);
@@ -614,10 +614,12 @@ TEST_CASE("TierStack: a disk tier's images in page-locked memory load into devic
   auto dec = dsv4::PageCodec::create(l.bind(dst), l.count, exec->get());
   REQUIRE(enc);
   REQUIRE(dec);
-  auto profile = parse_profile(
-      Json{{"tiers", {{{"name", "disk"}, {"capacity", "64MiB"},
-                       {"backend", {{"type", "disk"}, {"path", dir + "/store"}}}}}}},
-      Registry::global(), "<gpu test>");
+  auto profile =
+      parse_profile(Json{{"tiers",
+                          {{{"name", "disk"},
+                            {"capacity", "64MiB"},
+                            {"backend", {{"type", "disk"}, {"path", dir + "/store"}}}}}}},
+                    Registry::global(), "<gpu test>");
   REQUIRE_MESSAGE(profile, profile.status().to_string());
   auto opened = TierStack::open(*profile);
   if (!opened && opened.status() == Code::kNotSupported) {

@@ -227,11 +227,13 @@ const char* tier_store_metrics_endpoint(tier_store* store);
  * (INVALID_ARGUMENT otherwise, and for device < 0; NOT_SUPPORTED in a build without the GPU
  * floor) and prepares that GPU's copy resources now (its staging ring, the copy and verification
  * kernels loaded), so that the first load or save with that memory does not pay for them: register
- * the KV memory when it is allocated. A registration ends with its store's close
- * at the latest; tier_memory_release frees it (also after that close). [any thread] (a shared
- * lock of the store's registrations, held while a call converts its regions, never during a
- * transfer); a registration is released once, and not while a batch that uses its memory is in
- * flight. */
+ * the KV memory when it is allocated. It also gives the store page-locked image memory (one 128 MiB
+ * arena per process, TierStack::set_image_memory): a tier that cannot write device memory itself
+ * (the disk) then reads each object into memory the GPU takes by DMA. A registration ends with
+ * its store's close at the latest; tier_memory_release frees it (also after that close). [any
+ * thread] (a shared lock of the store's registrations, held while a call converts its regions,
+ * never during a transfer); a registration is released once, and not while a batch that uses its
+ * memory is in flight. */
 typedef struct tier_memory tier_memory;
 int tier_memory_register(tier_store* store, void* ptr, size_t bytes, int32_t kind, int32_t device,
                          tier_memory** out);

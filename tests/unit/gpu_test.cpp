@@ -499,21 +499,38 @@ TEST_CASE("gpu tier: put/get with pageable, pinned and device buffers; LRU evict
   CHECK(be.usage().objects == 2);
 }
 
+// Device PAGE blocks of a V4-Pro fp8 layout (12 blocks) to save from (`src`, seeded) and to
+// load into (`dst`, zeroed), with a PAGE codec bound to each, on one executor.
+struct PageRig {
+  std::unique_ptr<DeviceCopyExecutor> exec = std::move(DeviceCopyExecutor::create({})).value();
+  Stream s = std::move(Stream::create(0)).value();
+  Layout l = preset_layout("v4-pro-fp8", 12, 1, false);
+  Backings src, dst;
+  std::unique_ptr<dsv4::PageCodec> enc, dec;
+  explicit PageRig(std::uint64_t seed) : src(l.backing_sizes, seed, s), dst(l.backing_sizes, 0, s) {
+    enc = std::move(dsv4::PageCodec::create(l.bind(src), l.count, exec.get())).value();
+    dec = std::move(dsv4::PageCodec::create(l.bind(dst), l.count, exec.get())).value();
+  }
+  // Every PAGE span of the blocks of `chunks` arrived in `dst`; nothing else (the SLOT area) was
+  // touched.
+  void check_arrived(const std::vector<std::vector<std::uint32_t>>& chunks) {
+    std::vector<std::vector<std::byte>> expect;
+    for (const auto& h : dst.host) expect.emplace_back(h.size());
+    for (const auto& ids : chunks)
+      for (const CopySpan& sp : codec_plan(l, dst, ids, exec.get()).spans) {
+        auto [i, off] = dst.locate(sp.engine);
+        std::memcpy(expect[i].data() + off, src.host[i].data() + off, sp.bytes);
+      }
+    for (std::size_t i = 0; i < dst.bufs.size(); ++i) CHECK(download(dst.bufs[i], s) == expect[i]);
+  }
+};
+
 TEST_CASE("TierStack: device PAGE blocks saved and loaded through a gpu tier over a cpu tier") {
   // Device regions go through the stack with the PAGE codec; its GPU executor moves them
   // (gather into the stack's image on save, scatter on load). The gpu tier holds two chunks;
   // the third save demotes the oldest into the cpu tier, from where it loads back.
-  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
-  REQUIRE(exec);
-  Stream s = std::move(Stream::create(0)).value();
-  const Layout l = preset_layout("v4-pro-fp8", 12, 1, false);
-  Backings src(l.backing_sizes, 21, s);
-  Backings dst(l.backing_sizes, 0, s);
-  auto enc = dsv4::PageCodec::create(l.bind(src), l.count, exec->get());
-  auto dec = dsv4::PageCodec::create(l.bind(dst), l.count, exec->get());
-  REQUIRE(enc);
-  REQUIRE(dec);
-  const std::uint64_t chunk = 4 * (*enc)->bytes_per_block() + 4096;
+  PageRig rig(21);
+  const std::uint64_t chunk = 4 * rig.enc->bytes_per_block() + 4096;
   auto profile = parse_profile(
       Json{{"tiers",
             {{{"name", "gpu"}, {"capacity", 2 * chunk + 4096}, {"backend", {{"type", "gpu"}}}},
@@ -525,36 +542,28 @@ TEST_CASE("TierStack: device PAGE blocks saved and loaded through a gpu tier ove
 
   const std::vector<std::vector<std::uint32_t>> chunks{{0, 1, 2, 3}, {7, 6, 5, 4}, {11, 9, 8, 10}};
   for (std::size_t c = 0; c < chunks.size(); ++c) {
-    auto regions = (*enc)->describe(chunks[c]);
+    auto regions = rig.enc->describe(chunks[c]);
     REQUIRE(regions);
     SaveItem item{test::key_of(100 + c), *regions};
     Status out;
-    REQUIRE((*stack)->save(std::span(&item, 1), **enc, std::span(&out, 1)));
+    REQUIRE((*stack)->save(std::span(&item, 1), *rig.enc, std::span(&out, 1)));
     REQUIRE_MESSAGE(out, out.to_string());
   }
   REQUIRE((*stack)->flush(std::chrono::milliseconds(10000)));
   // Newest first: a hit in the cpu tier promotes the chunk into the gpu tier, which evicts the
   // least recently used chunk there, so chunk 0 comes last.
   for (std::size_t c : {2, 1, 0}) {
-    auto regions = (*dec)->describe(chunks[c]);
+    auto regions = rig.dec->describe(chunks[c]);
     REQUIRE(regions);
     LoadItem item{test::key_of(100 + c), *regions};
     LoadResult out;
-    REQUIRE((*stack)->load(std::span(&item, 1), **dec, std::span(&out, 1)));
+    REQUIRE((*stack)->load(std::span(&item, 1), *rig.dec, std::span(&out, 1)));
     CAPTURE(c);
     REQUIRE_MESSAGE(out.status, out.status.to_string());
     CHECK(out.tier == (c == 0 ? 1 : 0));  // chunk 0 was evicted from the gpu tier
   }
   CHECK((*stack)->tier(0).metrics().evictions.get() >= 1);
-  // Every PAGE span of the three chunks arrived; nothing else (the SLOT area) was touched.
-  std::vector<std::vector<std::byte>> expect;
-  for (const auto& h : dst.host) expect.emplace_back(h.size());
-  for (const auto& ids : chunks)
-    for (const CopySpan& sp : codec_plan(l, dst, ids, exec->get()).spans) {
-      auto [i, off] = dst.locate(sp.engine);
-      std::memcpy(expect[i].data() + off, src.host[i].data() + off, sp.bytes);
-    }
-  for (std::size_t i = 0; i < dst.bufs.size(); ++i) CHECK(download(dst.bufs[i], s) == expect[i]);
+  rig.check_arrived(chunks);
 }
 
 TEST_CASE("page_locked_images: one mapped arena, best fit, its freed ranges merged") {
@@ -604,16 +613,7 @@ TEST_CASE("TierStack: a disk tier's images in page-locked memory load into devic
     std::string path;
     ~Remove() { std::filesystem::remove_all(path); }
   } remove{dir};
-  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
-  REQUIRE(exec);
-  Stream s = std::move(Stream::create(0)).value();
-  const Layout l = preset_layout("v4-pro-fp8", 12, 1, false);
-  Backings src(l.backing_sizes, 33, s);
-  Backings dst(l.backing_sizes, 0, s);
-  auto enc = dsv4::PageCodec::create(l.bind(src), l.count, exec->get());
-  auto dec = dsv4::PageCodec::create(l.bind(dst), l.count, exec->get());
-  REQUIRE(enc);
-  REQUIRE(dec);
+  PageRig rig(33);
   auto profile =
       parse_profile(Json{{"tiers",
                           {{{"name", "disk"},
@@ -634,28 +634,21 @@ TEST_CASE("TierStack: a disk tier's images in page-locked memory load into devic
   std::vector<SaveItem> saves;
   std::vector<LoadItem> loads;
   for (std::size_t c = 0; c < chunks.size(); ++c) {
-    in.push_back(std::move((*enc)->describe(chunks[c])).value());
-    back.push_back(std::move((*dec)->describe(chunks[c])).value());
+    in.push_back(std::move(rig.enc->describe(chunks[c])).value());
+    back.push_back(std::move(rig.dec->describe(chunks[c])).value());
   }
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     saves.push_back({test::key_of(300 + c), in[c]});
     loads.push_back({test::key_of(300 + c), back[c]});
   }
   std::vector<Status> saved(chunks.size());
-  REQUIRE(stack.save(saves, **enc, saved));
+  REQUIRE(stack.save(saves, *rig.enc, saved));
   for (const Status& st : saved) REQUIRE_MESSAGE(st, st.to_string());
   std::vector<LoadResult> loaded(chunks.size());
-  REQUIRE(stack.load(loads, **dec, loaded));
+  REQUIRE(stack.load(loads, *rig.dec, loaded));
   for (const LoadResult& r : loaded) CHECK_MESSAGE(r.status, r.status.to_string());
   CHECK(images->given.load() > 0);
-  std::vector<std::vector<std::byte>> expect;
-  for (const auto& h : dst.host) expect.emplace_back(h.size());
-  for (const auto& ids : chunks)
-    for (const CopySpan& sp : codec_plan(l, dst, ids, exec->get()).spans) {
-      auto [i, off] = dst.locate(sp.engine);
-      std::memcpy(expect[i].data() + off, src.host[i].data() + off, sp.bytes);
-    }
-  for (std::size_t i = 0; i < dst.bufs.size(); ++i) CHECK(download(dst.bufs[i], s) == expect[i]);
+  rig.check_arrived(chunks);
 }
 
 TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; a gated copy "

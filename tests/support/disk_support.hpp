@@ -1,6 +1,6 @@
 #pragma once
-// Helpers of the disk tier's tests: a fresh store directory, the backend over it, aligned
-// images, synchronous put/get.
+// Helpers of the disk tier's tests: the backend over a fresh store directory (TempDir,
+// test_util.hpp), aligned images, synchronous put/get.
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,20 +19,6 @@
 #include "tier/object.hpp"
 
 namespace tier::test {
-
-// A temporary directory (under $TMPDIR or /tmp), removed on destruction.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "libtier-disk-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) != nullptr) path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-  std::string store() const { return path + "/store"; }
-};
 
 inline disk::DiskOptions small_store(const std::string& path, std::uint64_t capacity = 16ull << 20,
                                      std::uint64_t region = 1ull << 20) {

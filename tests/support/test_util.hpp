@@ -1,11 +1,14 @@
 #pragma once
-// Helpers shared by libtier's tests: images, keys, a synchronous request runner, skip codes.
+// Helpers shared by libtier's tests: images, keys, a synchronous request runner, skip codes, a
+// temporary directory.
 
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <span>
@@ -21,6 +24,24 @@
 #include "tier/tier_stack.hpp"
 
 namespace tier::test {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction; `path`
+// is empty when it could not be made.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "libtier-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // Where a test's store goes: a directory not made yet.
+  std::string store() const { return path + "/store"; }
+};
 
 // A codec that hands every call to `inner` (which must outlive it): fault injectors and test
 // codecs derive from it and override what they change.

@@ -3,11 +3,9 @@
 // Exits 77 (Meson: SKIP) where the disk tier is not built or this machine cannot run it.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-#include <stdlib.h>
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "support/engine_scenarios.hpp"
@@ -19,15 +17,7 @@ using namespace tier::engine::test;
 
 namespace {
 
-// A fresh directory under the system's temporary directory, removed with everything in it.
-struct TempDir {
-  std::string path = (std::filesystem::temp_directory_path() / "libtier-engine-XXXXXX").string();
-  bool made = ::mkdtemp(path.data()) != nullptr;
-  ~TempDir() {
-    std::error_code ec;
-    if (made) std::filesystem::remove_all(path, ec);
-  }
-};
+using tier::test::TempDir;
 
 // One disk tier per rank, each in its own directory under `dir`.
 Json disk_profile(const std::string& dir, std::uint32_t rank) {
@@ -51,7 +41,7 @@ std::string disk_tier_unavailable() {
   if (Registry::global().find(PluginKind::kBackend, "disk") == nullptr)
     return "the disk tier is not built";
   TempDir dir;
-  if (!dir.made) return "";
+  if (dir.path.empty()) return "";
   auto probe = open_disk_stack(dir.path);
   if (!probe && probe.status() == Code::kNotSupported) return probe.status().to_string();
   return "";
@@ -61,7 +51,7 @@ std::string disk_tier_unavailable() {
 
 TEST_CASE("page and slot round trip through a real disk tier, across a process restart") {
   TempDir dir;
-  REQUIRE(dir.made);
+  REQUIRE(!dir.path.empty());
   {
     auto probe = open_disk_stack(dir.path);
     REQUIRE_MESSAGE(probe.is_ok(), probe.status().to_string());

@@ -6,12 +6,9 @@
 
 #include <zlib.h>
 
-#include <stdlib.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <vector>
 
@@ -607,18 +604,14 @@ TEST_CASE("TierStack: a disk tier's images in page-locked memory load into devic
   };
   auto images = std::make_shared<Counting>();
   images->inner = std::move(page_locked_images()).value();
-  std::string dir = (std::filesystem::temp_directory_path() / "libtier-gpu-XXXXXX").string();
-  REQUIRE(::mkdtemp(dir.data()) != nullptr);
-  struct Remove {
-    std::string path;
-    ~Remove() { std::filesystem::remove_all(path); }
-  } remove{dir};
+  test::TempDir dir;
+  REQUIRE(!dir.path.empty());
   PageRig rig(33);
   auto profile =
       parse_profile(Json{{"tiers",
                           {{{"name", "disk"},
                             {"capacity", "64MiB"},
-                            {"backend", {{"type", "disk"}, {"path", dir + "/store"}}}}}}},
+                            {"backend", {{"type", "disk"}, {"path", dir.store()}}}}}}},
                     Registry::global(), "<gpu test>");
   REQUIRE_MESSAGE(profile, profile.status().to_string());
   auto opened = TierStack::open(*profile);

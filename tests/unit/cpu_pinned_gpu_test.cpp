@@ -482,14 +482,15 @@ TEST_CASE("pinned heap tier: a scattered get of a corrupt payload writes nothing
 
 TEST_CASE("pinned heap tier: a batch of scattered gets larger than the GPU's staging ring, one "
           "of them corrupt") {
-  // 24 payloads of 5 MiB, every fourth of 17 MiB and 5 bytes (DMA'd in three parts, each checked
-  // as it lands; 192 MiB in all, three times the 64 MiB ring) in one submit: the DMAs wait on the
-  // device for the ring ranges of earlier gets. The rotten one fails alone and writes nothing.
+  // 24 payloads of 5 MiB, every fourth of 17 MiB and 5 bytes (DMA'd in two parts, its last tenth
+  // last, each checked as it lands; 192 MiB in all, three times the 64 MiB ring) in one submit:
+  // the DMAs wait on the device for the ring ranges of earlier gets. The rotten one fails alone
+  // and writes nothing.
   // (The shm mode waits for each get inside its hold: its ring use is the sequential case.)
   {
     auto be = open_tier(256u << 20);
     auto payload_of = [](std::uint64_t i) { return i % 4 == 3 ? (17u << 20) + 5 : 5u << 20; };
-    const std::uint64_t rotten = 19;  // a three-part one, rotten in its last part
+    const std::uint64_t rotten = 19;  // a two-part one, rotten in its last part
     std::vector<std::vector<std::byte>> images;
     for (std::uint64_t i = 0; i < 24; ++i) {
       images.push_back(make_image(key_of(1000 + i), payload_of(i), 40 + i));

@@ -356,12 +356,13 @@ struct ExecutorOptions {
   // 4 MiB; above that, a gather or scatter in HBM plus one DMA copy is faster.
   std::size_t zero_copy_max_gather = 8u << 20;
   std::size_t zero_copy_max_scatter = 4u << 20;
-  // Largest piece of a staged transfer: the image moves in pieces through ranges of the
-  // context's staging ring, each piece's DMA (on the context's upload or download lane)
-  // overlapping the kernel of the piece before. A load goes in as few pieces as this allows and
-  // a short last one (a tenth of the image, at least 1 MiB), a save in pieces of at most 8 MiB
-  // (docs/gpu.md). Pieces larger than half the ring (the default) go through a staging buffer of
-  // the lane instead, one DMA and one kernel after the other.
+  // Largest piece of a staged transfer (default: half the staging ring): the image moves in
+  // pieces through ranges of the context's staging ring, each piece's DMA (on the context's
+  // upload or download lane) overlapping the kernel of the piece before. A load goes in as few
+  // pieces as this allows and a short last one (a tenth of the image, at least 1 MiB), a save in
+  // pieces of at most 8 MiB (docs/gpu.md). Pieces larger than half the ring, and those the ring
+  // cannot take while another user fills it, go through a staging buffer of the lane instead
+  // (of this size), one DMA and one kernel after the other.
   std::size_t staging_bytes = 32u << 20;
 };
 

@@ -685,8 +685,8 @@ constexpr std::uint64_t kPieceAlign = 64u << 10;
 constexpr std::uint64_t kTailMin = 1u << 20;
 // A save's pieces: at most this. Its first DMA waits for the first piece's gather, and every DMA
 // for its own; in larger pieces (a tenth of the image first, then as few as the ring allows) a
-// V4-Pro save of 64 blocks took 1818-1823 us against 1804-1808 us (16 blocks: 458-460 against
-// 463-464 us; the H200, 3 runs each, 2026-12-04).
+// V4-Pro save of 64 blocks took 1818-1823 us against 1804-1808 us, though 16 blocks took 458-460
+// against 463-464 us (the H200, 3 runs each, 2026-12-04).
 constexpr std::uint64_t kSavePieceBytes = 8u << 20;
 
 std::uint64_t round_up_to(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
@@ -725,11 +725,12 @@ class Pieces {
 }  // namespace
 
 // The staged path (the caller holds impl_->mu): the image in pieces (Pieces: at most
-// staging_bytes) through ranges of the context's ring. A load: each piece's DMA on the upload lane into its
-// range, then the scatter kernel on `s` once it landed; a save: the gather kernel on `s`, then
-// the piece's DMA on the download lane. The DMAs run back to back while the kernels of earlier
-// pieces run, and `s` is left ordered after all of it (for a save, after the last DMA). Pieces the
-// ring cannot take go through the lane's staging buffer, DMA and kernel one after the other.
+// staging_bytes) through ranges of the context's ring. A load: each piece's DMA on the upload
+// lane into its range, then the scatter kernel on `s` once it landed; a save: the gather kernel
+// on `s`, then the piece's DMA on the download lane. The DMAs run back to back while the kernels
+// of earlier pieces run, and `s` is left ordered after all of it (for a save, after the last
+// DMA). Pieces the ring cannot take go through the lane's staging buffer, DMA and kernel one
+// after the other.
 Status DeviceCopyExecutor::staged(const CopyPlan& plan, Region image, const Stream& s,
                                   bool gather) noexcept {
   CopyContext::State& st = ctx_->state();

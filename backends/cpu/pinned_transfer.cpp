@@ -17,7 +17,7 @@ namespace {
 constexpr std::size_t kVerdicts = 1024;
 // Payloads up to kLandingBytes are batched, and a batch holds at most kBatchBytes of payload:
 // its verification and copy start once its last byte landed, so this bounds what follows the
-// DMA. A larger payload's DMA goes in two parts (large_parts()), each checked as soon as it
+// DMA. A larger payload's DMA goes in two parts (last_part_at()), each checked as soon as it
 // lands.
 constexpr std::uint64_t kLandingBytes = 8u << 20;
 constexpr std::uint64_t kBatchBytes = 16u << 20;

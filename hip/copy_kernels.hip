@@ -681,48 +681,48 @@ namespace {
 // address ran at a fraction of the bus's rate on the H200 (a 16-block V4-Pro load whose last piece
 // began at an offset of 2 mod 4 took 557-559 us against 458-461 us, 2026-12-04).
 constexpr std::uint64_t kPieceAlign = 64u << 10;
-// A load's last piece: a tenth of the image, at least this.
-constexpr std::uint64_t kTailMin = 1u << 20;
+static_assert(kPieceAlign <= kTileBytes);  // staging_bytes is at least a tile (create())
 // A save's pieces: at most this. Its first DMA waits for the first piece's gather, and every DMA
 // for its own; in larger pieces (a tenth of the image first, then as few as the ring allows) a
 // V4-Pro save of 64 blocks took 1818-1823 us against 1804-1808 us, though 16 blocks took 458-460
 // against 463-464 us (the H200, 3 runs each, 2026-12-04).
 constexpr std::uint64_t kSavePieceBytes = 8u << 20;
 
-std::uint64_t round_up_to(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
-
 // The pieces of a staged transfer of `n` bytes, each at most `most`. A save: pieces of
-// kSavePieceBytes. A load: the last piece, whose scatter alone follows the last byte, is short (a
-// tenth of the image, at least kTailMin), and the rest goes in as few equal pieces as `most`
-// allows: every DMA costs about 2.5 us beyond its bytes and 1.3 us passes between two
+// kSavePieceBytes. A load: a short last one (last_piece_at), the rest in as few equal pieces as
+// `most` allows: every DMA costs about 2.5 us beyond its bytes and 1.3 us passes between two
 // (docs/gpu.md), and a long piece's scatter (HBM to HBM) overlaps the DMA of the short last
 // piece. On the H200, 2026-12-04, V4-Pro fp8 loads of 16 blocks (23.2 MiB) as 20.9 + 2.3 MiB took
 // 458.4-461.3 us against 466.0-467.6 us in pieces of at most 8 MiB (the bulk copy 441-443 us),
 // 64 blocks (92.9 MiB: 3 x 27.9 + 9.3 MiB) 1788.8-1791.7 against 1804-1809 us (bulk 1756-1762).
 class Pieces {
  public:
-  Pieces(std::uint64_t n, std::uint64_t most, bool gather) : n_(n) {
-    if (gather) {
-      body_ = std::min(most, kSavePieceBytes);
-      tail_ = n;  // no short last piece
-      return;
-    }
-    std::uint64_t edge = std::min(most, std::max(kTailMin, round_up_to(n / 10, kPieceAlign)));
-    // The last piece starts at an aligned offset (edge >= kPieceAlign: `most` is at least a tile).
-    tail_ = n > edge ? round_up_to(n - edge, kPieceAlign) : 0;
-    const std::uint64_t count = tail_ == 0 ? 1 : (tail_ + most - 1) / most;
-    body_ = std::min(most, round_up_to((tail_ + count - 1) / count, kPieceAlign));
+  Pieces(std::uint64_t n, std::uint64_t most, bool gather)
+      : n_(n), last_(gather ? n : last_piece_at(n, most)) {
+    const std::uint64_t count = last_ == 0 ? 1 : (last_ + most - 1) / most;
+    body_ = gather ? std::min(most, kSavePieceBytes)
+                   : std::min(most, round_up((last_ + count - 1) / count, kPieceAlign));
   }
   // The end of the piece that starts at `lo`.
   std::uint64_t end_of(std::uint64_t lo) const noexcept {
-    return lo < tail_ ? std::min(tail_, lo + body_) : n_;
+    return lo < last_ ? std::min(last_, lo + body_) : n_;
   }
 
  private:
-  std::uint64_t n_, tail_ = 0, body_ = 0;
+  std::uint64_t n_;
+  std::uint64_t last_;  // where the last piece starts (a save: no short last piece)
+  std::uint64_t body_ = 0;
 };
 
 }  // namespace
+
+std::uint64_t last_piece_at(std::uint64_t n, std::uint64_t most) noexcept {
+  const std::uint64_t tail =
+      std::min(most, std::max<std::uint64_t>(1u << 20, round_up(n / 10, kPieceAlign)));
+  // Rounded up, so the last piece is at most `tail`; below `n`, as n > tail >= kPieceAlign
+  // (`most` is at least a tile unless it is `n` itself).
+  return n > tail ? round_up(n - tail, kPieceAlign) : 0;
+}
 
 // The staged path (the caller holds impl_->mu): the image in pieces (Pieces: at most
 // staging_bytes) through ranges of the context's ring. A load: each piece's DMA on the upload

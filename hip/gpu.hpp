@@ -366,6 +366,13 @@ struct ExecutorOptions {
   std::size_t staging_bytes = 32u << 20;
 };
 
+// Where the short last piece of `n` bytes moved in pieces of at most `most` starts, so that only
+// that piece's kernel follows the last byte while the pieces before it go in as few DMAs as
+// `most` allows: at a multiple of 64 KiB (of the transfer; also of the checksum chunk), its last
+// tenth (at least 1 MiB, at most `most`, which is at least 64 KiB); 0 when the bytes go as one
+// piece. A staged load's last piece, and the last DMA part of a large get of the pinned CPU tier.
+std::uint64_t last_piece_at(std::uint64_t n, std::uint64_t most) noexcept;
+
 // One scatter of a gated batch (DeviceCopyExecutor::scatter_batch_async): `plan`'s spans out of
 // `image` (device memory), written only if *gate == kVerdictMatch when the kernel runs.
 struct GatedScatter {

@@ -17,7 +17,7 @@ namespace {
 constexpr std::size_t kVerdicts = 1024;
 // Payloads up to kLandingBytes are batched, and a batch holds at most kBatchBytes of payload:
 // its verification and copy start once its last byte landed, so this bounds what follows the
-// DMA. A larger payload's DMA goes in two parts (last_part_at()), each checked as soon as it
+// DMA. A larger payload's DMA goes in two parts (gpu::last_piece_at), each checked as soon as it
 // lands.
 constexpr std::uint64_t kLandingBytes = 8u << 20;
 constexpr std::uint64_t kBatchBytes = 16u << 20;
@@ -34,17 +34,6 @@ constexpr std::uint64_t kPluggedBatchBytes = 4u << 20;
 constexpr std::uint64_t kAlign = 256;
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
-
-// Where the last part of a large payload's DMA starts: its last tenth (at least 1 MiB), from a
-// checksum chunk's start; 0 when the payload goes whole. The first part's verification runs
-// while the last part lands, and only the short last part's follows its last byte. Each part is
-// a DMA of its own, about 2.5 us beyond its bytes (docs/gpu.md): a 16k-token V4-Pro restore,
-// whose 25.5 MiB sidecar went in 8 MiB parts before (4 DMAs), took 1.079-1.102x the bulk copy
-// against 1.067-1.072x in two parts (the H200, 3 runs of each in turn, 2026-12-04).
-std::uint64_t last_part_at(std::uint64_t n) {
-  const std::uint64_t last = std::max<std::uint64_t>(1u << 20, n / 10);
-  return n > last ? (n - last) / kChecksumChunkBytes * kChecksumChunkBytes : 0;
-}
 
 Region pinned_region(std::byte* p, std::size_t n) {
   return Region{p, n, MemoryKind::kPinnedHost, -1};
@@ -412,11 +401,15 @@ Result<bool> PinnedTransfer::enqueue_large(Gpu& g, std::span<const Piece> pieces
   const Region staged{range->region.data, n, MemoryKind::kDevice, dev};
   const Region scratch{range->region.data + scratch_at, need - scratch_at, MemoryKind::kDevice,
                        dev};
-  // The DMA in parts (last_part_at), each behind an event, so the GPU checks the first while the
-  // last one lands.
-  const std::uint64_t last_at = last_part_at(n);
-  const std::uint64_t ends[] = {last_at > 0 ? last_at : n, n};  // each part's end
-  const std::uint64_t parts = last_at > 0 ? 2 : 1;
+  // The DMA in two parts (gpu::last_piece_at), each behind an event, so the GPU checks the first
+  // while the short last one lands. Each part is a DMA of its own, about 2.5 us beyond its bytes
+  // (docs/gpu.md): a 16k-token V4-Pro restore, whose 25.5 MiB sidecar went in 8 MiB parts before
+  // (4 DMAs), took 1.079-1.102x the bulk copy against 1.067-1.072x in two parts (the H200, 3 runs
+  // of each in turn, 2026-12-04).
+  std::uint64_t ends[2];  // each part's end
+  std::size_t parts = 0;
+  if (const std::uint64_t last = gpu::last_piece_at(n, n); last > 0) ends[parts++] = last;
+  ends[parts++] = n;
   std::vector<gpu::Landing> landings;
   Status st;
   try {

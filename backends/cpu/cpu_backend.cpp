@@ -90,12 +90,21 @@ Completion CpuBackend::put(const IoRequest& r) {
   return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
 }
 
-std::optional<Completion> CpuBackend::get(const IoRequest& r) {
-  CpuMode::Outcome o;
+namespace {
+
+// The payload bytes a get moves into device memory (0 for any other request).
+std::uint64_t device_payload(const IoRequest& r) {
   const bool device_tail = std::any_of(r.tail.begin(), r.tail.end(), [](const Region& t) {
     return t.size > 0 && !t.host_accessible();
   });
-  if (device_tail) {
+  return r.op == Op::kGet && device_tail ? total_bytes(r.tail) : 0;
+}
+
+}  // namespace
+
+std::optional<Completion> CpuBackend::get(const IoRequest& r) {
+  CpuMode::Outcome o;
+  if (device_payload(r) > 0) {
     // Device memory of one GPU (Backend::submit checked; only a pinned mode accepts it). The
     // copy kernel reads the stored pieces after they verified; a heap mode's pieces stay put
     // until this backend's next put or remove (which settle() first), so the copy completes in
@@ -147,7 +156,13 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
       if (d != nullptr) d->plug(false);
     }
   } plug{device_ != nullptr && reqs.size() > 1 ? device_ : nullptr};
-  if (plug.d != nullptr) plug.d->plug(true);
+  // The payload bytes of the submit's gets into device memory not yet taken
+  // (DeviceTransfer::ahead).
+  std::uint64_t ahead = 0;
+  if (plug.d != nullptr) {
+    plug.d->plug(true);
+    for (const IoRequest& r : reqs) ahead += device_payload(r);
+  }
   try {
     for (const IoRequest& r : reqs) {
       std::optional<Completion> c;  // the request's work, without ready_mu_
@@ -156,6 +171,10 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
           c = put(r);
           break;
         case Op::kGet:
+          if (plug.d != nullptr) {
+            ahead -= device_payload(r);
+            plug.d->ahead(ahead);
+          }
           c = get(r);
           break;
         case Op::kContains:

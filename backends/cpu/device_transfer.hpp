@@ -64,6 +64,10 @@ class DeviceTransfer {
   // Backend::submit): they may wait to be enqueued together (fewer, larger transfers) rather than
   // each going at once; plug(false) enqueues whatever waits. Nests not: the tier's submit calls it.
   virtual void plug(bool on) noexcept = 0;
+  // Inside plug(): the payload bytes of the submit's gets into device memory that follow the next
+  // scatter_to_device() (0: it is the submit's last), so that batches may be long in the middle
+  // of a submit and short at its end.
+  virtual void ahead(std::uint64_t bytes) noexcept = 0;
   // Waits for every copy still in flight (their tickets stay to be reported by scatter_done):
   // before any change that could move, free or overwrite stored bytes.
   virtual void quiesce() noexcept = 0;

@@ -22,7 +22,9 @@
 // running on the GPU, otherwise when one of them has landed, the batch is full, or a caller
 // waits. Inside a submit of several gets (plug()), a smaller batch waits for more gets until the
 // submit ends: enqueueing a batch costs the host more than one 1 MiB object's DMA takes, so
-// batches of one object each would starve the bus.
+// batches of one object each would starve the bus. There the batches between the submit's first
+// and its last two grow to kLongBatchBytes (8 MiB): fewer DMAs, while what follows the submit's
+// last DMA stays one short batch's check and copy.
 //
 // Errors: NotSupported (no GPU), InvalidArgument, DeviceError; nothing throws or exits.
 // Threads: the tier's owner thread only.
@@ -59,6 +61,7 @@ class PinnedTransfer final : public DeviceTransfer {
                                           const PayloadCheck* check) noexcept override;
   Result<bool> scatter_done(std::uint64_t ticket, bool wait) noexcept override;
   void plug(bool on) noexcept override;
+  void ahead(std::uint64_t bytes) noexcept override { ahead_ = bytes; }
   void quiesce() noexcept override;
 
  private:
@@ -139,7 +142,9 @@ class PinnedTransfer final : public DeviceTransfer {
   std::vector<bool> verdict_used_;
   std::uint64_t next_ticket_ = 1;
   std::uint64_t next_batch_ = 1;
-  bool plugged_ = false;  // inside a submit of several gets (plug())
+  bool plugged_ = false;             // inside a submit of several gets (plug())
+  std::size_t plugged_batches_ = 0;  // batches flushed since plug(true)
+  std::uint64_t ahead_ = 0;          // inside plug(): payload bytes after the next get (ahead())
 };
 
 }  // namespace tier::cpu

@@ -18,6 +18,8 @@
 // object format version 2, on the host threads for version 1, for each --verify-threads count,
 // 0 = the default: TIER_VERIFY_THREADS or min(hardware threads, 8)), beside one bulk copy of
 // the same bytes between device memory and pinned host memory.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -28,12 +30,11 @@
 #include <sstream>
 #include <vector>
 
-#include <fmt/format.h>
-
+#include "bench_util.hpp"
 #include "cli.hpp"
+#include "gpu.hpp"
 #include "tier/dsv4/geometry.hpp"
 #include "tier/dsv4/page_codec.hpp"
-#include "gpu.hpp"
 #include "tier/object.hpp"
 #include "tier/registry.hpp"
 
@@ -41,6 +42,7 @@ namespace {
 
 using namespace tier;
 using namespace tier::gpu;
+using tier::bench::median;
 using Clock = std::chrono::steady_clock;
 
 struct Bench {
@@ -155,19 +157,6 @@ std::vector<std::uint32_t> scattered_ids(std::uint64_t count, std::uint64_t num_
   return all;
 }
 
-// Seconds per call of a synchronous `op`, or a negative value on error.
-template <class F>
-double per_sync_call(int iters, F&& op) {
-  Status s = op();  // warm-up
-  auto t0 = Clock::now();
-  for (int i = 0; i < iters && s; ++i) s = op();
-  if (!s) {
-    fmt::print(stderr, "tierbench gpu: {}\n", s.to_string());
-    return -1;
-  }
-  return std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-}
-
 // Requests through a backend in one submit, then polled until every one completed.
 Status requests(Backend& be, std::span<const IoRequest> reqs) {
   std::size_t at = 0;
@@ -195,7 +184,8 @@ Status requests(Backend& be, std::span<const IoRequest> reqs) {
 // the same gets of v1 images (verified on the host threads: one row per --verify-threads count,
 // 0 = the default). The baselines move the K images in one runtime copy between a contiguous
 // device buffer and pinned host memory, followed by a stream synchronization: the bus's rate for
-// those bytes. Returns the exit code.
+// those bytes. --iters rounds, each measuring every figure once in turn; each ratio is the median
+// of the rounds' ratios to their own bulk copy. Returns the exit code.
 int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>& sizes,
                         const std::vector<std::uint64_t>& batches,
                         const std::vector<std::uint64_t>& thread_counts, Stream& stream) {
@@ -263,42 +253,50 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
         return r;
       };
       auto gets = [&](const std::vector<ObjectKey>& ks) { return requests(be, get_requests(ks)); };
-      const double d2h = per_sync_call(iters, [&] {
-        Status st = copy_async(host->region(), src->region(), stream);
-        return st ? stream.synchronize() : st;
-      });
-      const double h2d = per_sync_call(iters, [&] {
-        Status st = copy_async(dst->region(), host->region(), stream);
-        return st ? stream.synchronize() : st;
-      });
-      // Puts only (the warm-up's excluded); each round is followed by untimed removes.
-      double put_s = 0;
-      int round = 0;
-      const double put = per_sync_call(iters, [&] {
+      // Rounds of every figure in turn (round 0 warms up): the bulk D2H, K puts, the bulk H2D, K
+      // gets of the v2 images, K gets of the v1 images, then untimed removes of the puts' keys.
+      // Each "x bulk" is the median of the rounds' ratios to their own bulk copy, so that the
+      // bus's drift between figures does not enter it; rates are medians.
+      auto timed = [&](auto&& op) -> Result<double> {
         auto t0 = Clock::now();
-        Status st = puts(keys, *src);
-        if (round++ > 0) put_s += std::chrono::duration<double>(Clock::now() - t0).count();
-        for (std::uint64_t i = 0; i < k && st; ++i) {
-          IoRequest rm{Op::kRemove, keys[i], Region{}, i};
-          st = requests(be, std::span(&rm, 1));
-        }
-        return st;
-      });
-      if (put < 0 || d2h < 0 || h2d < 0) return 1;
-      put_s /= iters;
-      for (Status stored : {puts(keys, *src), puts(keys_v1, *src_v1)})
-        if (!stored) return cli::fail(stored.to_string());
+        Status st = op();
+        if (!st) return st;
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+      };
+      auto bulk = [&](Region to, Region from) {
+        Status st = copy_async(to, from, stream);
+        return st ? stream.synchronize() : st;
+      };
+      if (Status stored = puts(keys_v1, *src_v1); !stored) return cli::fail(stored.to_string());
       for (std::uint64_t threads : thread_counts) {
         set_verify_threads(static_cast<unsigned>(threads));
-        const double get = per_sync_call(iters, [&] { return gets(keys); });
-        const double get_v1 = per_sync_call(iters, [&] { return gets(keys_v1); });
-        if (get < 0 || get_v1 < 0) return 1;
+        std::vector<double> d2h, put, h2d, get, get_v1, put_x, get_x, get_v1_x;
+        for (int round = 0; round <= iters; ++round) {
+          auto d = timed([&] { return bulk(host->region(), src->region()); });
+          auto p = timed([&] { return puts(keys, *src); });
+          auto h = timed([&] { return bulk(dst->region(), host->region()); });
+          auto g = timed([&] { return gets(keys); });
+          auto g1 = timed([&] { return gets(keys_v1); });
+          Status st;
+          for (std::uint64_t i = 0; i < k && st; ++i) {
+            IoRequest rm{Op::kRemove, keys[i], Region{}, i};
+            st = requests(be, std::span(&rm, 1));
+          }
+          for (const Status& s : {d.status(), p.status(), h.status(), g.status(), g1.status(), st})
+            if (!s) return cli::fail(s.to_string());
+          if (round == 0) continue;
+          d2h.push_back(*d), put.push_back(*p), h2d.push_back(*h), get.push_back(*g);
+          get_v1.push_back(*g1);
+          put_x.push_back(*d / *p), get_x.push_back(*h / *g), get_v1_x.push_back(*h / *g1);
+        }
         fmt::print(
-            "  {:>10} {:>5} {:>7} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} {:>9.2f} {:>6.2f} {:>9.2f} "
-            "{:>6.2f}\n",
-            n, k, verify_threads(), gbps(all, d2h), gbps(all, put_s), d2h / put_s, gbps(all, h2d),
-            gbps(all, get), h2d / get, gbps(all, get_v1), h2d / get_v1);
+            "  {:>10} {:>5} {:>7} {:>9.2f} {:>9.2f} {:>6.3f} {:>9.2f} {:>9.2f} {:>6.3f} {:>9.2f} "
+            "{:>6.3f}\n",
+            n, k, verify_threads(), gbps(all, median(d2h)), gbps(all, median(put)), median(put_x),
+            gbps(all, median(h2d)), gbps(all, median(get)), median(get_x),
+            gbps(all, median(get_v1)), median(get_v1_x));
       }
+      if (Status stored = puts(keys, *src); !stored) return cli::fail(stored.to_string());
       set_verify_threads(default_threads);
       // Where a get's time goes: the submit alone (the host's checks and enqueues), and the same
       // device work from the runtime alone (per object: its payload's DMA into device memory on
@@ -322,7 +320,8 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
         }
       }
       auto up = Stream::create(device);
-      auto ring = DeviceBuffer::allocate(device, k * (n + 4096));
+      auto ring =
+          DeviceBuffer::allocate(device, k * (n + 4096) + verify_scratch_bytes(payload) + 512);
       auto exec = DeviceCopyExecutor::create(ExecutorOptions{device});
       auto words = PinnedBuffer::allocate(4 * k);
       auto counters = VerifyCounters::allocate(stream);
@@ -337,7 +336,7 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
             payload_checksum(std::span(img).subspan(j * n + kObjectHeaderBytes, payload)));
       const std::uint64_t slot = (n + 4095) / 4096 * 4096;
       std::vector<std::vector<CopySpan>> spans(k);
-      const double raw = per_sync_call(iters, [&]() -> Status {
+      auto raw_op = [&]() -> Status {
         for (std::uint64_t j = 0; j < k; ++j) {
           const Region staged{ring->data() + j * slot, payload, MemoryKind::kDevice, device};
           const Region scratch{ring->data() + j * slot + (payload + 255) / 256 * 256,
@@ -356,33 +355,78 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
               reinterpret_cast<const std::uint32_t*>(scratch.data)));
         }
         return stream.synchronize();
-      });
-      if (raw < 0) return 1;
-      // The least a tier's batches allow, whatever their verification costs: the same bytes as
-      // DMAs of 4 MiB (a pinned tier's batch) back to back, each followed on another stream by
-      // two kernels that do nothing (where a batch's verification and gated copy go).
-      constexpr std::uint64_t kBatch = 4u << 20;
-      const std::uint64_t batches = (all + kBatch - 1) / kBatch;
-      while (landed.size() < batches) landed.push_back(std::move(Event::create(device)).value());
-      const double chain = per_sync_call(iters, [&]() -> Status {
-        for (std::uint64_t j = 0; j < batches; ++j) {
-          const std::uint64_t len = std::min(kBatch, all - j * kBatch);
-          TIER_RETURN_IF_ERROR(copy_async(dst->region().slice(j * kBatch, len),
-                                          host->region().slice(j * kBatch, len), *up));
+      };
+      // The least the tier's batches allow, whatever their verification costs: the same bytes
+      // as DMAs of a submit's batches back to back (4 MiB first, 8 MiB between, 4 MiB or less
+      // last: backends/cpu/pinned_transfer.cpp), each followed on another stream by two kernels
+      // that do nothing (where a batch's verification and gated copy go).
+      constexpr std::uint64_t kShort = 4u << 20, kLong = 8u << 20;
+      std::vector<std::uint64_t> batch_bytes{std::min(kShort, all)};
+      for (std::uint64_t rest = all - batch_bytes[0]; rest > 0; rest -= batch_bytes.back())
+        batch_bytes.push_back(rest <= kShort ? rest : rest <= kLong ? kShort : kLong);
+      while (landed.size() < batch_bytes.size())
+        landed.push_back(std::move(Event::create(device)).value());
+      auto chain_op = [&]() -> Status {
+        std::uint64_t at = 0;
+        for (std::size_t j = 0; j < batch_bytes.size(); at += batch_bytes[j++]) {
+          TIER_RETURN_IF_ERROR(copy_async(dst->region().slice(at, batch_bytes[j]),
+                                          host->region().slice(at, batch_bytes[j]), *up));
           TIER_RETURN_IF_ERROR(landed[j].record(*up));
           TIER_RETURN_IF_ERROR(stream_wait_event(stream, landed[j].handle()));
           TIER_RETURN_IF_ERROR(spin_async(stream.handle(), device, 0));
           TIER_RETURN_IF_ERROR(spin_async(stream.handle(), device, 0));
         }
         return stream.synchronize();
-      });
-      if (chain < 0) return 1;
+      };
+      // The least any gets verified on the GPU before their copy allow: all the bytes in one
+      // DMA, then on another stream (the handoff every landing takes) the last object's
+      // verification and its gated copy, which cannot start before its last byte landed.
+      const std::uint64_t last_at = (k - 1) * n + kObjectHeaderBytes;
+      const std::uint64_t shift = (256 - last_at % 256) % 256;  // its payload 256-byte aligned
+      const Region last{ring->data() + shift + last_at, payload, MemoryKind::kDevice, device};
+      const Region last_scratch{ring->data() + (shift + all + 255) / 256 * 256,
+                                verify_scratch_bytes(payload), MemoryKind::kDevice, device};
+      const std::vector<CopySpan> last_span{CopySpan{dst->data() + last_at, 0, payload}};
+      *reinterpret_cast<volatile std::uint32_t*>(words->data()) = 0;
+      auto one_dma_op = [&]() -> Status {
+        TIER_RETURN_IF_ERROR(copy_async(
+            Region{ring->data() + shift, all, MemoryKind::kDevice, device}, host->region(), *up));
+        TIER_RETURN_IF_ERROR(landed[0].record(*up));
+        TIER_RETURN_IF_ERROR(stream_wait_event(stream, landed[0].handle()));
+        TIER_RETURN_IF_ERROR(verify_payload_async(last, sums[k - 1], last_scratch,
+                                                  reinterpret_cast<std::uint32_t*>(words->data()),
+                                                  *counters, stream));
+        TIER_RETURN_IF_ERROR((*exec)->scatter_async(
+            CopyPlan{last_span, MemoryKind::kDevice, device, payload}, last, stream,
+            reinterpret_cast<const std::uint32_t*>(last_scratch.data)));
+        return stream.synchronize();
+      };
+      // Rounds of the bulk H2D and each of them in turn (round 0 warms up): medians of seconds
+      // and of the rounds' ratios to their bulk copy.
+      std::vector<double> get, raw, chain, one_dma, raw_x, chain_x, one_dma_x;
+      for (int round = 0; round <= iters; ++round) {
+        auto h = timed([&] { return bulk(dst->region(), host->region()); });
+        auto g = timed([&] { return gets(keys); });
+        auto r = timed(raw_op);
+        auto c = timed(chain_op);
+        auto o = timed(one_dma_op);
+        for (const Status& s : {h.status(), g.status(), r.status(), c.status(), o.status()})
+          if (!s) return cli::fail(s.to_string());
+        if (round == 0) continue;
+        get.push_back(*g), raw.push_back(*r), chain.push_back(*c), one_dma.push_back(*o);
+        raw_x.push_back(*h / *r), chain_x.push_back(*h / *c), one_dma_x.push_back(*h / *o);
+      }
+      const auto verdict = *reinterpret_cast<volatile const std::uint32_t*>(words->data());
+      if (verdict != kVerdictMatch)
+        return cli::fail("the one-DMA bound's verification found no match");
       fmt::print(
           "  {:>10} {:>5}   get v2: submit {:.1f} us of {:.1f} us; the device work from "
-          "the runtime alone {:.1f} us ({:.2f} GB/s, {:.2f}x bulk); 4 MiB DMAs each followed by "
-          "two empty kernels {:.1f} us ({:.3f}x bulk)\n",
-          n, k, submit_s / iters * 1e6, per_sync_call(iters, [&] { return gets(keys); }) * 1e6,
-          raw * 1e6, gbps(all, raw), h2d / raw, chain * 1e6, h2d / chain);
+          "the runtime alone {:.1f} us ({:.2f} GB/s, {:.3f}x bulk); the batches' DMAs each "
+          "followed by two empty kernels {:.1f} us ({:.3f}x bulk); one DMA, then the last "
+          "object's verification and gated copy {:.1f} us ({:.3f}x bulk)\n",
+          n, k, submit_s / iters * 1e6, median(get) * 1e6, median(raw) * 1e6,
+          gbps(all, median(raw)), median(raw_x), median(chain) * 1e6, median(chain_x),
+          median(one_dma) * 1e6, median(one_dma_x));
     }
   }
   return 0;

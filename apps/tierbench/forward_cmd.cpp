@@ -1,6 +1,7 @@
 // tierbench forward [--preset v4-pro-fp8] [--profile profiles/cpu.json] [--layers N]
 //                   [--layer-us 200] [--steps 64] [--save-chunks 1] [--slot-every 16]
-//                   [--prefix-tokens 16384] [--chunk-blocks 4] [--iters 5] [--device 0]
+//                   [--prefix-tokens 16384] [--chunk-blocks 4] [--iters 5] [--restores 11]
+//                   [--device 0]
 //
 // The offload engine (one rank, DSV4 KV in GPU memory) against a synthetic forward pass: each
 // step enqueues one kernel per layer that spins --layer-us microseconds of the device's wall
@@ -19,7 +20,10 @@
 //      GPU memory (submit + progress until the load's report), vs one bulk host-to-device copy
 //      of the same bytes from pinned host memory. Target: <= 1.03x. Beside it, the floor of a
 //      restore that moves each stored object by a DMA of its own: the same bytes as one DMA per
-//      object (the sidecar, then the chunks) from the runtime alone.
+//      object (the sidecar, then the chunks) from the runtime alone; and that floor once each
+//      object is verified before it is written (the last chunk's verification and gated copy
+//      after the last DMA). --restores rounds, each measuring all of them in turn: each ratio is
+//      the median of the rounds' ratios to their own bulk copy.
 // Exits 77 without a GPU.
 #include <fmt/format.h>
 
@@ -33,10 +37,11 @@
 
 #include "bench_util.hpp"
 #include "cli.hpp"
+#include "gpu.hpp"
 #include "tier/dsv4/geometry.hpp"
 #include "tier/dsv4/kv_layout.hpp"
-#include "gpu.hpp"
 #include "tier/engine/worker.hpp"
+#include "tier/object.hpp"
 #include "tier/profile.hpp"
 #include "tier/registry.hpp"
 #include "tier/tier_stack.hpp"
@@ -131,6 +136,7 @@ int run_forward(cli::Args& args) {
   const std::uint64_t prefix_tokens = args.uint("prefix-tokens", 1, 1ull << 32).value_or(16384);
   const std::uint64_t chunk_blocks = args.uint("chunk-blocks", 1, 4096).value_or(4);
   const int iters = static_cast<int>(args.uint("iters", 1, 10000).value_or(5));
+  const int restore_rounds = static_cast<int>(args.uint("restores", 1, 10000).value_or(11));
   const int device = static_cast<int>(args.uint("device", 0, 1023).value_or(0));
   args.finish();
   if (steps == 0 || chunk_blocks == 0 || iters < 1 || layer_us == 0)
@@ -270,10 +276,41 @@ int run_forward(cli::Args& args) {
   for (const OpReport& r : w.take_reports())
     if (!r.ok())
       return cli::fail(fmt::format("storing the prefix failed: {}", outcome_name(r.outcome)));
-  // The restore, and the same load without its SLOT (what the sidecar adds).
-  std::vector<double> restores, page_only;
-  for (int i = 0; i < 2 * (iters + 1); ++i) {
-    const bool with_slot = i % 2 == 0;
+  // Each round measures in turn the restore, the same load without its SLOT (what the sidecar
+  // adds), the bulk copy and the two floors below, so that every ratio compares figures taken
+  // back to back (the bus's rate drifts by a few percent between runs and within one); each
+  // figure is the median over the rounds of its ratio to the same round's bulk copy.
+  const std::uint64_t bytes = prefix_blocks * page_block + slot_bytes;
+  const std::uint64_t chunk_bytes = chunk_blocks * page_block;
+  const std::uint64_t last_at = slot_bytes + (prefix_chunks - 1) * chunk_bytes;
+  auto host = gpu::PinnedBuffer::allocate(bytes);
+  auto devbuf = gpu::DeviceBuffer::allocate(device, bytes);
+  auto up = gpu::Stream::create(device);
+  auto landed = gpu::Event::create(device);
+  auto exec = gpu::DeviceCopyExecutor::create(gpu::ExecutorOptions{device});
+  auto counters = gpu::VerifyCounters::allocate(*compute);
+  auto word = gpu::PinnedBuffer::allocate(4);
+  auto kv = gpu::DeviceBuffer::allocate(device, chunk_bytes);
+  auto scratch = gpu::DeviceBuffer::allocate(device, gpu::verify_scratch_bytes(chunk_bytes));
+  if (!host || !devbuf || !up || !landed || !exec || !counters || !word || !kv || !scratch)
+    return cli::fail("cannot allocate the bulk-copy and floor buffers");
+  std::fill_n(host->data(), bytes, std::byte{0x5a});
+  const Region last_chunk = devbuf->region().slice(last_at, chunk_bytes);
+  const std::uint64_t last_sum =
+      payload_checksum(std::span<const std::byte>(host->data() + last_at, chunk_bytes));
+  const std::vector<CopySpan> last_span{CopySpan{kv->data(), 0, chunk_bytes}};
+  auto* verdict = reinterpret_cast<std::uint32_t*>(word->data());
+  *reinterpret_cast<volatile std::uint32_t*>(verdict) = 0;
+  // Seconds of `run` (enqueues on the GPU), synchronized.
+  auto timed = [&](auto&& run) -> Result<double> {
+    auto t0 = Clock::now();
+    Status st = run();
+    if (st) st = up->synchronize();
+    if (st) st = compute->synchronize();
+    if (!st) return st;
+    return since(t0);
+  };
+  auto load = [&](bool with_slot) -> Status {
     LoadOp op;
     op.id = OperationId{gen, gen};
     ++gen;
@@ -284,73 +321,96 @@ int run_forward(cli::Args& args) {
     op.slot_group = 1;
     StepPlan lp;
     lp.loads.push_back(std::move(op));
-    auto t0 = Clock::now();
     w.submit(lp);
     w.progress();
     auto reports = w.take_reports();
-    const double t = since(t0);
     if (reports.size() != 1 || !reports[0].ok())
-      return cli::fail(
+      return Status(
+          Code::kBadState,
           fmt::format("restore failed: {}", reports.empty() ? std::string_view("no report")
-                                                  : outcome_name(reports[0].outcome)));
-    if (i > 1) (with_slot ? restores : page_only).push_back(t);
-  }
-  const std::uint64_t bytes = prefix_blocks * page_block + slot_bytes;
-  auto host = gpu::PinnedBuffer::allocate(bytes);
-  auto devbuf = gpu::DeviceBuffer::allocate(device, bytes);
-  if (!host || !devbuf) return cli::fail("cannot allocate the bulk-copy buffers");
-  std::fill_n(host->data(), bytes, std::byte{0x5a});
-  // Median seconds of `copies` (enqueues on the compute stream), synchronized, after a warm-up.
-  auto timed_copies = [&](auto&& copies) -> Result<double> {
-    std::vector<double> t;
-    for (int i = 0; i < iters + 1; ++i) {
-      auto t0 = Clock::now();
-      Status st = copies();
-      if (st) st = compute->synchronize();
-      if (!st) return st;
-      if (i > 0) t.push_back(since(t0));
-    }
-    return median(t);
+                                                            : outcome_name(reports[0].outcome)));
+    return Status::ok();
   };
-  auto bulk_copy = timed_copies(
-      [&] { return gpu::copy_async(devbuf->region(), host->region(), *compute); });
+  auto bulk_copy = [&] { return gpu::copy_async(devbuf->region(), host->region(), *compute); };
   // The floor of any restore that moves each stored object by a DMA of its own (it verifies an
   // object only once all of it landed): the same bytes as one DMA per object, the sidecar then
   // the chunks, back to back on one stream, from the same pinned memory. On the H200 a DMA costs
   // about 2.5 us more than its bytes at the bulk rate, and 1.3 us pass between two.
-  auto per_object = timed_copies([&] {
+  auto dmas = [&](const gpu::Stream& s) {
     auto dma = [&](std::uint64_t at, std::uint64_t n) {
-      return gpu::copy_async(devbuf->region().slice(at, n), host->region().slice(at, n), *compute);
+      return gpu::copy_async(devbuf->region().slice(at, n), host->region().slice(at, n), s);
     };
     Status st = dma(0, slot_bytes);
-    const std::uint64_t chunk_bytes = chunk_blocks * page_block;
     for (std::uint64_t c = 0; c < prefix_chunks && st; ++c)
       st = dma(slot_bytes + c * chunk_bytes, chunk_bytes);
     return st;
-  });
-  if (!bulk_copy || !per_object)
-    return cli::fail((bulk_copy ? per_object.status() : bulk_copy.status()).to_string());
-  const double restore = median(restores), bulk = *bulk_copy;
+  };
+  // The floor of such a restore that verifies each object before it writes it: the same DMAs on
+  // another stream, then, on the compute stream once the last one landed (the handoff every
+  // landing takes), what cannot start earlier: the last chunk's verification and its gated copy
+  // into the KV, with no host between them.
+  auto verified_floor = [&] {
+    Status st = dmas(*up);
+    if (st) st = landed->record(*up);
+    if (st) st = gpu::stream_wait_event(*compute, landed->handle());
+    if (st)
+      st = gpu::verify_payload_async(last_chunk, last_sum, scratch->region(), verdict, *counters,
+                                     *compute);
+    if (st)
+      st = (*exec)->scatter_async(CopyPlan{last_span, MemoryKind::kDevice, device, chunk_bytes},
+                                  last_chunk, *compute,
+                                  reinterpret_cast<const std::uint32_t*>(scratch->data()));
+    return st;
+  };
+  std::vector<double> bulks, restores, page_only, per_object, verified;  // ratios to the bulk
+  std::vector<double> bulk_s, restore_s, page_s;                         // seconds
+  for (int round = 0; round < restore_rounds + 1; ++round) {             // round 0 warms up
+    auto restore = timed([&] { return load(true); });
+    auto page = timed([&] { return load(false); });
+    auto bulk = timed(bulk_copy);
+    auto floor = timed([&] { return dmas(*compute); });
+    auto floor_verified = timed(verified_floor);
+    for (const auto* r : {&restore, &page, &bulk, &floor, &floor_verified})
+      if (!*r) return cli::fail(r->status().to_string());
+    if (round == 0) continue;
+    bulk_s.push_back(*bulk);
+    restore_s.push_back(*restore);
+    page_s.push_back(*page);
+    restores.push_back(*restore / *bulk);
+    page_only.push_back(*page / *bulk);
+    per_object.push_back(*floor / *bulk);
+    verified.push_back(*floor_verified / *bulk);
+  }
+  if (*reinterpret_cast<volatile std::uint32_t*>(verdict) != gpu::kVerdictMatch)
+    return cli::fail("the verified floor's verification found no match");
+  const double bulk = median(bulk_s);
+  auto minmax = [](const std::vector<double>& v) {
+    return fmt::format("{:.3f}-{:.3f}", *std::min_element(v.begin(), v.end()),
+                       *std::max_element(v.begin(), v.end()));
+  };
   fmt::print(
-      "\n(b) restore of a {}-token prefix ({} PAGE chunks + SLOT, {:.1f} MiB), median of "
-      "{}\n",
-      prefix_tokens, prefix_chunks, bytes / 1048576.0, iters);
+      "\n(b) restore of a {}-token prefix ({} PAGE chunks + SLOT, {:.1f} MiB), {} rounds, each "
+      "measuring every row in turn; ratios: the median (and min-max) of the rounds' ratios to "
+      "their bulk copy\n",
+      prefix_tokens, prefix_chunks, bytes / 1048576.0, restore_rounds);
   fmt::print("    bulk H2D, pinned, 1 copy        {:10.3f} ms   {:8.2f} GB/s\n", bulk * 1e3,
              bytes / bulk / 1e9);
-  fmt::print("    engine restore (PAGE + SLOT)    {:10.3f} ms   {:8.2f} GB/s\n", restore * 1e3,
-             bytes / restore / 1e9);
-  fmt::print("    ratio restore / bulk            {:10.3f}x   (target <= 1.03x)\n",
-             bulk > 0 ? restore / bulk : 0);
+  fmt::print("    engine restore (PAGE + SLOT)    {:10.3f} ms   {:8.2f} GB/s\n",
+             median(restore_s) * 1e3, bytes / median(restore_s) / 1e9);
   fmt::print(
-      "    floor: one DMA per object       {:10.3f} ms   {:8.2f} GB/s   ({:.3f}x bulk; {} DMAs, "
-      "no verification, no commit)\n",
-      *per_object * 1e3, bytes / *per_object / 1e9, bulk > 0 ? *per_object / bulk : 0,
-      prefix_chunks + 1);
-  const double page = median(page_only);
+      "    ratio restore / bulk            {:10.3f}x   ({} of the rounds; target <= 1.03x)\n",
+      median(restores), minmax(restores));
+  fmt::print("    floor: one DMA per object       {:10.3f}x   ({}; {} DMAs, no verification)\n",
+             median(per_object), minmax(per_object), prefix_chunks + 1);
+  fmt::print(
+      "    floor, verified                 {:10.3f}x   ({}; the same DMAs, then the last "
+      "chunk's verification and gated copy)\n",
+      median(verified), minmax(verified));
   fmt::print(
       "    the PAGE chunks alone           {:10.3f} ms   {:8.2f} GB/s   ({:.3f} ms more with "
-      "the SLOT)\n",
-      page * 1e3, (bytes - slot_bytes) / page / 1e9, (restore - page) * 1e3);
+      "the SLOT; {:.3f}x the bulk copy of PAGE and SLOT)\n",
+      median(page_s) * 1e3, (bytes - slot_bytes) / median(page_s) / 1e9,
+      (median(restore_s) - median(page_s)) * 1e3, median(page_only));
   return 0;
 }
 
@@ -359,7 +419,7 @@ int run_forward(cli::Args& args) {
 TIER_CLI_COMMAND(forward,
                  "forward [--preset NAME] [--profile PATH] [--layers N] [--layer-us 200] "
                  "[--steps 64] [--save-chunks 1] [--slot-every 16] [--prefix-tokens 16384] "
-                 "[--chunk-blocks 4] [--iters 5] [--device N]",
+                 "[--chunk-blocks 4] [--iters 5] [--restores 11] [--device N]",
                  "the offload engine against a synthetic forward pass on the GPU: decode step "
                  "time with saves on vs off, prefix restore vs bulk host-to-device copy",
                  run_forward);

@@ -388,10 +388,10 @@ std::optional<Worker::PageDestinations> Worker::page_destinations(const LoadOp& 
 
 WorkerOutcome Worker::run_load(QueuedLoad& q) {
   const LoadOp& op = q.op;
-  // PAGE first: the SLOT stays in its state group only when every chunk loaded. A layout that
-  // stages SLOT loads has the sidecar fetched in the same call as the chunks, first, into the
-  // group, which it restores when anything failed (its transfer then runs with theirs instead of
-  // after them); otherwise it is fetched once they loaded.
+  // PAGE first: the SLOT reaches its state group only when every chunk loaded. A layout with
+  // staging rows has the sidecar fetched in the same call as the chunks, into a row committed
+  // after them (its transfer then runs with theirs instead of after them); otherwise it is
+  // fetched once they loaded.
   if (!q.destinations) q.destinations = page_destinations(op);
   const auto& regions = q.destinations;
   if (!regions) return WorkerOutcome::kPageUnavailable;
@@ -419,10 +419,8 @@ WorkerOutcome Worker::run_load(QueuedLoad& q) {
   for (std::size_t i = 0; i < op.chunk_keys.size(); ++i)
     items.push_back(LoadItem{page_key(op.chunk_keys[i]), (*regions)[i]});
   std::vector<LoadResult> results(items.size());
-  if (!stack_.load(items, LockedCodec(layout_.page_codec(), layout_mu_), results).is_ok()) {
-    if (staged) staged->restore().ignore();  // the load failed whatever this says
+  if (!stack_.load(items, LockedCodec(layout_.page_codec(), layout_mu_), results).is_ok())
     return WorkerOutcome::kPageUnavailable;
-  }
   bool all = true;
   for (std::size_t i = first_chunk; i < results.size(); ++i) {
     const Status& st = results[i].status;
@@ -439,17 +437,13 @@ WorkerOutcome Worker::run_load(QueuedLoad& q) {
     loaded_by_tier_[static_cast<std::size_t>(results[i].tier)] +=
         total_bytes((*regions)[i - first_chunk]);
   }
-  // A staged sidecar may have reached the group: put it back as it was.
-  if (!all) {
-    if (staged) staged->restore().ignore();  // the load failed whatever this says
-    return WorkerOutcome::kPageUnavailable;
-  }
+  // A staged sidecar is dropped uncommitted: the state group never saw it.
+  if (!all) return WorkerOutcome::kPageUnavailable;
   if (!slot_id) return WorkerOutcome::kOk;
   if (staged) {
     LoadResult& res = results[0];
-    // A copy that failed part way, or a codec that wrote before it refused: the group goes back
-    // (a restore that fails is the device's failure; the load fails either way).
-    if (!res.status.is_ok()) staged->restore().ignore();
+    // A failed copy into the state group is a device failure, not a corrupt sidecar.
+    if (res.status.is_ok() && !staged->commit().is_ok()) return WorkerOutcome::kSidecarUnavailable;
     return slot_outcome(key, res, total_bytes(staged->regions()));
   }
   std::vector<Region> dst;

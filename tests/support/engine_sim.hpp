@@ -103,22 +103,21 @@ inline Json faulty_profile(const std::string& capacity = "256MiB") {
 // Fault injection over a real layout: while `fail_snapshot` is set, the SLOT codecs it hands out
 // fail to encode (a SLOT snapshot that cannot be taken); everything else is the inner layout's.
 // With `rows` (a second layout of the same geometry and identity, SimOptions::host_rows), it
-// stages SLOT loads as a GPU layout does: the group's bytes copied into that layout's group 0,
-// and copied back by restore(): the worker's staged path (KvLayout::stage_slot) on host memory,
-// whose own layout stages none.
+// stages SLOT loads in that layout's group 0 and commits them by a copy into the group: the
+// worker's staged path (KvLayout::stage_slot) on host memory, whose own layout stages none.
 class FaultyLayout final : public KvLayout {
  public:
   explicit FaultyLayout(KvLayout& inner, std::unique_ptr<KvLayout> rows = nullptr)
       : inner_(inner), rows_(std::move(rows)) {}
   bool fail_snapshot = false;
-  std::atomic<std::uint64_t> row_restores{0};  // staged groups put back as they were
+  std::atomic<std::uint64_t> row_commits{0};  // staged SLOTs copied into their group
 
   Result<std::unique_ptr<SlotStaging>> stage_slot(const SlotIdentity& id,
                                                   std::int32_t group) override {
     if (!rows_) return inner_.stage_slot(id, group);
     if (row_held_) return Status(Code::kRejected, "the row is in use");
     TIER_ASSIGN_OR_RETURN(auto dst, inner_.slot_regions(group));
-    TIER_ASSIGN_OR_RETURN(auto codec, inner_.slot_codec(id));
+    TIER_ASSIGN_OR_RETURN(auto codec, rows_->slot_codec(id));
     TIER_ASSIGN_OR_RETURN(auto row, rows_->slot_regions(0));
     return std::unique_ptr<SlotStaging>(
         new HostRow(*this, std::move(codec), std::move(row), std::move(dst)));
@@ -160,16 +159,14 @@ class FaultyLayout final : public KvLayout {
             std::vector<Region> group)
         : owner_(owner), codec_(std::move(codec)), row_(std::move(row)), group_(std::move(group)) {
       owner_.row_held_ = true;
-      for (std::size_t i = 0; i < row_.size(); ++i)
-        std::memcpy(row_[i].data, group_[i].data, row_[i].size);
     }
     ~HostRow() override { owner_.row_held_ = false; }
-    RegionList regions() const noexcept override { return group_; }
+    RegionList regions() const noexcept override { return row_; }
     const Codec& codec() const noexcept override { return *codec_; }
-    Status restore() override {
+    Status commit() override {
       for (std::size_t i = 0; i < row_.size(); ++i)
         std::memcpy(group_[i].data, row_[i].data, row_[i].size);
-      owner_.row_restores.fetch_add(1);
+      owner_.row_commits.fetch_add(1);
       return Status::ok();
     }
 

@@ -5,7 +5,6 @@
 // libtier decision (docs/engine.md).
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -114,12 +113,11 @@ TEST_CASE("page and slot load orders page retrieve before sidecar get, restore, 
   check_restored(sim, l.h, 8192);
 }
 
-// A layout that stages SLOT loads (a GPU's, KvLayout::stage_slot) has the sidecar fetched in the
-// same call as the PAGE chunks, first and straight into the state group, so that its transfer
-// runs with theirs; the group still keeps it only when every chunk loaded: with a chunk missing
-// the worker restores the group as it was (the reference never fetches the sidecar then;
-// docs/engine.md says why this one does).
-TEST_CASE("a staged sidecar is fetched with the chunks and kept only when every chunk loaded") {
+// A layout with staging rows (a GPU's, KvLayout::stage_slot) has the sidecar fetched in the same
+// call as the PAGE chunks, first, so that its transfer runs with theirs; the state group still
+// changes only when every chunk loaded: a missing chunk leaves it as it was, the fetched sidecar
+// uncommitted (the reference never fetches it then; docs/engine.md says why this one does).
+TEST_CASE("a staged sidecar is fetched with the chunks and committed only when every chunk loaded") {
   FaultScope faults;
   auto o = rank1_faulty();
   o.host_rows = true;
@@ -139,17 +137,14 @@ TEST_CASE("a staged sidecar is fetched with the chunks and kept only when every 
   CHECK(gets[0] == w1.slot_key(b));
   for (std::size_t i = 0; i < 8; ++i) CHECK(gets[1 + i] == w1.page_key(keys[i]));
   check_restored(sim, l.h, 8192);
-  CHECK(sim.faulty[1]->row_restores.load() == 0);
+  CHECK(sim.faulty[1]->row_commits.load() == 1);
   CHECK(w1.counters().slot_restores.get() == 1);
   sim.finish(l.h);
 
-  // A chunk goes missing: the sidecar is fetched into the group, which is then put back.
+  // A chunk goes missing: the sidecar is fetched into the row and dropped there.
   REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.page_key(keys[5])); }).is_ok());
   gets.clear();
   auto l2 = sim.admit(3, a).live;
-  // Bytes the sidecar cannot hold, so that a group left with the sidecar's shows.
-  for (const Region& r : require_value(sim.layouts[1]->slot_regions(l2.group)))
-    std::memset(r.data, 0xa5, r.size);
   const auto before = require_value(digest_slot(*sim.layouts[1], l2.group));
   auto ev = sim.step();
   fault_control().observe = nullptr;
@@ -157,7 +152,7 @@ TEST_CASE("a staged sidecar is fetched with the chunks and kept only when every 
   CHECK(terminal_of(ev, Channel::kLoad)->outcome == WorkerOutcome::kPageUnavailable);
   CHECK(gets.size() == 9);
   CHECK(require_value(digest_slot(*sim.layouts[1], l2.group)) == before);
-  CHECK(sim.faulty[1]->row_restores.load() == 1);
+  CHECK(sim.faulty[1]->row_commits.load() == 1);
   CHECK(w1.counters().slot_restores.get() == 1);
   CHECK(w1.counters().slot_invalidations.get() == 0);
   CHECK(located(sim, 1, w1.slot_key(b)) == 0);  // a valid sidecar stays stored

@@ -24,27 +24,30 @@ class FramedSnapshot final : public engine::SlotSnapshot {
 
 }  // namespace
 
-// A SLOT load straight into its state group (stage_slot), whose bytes as of staging the row
-// holds until restore() puts them back; the row is released on destruction.
+// The row a load writes a SLOT into (stage_slot), released on destruction.
 class Dsv4Layout::StagedSlot final : public engine::SlotStaging {
  public:
-  StagedSlot(Dsv4Layout& owner, dsv4::SlotBoundaryCodec codec, std::vector<Region> group,
-             dsv4::SlotPlan plan, Region row)
-      : owner_(owner), codec_(codec), group_(std::move(group)), plan_(std::move(plan)), row_(row) {}
+  StagedSlot(Dsv4Layout& owner, dsv4::SlotBoundaryCodec codec, std::vector<Region> row,
+             dsv4::SlotPlan group)
+      : owner_(owner), codec_(codec), row_(std::move(row)), group_(std::move(group)) {}
   ~StagedSlot() override {
     std::lock_guard<std::mutex> lock(owner_.staging_mu_);
     owner_.staging_held_ = false;
   }
-  RegionList regions() const noexcept override { return group_; }
+  RegionList regions() const noexcept override { return row_; }
   const Codec& codec() const noexcept override { return codec_; }
-  Status restore() override { return owner_.memory_->restore_row(plan_.plan(), row_); }
+  // The row's regions lie back to back in slot image order: the row is the group's image.
+  Status commit() override {
+    const Region& first = row_.front();
+    return owner_.memory_->commit_row(
+        group_.plan(), Region{first.data, owner_.slot_->slot_bytes(), first.kind, first.device});
+  }
 
  private:
   Dsv4Layout& owner_;
   dsv4::SlotBoundaryCodec codec_;
-  std::vector<Region> group_;
-  dsv4::SlotPlan plan_;
-  Region row_;  // the group's image as of staging
+  std::vector<Region> row_;
+  dsv4::SlotPlan group_;
 };
 
 std::string_view kv_memory_name(KvMemoryKind k) noexcept {
@@ -148,13 +151,26 @@ Result<std::unique_ptr<engine::SlotStaging>> Dsv4Layout::stage_slot(
   std::lock_guard<std::mutex> lock(staging_mu_);
   if (staging_held_) return Status(Code::kRejected, "dsv4 layout: the SLOT staging row is in use");
   try {
-    TIER_ASSIGN_OR_RETURN(Region row, memory_->staging_row(slot_->slot_bytes()));
-    // The backup goes first on the lane of every copy into device memory: the load's writes
-    // into the group land after it.
-    TIER_RETURN_IF_ERROR(memory_->backup_row(plan.plan(), row));
+    if (!staging_) {
+      TIER_ASSIGN_OR_RETURN(Region row, memory_->staging_row(slot_->slot_bytes()));
+      // One group per region, back to back in the order of the slot image.
+      std::vector<dsv4::BoundRegion> rows = slot_->regions();
+      std::uint64_t offset = 0;
+      for (dsv4::BoundRegion& r : rows) {
+        r.base = row.data + offset;
+        r.total_bytes = r.unit_bytes;
+        r.kind = row.kind;
+        r.device = row.device;
+        offset += r.unit_bytes;
+      }
+      TIER_ASSIGN_OR_RETURN(staging_,
+                            dsv4::SlotCodec::create(std::move(rows), 1, slot_->identity(),
+                                                    memory_->executor()));
+    }
+    TIER_ASSIGN_OR_RETURN(auto row, staging_->describe(0));
     auto staged = std::make_unique<StagedSlot>(
-        *this, slot_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash}), std::move(dst),
-        std::move(plan), row);
+        *this, staging_->at(dsv4::Boundary{id.boundary_tokens, id.boundary_hash}), std::move(row),
+        std::move(plan));
     staging_held_ = true;
     return std::unique_ptr<engine::SlotStaging>(std::move(staged));
   } catch (const std::bad_alloc&) {

@@ -38,10 +38,7 @@ class HostMemory final : public KvMemory {
   Result<Region> staging_row(std::size_t) override {
     return Status(Code::kNotSupported, "dsv4 layout: host KV memory stages no rows");
   }
-  Status backup_row(const CopyPlan&, Region) override {
-    return Status(Code::kNotSupported, "dsv4 layout: host KV memory stages no rows");
-  }
-  Status restore_row(const CopyPlan&, Region) override {
+  Status commit_row(const CopyPlan&, Region) override {
     return Status(Code::kNotSupported, "dsv4 layout: host KV memory stages no rows");
   }
   Status visit(RegionList regions, Access, const std::function<void(RegionList)>& fn) override {

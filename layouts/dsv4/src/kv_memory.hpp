@@ -56,19 +56,14 @@ class KvMemory {
   virtual Result<std::unique_ptr<PendingImage>> snapshot(const CopyPlan& plan,
                                                          std::size_t header_bytes,
                                                          void* stream) = 0;
-  // A row of `bytes` of this memory outside the backings, to hold what a load overwrites until
-  // it succeeded (KvLayout::stage_slot). Allocated on the first call; later calls hand the same
-  // row (InvalidArgument when they ask for more). The caller keeps one user at a time. Host
-  // memory: NotSupported. Errors: DeviceError, NoSpace.
+  // A row of `bytes` of this memory outside the backings, for a load to land in before
+  // commit_row() copies it into them (KvLayout::stage_slot). Allocated on the first call; later
+  // calls hand the same row (InvalidArgument when they ask for more). The caller keeps one user
+  // at a time. Host memory: NotSupported. Errors: DeviceError, NoSpace.
   virtual Result<Region> staging_row(std::size_t bytes) = 0;
-  // Enqueues the copy of `plan`'s engine memory into `row` (the plan's image) on the lane of the
-  // copies into device memory (gpu::Lane::kToDevice, after every transfer the executor was
-  // given) and returns without waiting: what a load writes there later lands after it.
-  // Errors: InvalidArgument, DeviceError.
-  virtual Status backup_row(const CopyPlan& plan, Region row) = 0;
   // Copies `row` (the plan's image) into `plan`'s engine memory after every transfer the
   // executor was given, and returns once it landed. Errors: InvalidArgument, DeviceError.
-  virtual Status restore_row(const CopyPlan& plan, Region row) = 0;
+  virtual Status commit_row(const CopyPlan& plan, Region row) = 0;
 };
 
 // Errors: NoSpace.

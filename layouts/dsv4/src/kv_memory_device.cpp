@@ -79,10 +79,7 @@ class DeviceMemory final : public KvMemory {
                                          row_.size(), bytes));
     return row_.region().slice(0, bytes);
   }
-  Status backup_row(const CopyPlan& plan, Region row) override {
-    return executor_->gather_async(plan, row, ctx_->stream(gpu::Lane::kToDevice));
-  }
-  Status restore_row(const CopyPlan& plan, Region row) override {
+  Status commit_row(const CopyPlan& plan, Region row) override {
     return executor_->scatter_from(plan, row);
   }
 

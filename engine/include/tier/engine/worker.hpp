@@ -120,23 +120,21 @@ class SlotSnapshot {
   virtual Result<std::span<const std::byte>> frame() = 0;
 };
 
-// One SLOT load straight into its state group, with the group's bytes as of staging kept aside
-// (KvLayout::stage_slot): the worker fetches the sidecar in the same TierStack call as the PAGE
-// chunks (its transfer back to back with theirs, not after them, and no copy after them), and
-// when any of them fails it restore()s the group, so a failed restore still leaves the state
-// group as it was. Until the load's outcome is known nothing else may use the group (it is the
-// resuming request's). Destroying it releases what kept the bytes aside. Threads: used by one
-// thread (the worker's progress()).
+// A row of the layout's own memory that one load writes a SLOT into before its state group
+// takes it (KvLayout::stage_slot): the worker fetches the sidecar in the same TierStack call as
+// the PAGE chunks (its transfer back to back with theirs, not after them) and commits the row
+// only once every chunk loaded, so the state group still changes only on a whole restore.
+// Destroying it releases the row. Threads: used by one thread (the worker's progress()).
 class SlotStaging {
  public:
   virtual ~SlotStaging() = default;
-  // The regions the load writes: the state group's, as slot_regions(group) gives them.
+  // The regions the load writes: shaped as slot_regions() (same count and sizes, in order).
   virtual RegionList regions() const noexcept = 0;
-  // The codec that checks the sidecar's frame for these regions, as slot_codec(id)'s does.
+  // The codec that checks the sidecar's frame for these regions as slot_codec(id) checks it for
+  // the state group (same identity, same refusals).
   virtual const Codec& codec() const noexcept = 0;
-  // Puts the state group back as it was when staged; returns once it landed there.
-  // Errors: DeviceError.
-  virtual Status restore() = 0;
+  // Copies the row into the state group; returns once it landed there. Errors: DeviceError.
+  virtual Status commit() = 0;
 };
 
 // The model's KV memory on one rank and the codecs that move it. The DSV4 implementation binds

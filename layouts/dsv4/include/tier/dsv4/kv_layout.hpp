@@ -88,12 +88,11 @@ class Dsv4Layout final : public engine::KvLayout {
   std::uint32_t block_tokens() const noexcept override;
   // dsv4::slot_fingerprint(geometry, page namespace, tp_size, tp_rank).
   std::array<std::byte, 16> slot_fingerprint(std::uint32_t tp_rank) const override;
-  // Device memory: the load writes `group` itself, through slot_codec(id)'s codec; first a copy
-  // of the group into a row of GPU memory (slot_bytes(), allocated on first use) is enqueued on
-  // the lane of every copy into device memory, and restore() copies it back (one kernel within
-  // the GPU, waited for). One row per layout: a second stage_slot() while one is held is
-  // Rejected. Host memory: NotSupported (a load is a copy on the caller's thread, and the worker
-  // fetches the sidecar after the chunks).
+  // Device memory: a row of GPU memory (slot_bytes(), allocated on first use) that the load
+  // writes through a SLOT codec of one group over it (same identity, same frame checks), and
+  // commit() copies into `group` on the executor's lane (one kernel within the GPU, waited for).
+  // One row per layout: a second stage_slot() while one is held is Rejected. Host memory:
+  // NotSupported (a load is a copy on the caller's thread; a row would only add one).
   // Errors: as slot_codec() and slot_regions(), NoSpace, DeviceError.
   Result<std::unique_ptr<engine::SlotStaging>> stage_slot(const engine::SlotIdentity& id,
                                                           std::int32_t group) override;
@@ -140,9 +139,11 @@ class Dsv4Layout final : public engine::KvLayout {
   std::unique_ptr<detail::KvMemory> memory_;
   std::unique_ptr<PageCodec> page_;
   std::unique_ptr<SlotCodec> slot_;
-  // Whether a SlotStaging holds the memory's staging row (stage_slot(); under staging_mu_).
+  // stage_slot()'s row: a SLOT codec of one group over the memory's staging row, made on first
+  // use, and whether a SlotStaging holds it (under staging_mu_).
   class StagedSlot;
   std::mutex staging_mu_;
+  std::unique_ptr<SlotCodec> staging_;
   bool staging_held_ = false;
 };
 

@@ -5,6 +5,7 @@
 // libtier decision (docs/engine.md).
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -145,6 +146,9 @@ TEST_CASE("a staged sidecar is fetched with the chunks and committed only when e
   REQUIRE(w1.with_stack([&](TierStack& s) { return s.remove(w1.page_key(keys[5])); }).is_ok());
   gets.clear();
   auto l2 = sim.admit(3, a).live;
+  // Bytes the sidecar cannot hold, so that a group that took the row's shows.
+  for (const Region& r : require_value(sim.layouts[1]->slot_regions(l2.group)))
+    std::memset(r.data, 0xa5, r.size);
   const auto before = require_value(digest_slot(*sim.layouts[1], l2.group));
   auto ev = sim.step();
   fault_control().observe = nullptr;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 #include <type_traits>
+#include <utility>
 
 #include "tier/checked.hpp"
 #include "tier/object.hpp"
@@ -153,6 +154,9 @@ void Backend::give_back(std::span<const IoRequest> unaccepted) noexcept {
 // kWindow: arrays on the stack, no allocation on the data path.
 constexpr std::size_t kWindow = 16;
 
+// submit_rest() of the do_submit() this thread is in (empty outside one).
+thread_local std::span<const IoRequest> t_submit_rest;
+
 // A window's array of T, left unconstructed until add() fills an element: a call with one
 // request pays for one element, not for kWindow of them. T is trivially destructible.
 template <class T>
@@ -167,6 +171,8 @@ class Window {
  private:
   alignas(T) std::byte bytes_[kWindow * sizeof(T)];
 };
+
+std::span<const IoRequest> Backend::submit_rest() const noexcept { return t_submit_rest; }
 
 Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
   const Capabilities caps = capabilities();
@@ -201,7 +207,9 @@ Result<std::size_t> Backend::submit(std::span<const IoRequest> reqs) noexcept {
     std::size_t accepted = 0;
     Status failed;
     if (n > 0) {
+      const auto outer = std::exchange(t_submit_rest, reqs.subspan(i));  // a nested submit's too
       auto r = do_submit(std::span(window.data(), n));
+      t_submit_rest = outer;
       if (r) accepted = std::min(*r, n);
       else failed = r.status();
       if (accepted < n) {

@@ -42,6 +42,9 @@ struct FaultControl {
   // Called with the number of requests of each call into the tier's submit (at most the base
   // class's window of 16).
   std::function<void(std::size_t)> observe_submit;
+  // Called with the number of requests of the same submit after each such call's (the base
+  // class's submit_rest()).
+  std::function<void(std::size_t)> observe_rest;
   // Requests seen, per op: counted by every rank's thread (engine tests run ranks as threads).
   std::array<std::atomic<std::uint64_t>, kOpCount> ops{};
   void reset() {
@@ -50,6 +53,7 @@ struct FaultControl {
     mutate_put = nullptr;
     observe = nullptr;
     observe_submit = nullptr;
+    observe_rest = nullptr;
     for (auto& n : ops) n = 0;
   }
   std::uint64_t count(Op op) const { return ops[static_cast<std::size_t>(op)].load(); }
@@ -82,6 +86,7 @@ class FaultInjectingBackend final : public Backend {
   Result<std::size_t> do_submit(std::span<const IoRequest> reqs) noexcept override {
     FaultControl& fc = fault_control();
     if (fc.observe_submit) fc.observe_submit(reqs.size());
+    if (fc.observe_rest) fc.observe_rest(submit_rest().size());
     std::size_t n = 0;
     auto taken = [&](const IoRequest& r) {
       ++fc.ops[static_cast<std::size_t>(r.op)];

@@ -609,7 +609,9 @@ TEST_CASE("a save's gathered puts reach the tier in submits of many, in item ord
   tier::test::FaultControl& fc = fresh_faults();
   Harness h(R"({"tiers":[{"name":"f","capacity":"8MiB","backend":"faulty"}]})");
   REQUIRE(h.stack->tier(0).capabilities().gather_puts);
+  std::vector<std::size_t> rests;  // of each window: the requests of its submit after it
   auto run = [&](std::size_t count, std::size_t bytes, std::uint64_t key0) {
+    rests.clear();
     std::vector<std::vector<std::byte>> data(count);
     std::vector<Region> src;
     std::vector<SaveItem> items;
@@ -622,6 +624,7 @@ TEST_CASE("a save's gathered puts reach the tier in submits of many, in item ord
     std::vector<std::size_t> submits;
     std::vector<ObjectKey> order;
     fc.observe_submit = [&](std::size_t n) { submits.push_back(n); };
+    fc.observe_rest = [&](std::size_t n) { rests.push_back(n); };
     fc.observe = [&](Op op, const ObjectKey& k) {
       if (op == Op::kPut) order.push_back(k);
     };
@@ -647,6 +650,8 @@ TEST_CASE("a save's gathered puts reach the tier in submits of many, in item ord
   };
   // Small payloads: one batch of 40, in Backend::submit's windows of 16 (not 40 submits of one).
   CHECK(run(40, 100, 4000) == std::vector<std::size_t>{16, 16, 8});
+  // Each window sees what its submit still brings (Backend::submit_rest).
+  CHECK(rests == std::vector<std::size_t>{24, 8, 0});
   // 100 KiB payloads: a submit once three hold 256 KiB or more.
   CHECK(run(8, 100 << 10, 5000) == std::vector<std::size_t>{3, 3, 2});
 }

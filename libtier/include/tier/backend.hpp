@@ -226,6 +226,13 @@ class Backend {
   // an error), nothing else.
   virtual Result<std::vector<ObjectKey>> do_list_keys(const Key128& ns);
 
+  // Inside do_submit(): the requests of the same submit() after the window do_submit() was given
+  // (submit() hands requests on in windows of 16), so that a backend that gathers work within one
+  // call (a pinned cpu tier batching its transfers) knows what follows. Not yet checked: some may
+  // be refused before they reach do_submit(). Empty on a submit()'s last window and outside
+  // do_submit(). Threads: the calling thread's own submit().
+  std::span<const IoRequest> submit_rest() const noexcept;
+
   // Implementations call this for every object they evict for capacity.
   void notify_evicted(const ObjectKey& key, std::span<const std::byte> image,
                       std::uint64_t image_bytes) noexcept;

@@ -149,18 +149,24 @@ Completion CpuBackend::contains(const IoRequest& r) {
 
 Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
   std::size_t n = 0;
-  // Gets into device memory of one submit may go to the GPU together (DeviceTransfer::plug).
+  // Gets into device memory of one submit may go to the GPU together (DeviceTransfer::plug),
+  // across the windows Backend::submit hands on (its open batch stays open from one to the next):
+  // `later` is the payload of those after this one.
+  std::uint64_t later = 0;
+  if (device_ != nullptr)
+    for (const IoRequest& r : submit_rest()) later += device_payload(r);
   struct Plug {
     DeviceTransfer* d;
+    bool more;
     ~Plug() {
-      if (d != nullptr) d->plug(false);
+      if (d != nullptr) d->unplug(more);
     }
-  } plug{device_ != nullptr && reqs.size() > 1 ? device_ : nullptr};
+  } plug{device_ != nullptr && (reqs.size() > 1 || later > 0) ? device_ : nullptr, later > 0};
   // The payload bytes of the submit's gets into device memory not yet taken
   // (DeviceTransfer::ahead).
-  std::uint64_t ahead = 0;
+  std::uint64_t ahead = later;
   if (plug.d != nullptr) {
-    plug.d->plug(true);
+    plug.d->plug();
     for (const IoRequest& r : reqs) ahead += device_payload(r);
   }
   try {

@@ -60,13 +60,17 @@ class DeviceTransfer {
   // still copying. DeviceError: the copy failed (the payload regions hold unspecified bytes, the
   // header is untouched) and the ticket ends. An unknown ticket is InvalidArgument.
   virtual Result<bool> scatter_done(std::uint64_t ticket, bool wait) noexcept = 0;
-  // Between plug(true) and plug(false) the caller submits several scattered gets at once (one
-  // Backend::submit): they may wait to be enqueued together (fewer, larger transfers) rather than
-  // each going at once; plug(false) enqueues whatever waits. Nests not: the tier's submit calls it.
-  virtual void plug(bool on) noexcept = 0;
+  // Between plug() and unplug() the caller submits several scattered gets at once (one window of
+  // a Backend::submit): they may wait to be enqueued together (fewer, larger transfers) rather
+  // than each going at once. unplug(false) enqueues whatever waits; unplug(true) says that more
+  // gets of the same submit follow in the next plug() (its next window): what waits stays open
+  // for them (a poll or a later get enqueues it if none come). Nests not: the tier's submit calls
+  // them.
+  virtual void plug() noexcept = 0;
+  virtual void unplug(bool more) noexcept = 0;
   // Inside plug(): the payload bytes of the submit's gets into device memory that follow the next
-  // scatter_to_device() (0: it is the submit's last), so that batches may be long in the middle
-  // of a submit and short at its end.
+  // scatter_to_device(), in this window and later ones (0: it is the submit's last), so that
+  // batches may be long in the middle of a submit and short at its end.
   virtual void ahead(std::uint64_t bytes) noexcept = 0;
   // Waits for every copy still in flight (their tickets stay to be reported by scatter_done):
   // before any change that could move, free or overwrite stored bytes.

@@ -23,8 +23,9 @@
 // waits. Inside a submit of several gets (plug()), a smaller batch waits for more gets until the
 // submit ends: enqueueing a batch costs the host more than one 1 MiB object's DMA takes, so
 // batches of one object each would starve the bus. There the batches between the submit's first
-// and its last two grow to kLongBatchBytes (8 MiB): fewer DMAs, while what follows the submit's
-// last DMA stays one short batch's check and copy.
+// and its last two grow to kLongBatchBytes (8 MiB), and a batch stays open across the submit's
+// windows (DeviceTransfer::unplug): fewer DMAs, while what follows the submit's last DMA stays
+// one short batch's check and copy.
 //
 // Errors: NotSupported (no GPU), InvalidArgument, DeviceError; nothing throws or exits.
 // Threads: the tier's owner thread only.
@@ -60,7 +61,8 @@ class PinnedTransfer final : public DeviceTransfer {
                                           const ObjectKey& key, std::size_t skip,
                                           const PayloadCheck* check) noexcept override;
   Result<bool> scatter_done(std::uint64_t ticket, bool wait) noexcept override;
-  void plug(bool on) noexcept override;
+  void plug() noexcept override;
+  void unplug(bool more) noexcept override;
   void ahead(std::uint64_t bytes) noexcept override { ahead_ = bytes; }
   void quiesce() noexcept override;
 
@@ -143,7 +145,8 @@ class PinnedTransfer final : public DeviceTransfer {
   std::uint64_t next_ticket_ = 1;
   std::uint64_t next_batch_ = 1;
   bool plugged_ = false;             // inside a submit of several gets (plug())
-  std::size_t plugged_batches_ = 0;  // batches flushed since plug(true)
+  bool continuing_ = false;          // unplug(true): the next plug() continues the same submit
+  std::size_t plugged_batches_ = 0;  // batches flushed inside the current submit
   std::uint64_t ahead_ = 0;          // inside plug(): payload bytes after the next get (ahead())
 };
 

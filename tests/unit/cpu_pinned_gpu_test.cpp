@@ -520,10 +520,14 @@ TEST_CASE("pinned heap tier: small scattered gets in one submit move in batches,
   get_all_one_rotten(*be, 1200, images, kRotten);
 }
 
-TEST_CASE("pinned heap tier: 1 MiB scattered gets of one submit, gathered into 4 MiB batches") {
-  // 21 payloads of 1 MiB in one submit (windows of 16 requests): inside the submit the open batch
-  // goes only once it holds 4 MiB, and what is left at the window's end goes then. The rotten
-  // one, in the middle of the third batch, fails alone and writes nothing.
+TEST_CASE(
+    "pinned heap tier: 1 MiB scattered gets of one submit, gathered into 4 and 8 MiB "
+    "batches") {
+  // 21 payloads of 1 MiB in one submit (Backend::submit's windows of 16 requests): inside the
+  // submit the open batch goes once it holds 4 MiB when it is the first, or when what the submit
+  // still brings (its later windows included) is 4 MiB or less, and 8 MiB between; it stays open
+  // across a window's end: batches of 4, 8, 5 and 4 MiB. The rotten one, in the middle of the 8
+  // MiB batch, fails alone and writes nothing.
   auto be = open_tier(32u << 20);
   constexpr std::uint64_t kCount = 21, kRotten = 9;
   std::vector<std::vector<std::byte>> images;

@@ -366,7 +366,7 @@ int run_forward(cli::Args& args) {
                            devbuf->region().slice(0, slot_bytes), *compute);
     return st;
   };
-  std::vector<double> bulks, restores, page_only, per_object, verified;  // ratios to the bulk
+  std::vector<double> restores, page_only, per_object, verified;         // ratios to the bulk
   std::vector<double> bulk_s, restore_s, page_s;                         // seconds
   for (int round = 0; round < restore_rounds + 1; ++round) {             // round 0 warms up
     auto restore = timed([&] { return load(true); });

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "tier/status.hpp"
 
 namespace tier::bench {
 
@@ -19,6 +20,15 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The seconds `op` (a callable returning Status) took, or its error.
+template <class F>
+Result<double> timed(F&& op) {
+  const auto t0 = Clock::now();
+  Status st = op();
+  if (!st) return st;
+  return seconds_since(t0);
 }
 
 struct FreeDeleter {

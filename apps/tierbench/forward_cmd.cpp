@@ -302,13 +302,12 @@ int run_forward(cli::Args& args) {
   auto* verdict = reinterpret_cast<std::uint32_t*>(word->data());
   *reinterpret_cast<volatile std::uint32_t*>(verdict) = 0;
   // Seconds of `run` (enqueues on the GPU), synchronized.
-  auto timed = [&](auto&& run) -> Result<double> {
-    auto t0 = Clock::now();
-    Status st = run();
-    if (st) st = up->synchronize();
-    if (st) st = compute->synchronize();
-    if (!st) return st;
-    return since(t0);
+  auto timed = [&](auto&& run) {
+    return tier::bench::timed([&] {
+      Status st = run();
+      if (st) st = up->synchronize();
+      return st ? compute->synchronize() : st;
+    });
   };
   auto load = [&](bool with_slot) -> Status {
     LoadOp op;

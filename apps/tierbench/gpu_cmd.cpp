@@ -43,6 +43,7 @@ namespace {
 using namespace tier;
 using namespace tier::gpu;
 using tier::bench::median;
+using tier::bench::timed;
 using Clock = std::chrono::steady_clock;
 
 struct Bench {
@@ -257,12 +258,6 @@ int measure_pinned_tier(int device, int iters, const std::vector<std::uint64_t>&
       // gets of the v2 images, K gets of the v1 images, then untimed removes of the puts' keys.
       // Each "x bulk" is the median of the rounds' ratios to their own bulk copy, so that the
       // bus's drift between figures does not enter it; rates are medians.
-      auto timed = [&](auto&& op) -> Result<double> {
-        auto t0 = Clock::now();
-        Status st = op();
-        if (!st) return st;
-        return std::chrono::duration<double>(Clock::now() - t0).count();
-      };
       auto bulk = [&](Region to, Region from) {
         Status st = copy_async(to, from, stream);
         return st ? stream.synchronize() : st;

@@ -151,10 +151,13 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
   std::size_t n = 0;
   // Gets into device memory of one submit may go to the GPU together (DeviceTransfer::plug),
   // across the windows Backend::submit hands on (its open batch stays open from one to the next):
-  // `later` is the payload of those after this one.
+  // `later` is the payload of those after this one, counted up to kAheadHorizon.
   std::uint64_t later = 0;
   if (device_ != nullptr)
-    for (const IoRequest& r : submit_rest()) later += device_payload(r);
+    for (const IoRequest& r : submit_rest()) {
+      if (later >= kAheadHorizon) break;
+      later += device_payload(r);
+    }
   struct Plug {
     DeviceTransfer* d;
     bool more;

@@ -16,6 +16,10 @@
 
 namespace tier::cpu {
 
+// How far DeviceTransfer::ahead() looks: a caller stops counting there, so a submit of many
+// small gets costs each window a bounded look at the later ones, not all of them.
+inline constexpr std::uint64_t kAheadHorizon = 16u << 20;
+
 class DeviceTransfer {
  public:
   virtual ~DeviceTransfer() = default;
@@ -70,7 +74,8 @@ class DeviceTransfer {
   virtual void unplug(bool more) noexcept = 0;
   // Inside plug(): the payload bytes of the submit's gets into device memory that follow the next
   // scatter_to_device(), in this window and later ones (0: it is the submit's last), so that
-  // batches may be long in the middle of a submit and short at its end.
+  // batches may be long in the middle of a submit and short at its end. Counted up to
+  // kAheadHorizon: from there on it means at least that much.
   virtual void ahead(std::uint64_t bytes) noexcept = 0;
   // Waits for every copy still in flight (their tickets stay to be reported by scatter_done):
   // before any change that could move, free or overwrite stored bytes.

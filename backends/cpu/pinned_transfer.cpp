@@ -41,6 +41,7 @@ constexpr std::uint64_t kPluggedBatchBytes = 4u << 20;
 // against 0.930-0.943x (0.941) once a batch stays open across windows and `ahead` counts the
 // later ones (Backend::submit_rest). 16 gets per submit ([4, 8, 4] MiB) 0.87-0.90x either way.
 constexpr std::uint64_t kLongBatchBytes = 8u << 20;
+static_assert(kPluggedBatchBytes < kAheadHorizon);  // the rule below needs ahead() up to there
 constexpr std::uint64_t kAlign = 256;
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }

@@ -658,8 +658,9 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
   REQUIRE(exec);
   // Every XXH3 length class for the last chunk and for the chunk list (0 to 40 chunks), at a
   // payload start that is 8-byte but not 16-byte aligned.
-  for (std::size_t n : {0u, 1u, 3u, 8u, 16u, 100u, 240u, 241u, 1024u, 1025u, 65535u, 65536u,
-                        65537u, 3u * 65536u + 100u, 31u * 65536u, 40u * 65536u + 7u}) {
+  for (std::size_t n : {0u, 1u, 3u, 8u, 16u, 100u, 240u, 241u, 1024u, 1025u, 65535u, 65536u, 65537u,
+                        3u * 65536u + 100u, 16u * 65536u, 20u * 65536u + 5u, 30u * 65536u,
+                        31u * 65536u, 40u * 65536u + 7u}) {
     CAPTURE(n);
     auto bytes = pattern(n, n + 1);
     const std::uint64_t want = payload_checksum(bytes, 2);
@@ -772,6 +773,47 @@ TEST_CASE("verify_payload_async: the device's chunk checksums equal the host's; 
   CHECK(verify_payload_async(payload->region().slice(0, 100), 0, scratch->region(), nullptr, none,
                              *s)
             .code() == Code::kInvalidArgument);
+}
+
+// A gated copy takes its tiles in parts, an ungated one whole (copy_kernels.hip: copy_part): every
+// size around the parts' and tiles' edges, at a start that leaves a head of 8 bytes (the words
+// shift against the parts), of 3 (bytes only past it) and none; exactly the span's bytes, nothing
+// past them, and nothing at all when the gate says mismatch.
+TEST_CASE("a copy writes exactly its bytes: gated tiles in parts, ungated whole, every edge") {
+  auto s = Stream::create(0);
+  REQUIRE(s);
+  auto exec = DeviceCopyExecutor::create(ExecutorOptions{});
+  REQUIRE(exec);
+  auto gate = DeviceBuffer::allocate(0, 8);
+  REQUIRE(gate);
+  const auto* word = reinterpret_cast<const std::uint32_t*>(gate->data());
+  for (std::uint32_t verdict : {kVerdictMismatch, kVerdictMatch, 0u}) {  // 0: no gate
+    std::vector<std::byte> v(8);
+    std::memcpy(v.data(), &verdict, 4);
+    upload(*gate, v, *s);
+    for (std::size_t n : {1u, 15u, 16u, 17u, 16383u, 16384u, 16392u, 16400u, 32773u, 65535u, 65536u,
+                          65537u, 3u * 65536u + 100u}) {
+      for (std::size_t at : {0u, 3u, 8u}) {
+        CAPTURE(n);
+        CAPTURE(at);
+        auto src = DeviceBuffer::allocate(0, n + 64);
+        auto dst = DeviceBuffer::allocate(0, n + 64);
+        REQUIRE((src && dst));
+        const auto bytes = pattern(n + 64, n + at);
+        upload(*src, bytes, *s);
+        upload(*dst, std::vector<std::byte>(n + 64, std::byte{0xee}), *s);
+        const std::vector<CopySpan> spans{CopySpan{dst->data() + at, 0, n}};
+        REQUIRE((*exec)->scatter_async(CopyPlan{spans, MemoryKind::kDevice, 0, n},
+                                       src->region().slice(at, n), *s,
+                                       verdict == 0 ? nullptr : word));
+        REQUIRE(s->synchronize());
+        auto want = std::vector<std::byte>(n + 64, std::byte{0xee});
+        if (verdict != kVerdictMismatch)
+          std::copy(bytes.begin() + at, bytes.begin() + at + n, want.begin() + at);
+        CHECK(download(*dst, *s) == want);
+      }
+    }
+  }
 }
 
 TEST_CASE(

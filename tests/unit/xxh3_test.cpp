@@ -48,6 +48,20 @@ TEST_CASE("hash64 equals XXH3_64bits for every length up to 2,100 at every align
     }
 }
 
+// The word-load form the GPU hashes a chunk list with (short_hash64<true>): aligned inputs whose
+// length is a multiple of 8, as a list of 0 to 30 chunk checksums is.
+TEST_CASE("short_hash64 with word loads equals XXH3_64bits for aligned lists up to 240 bytes") {
+  const xxh3::Secret s = xxh3::default_secret();
+  const auto bytes = random_bytes(240, 4);
+  std::vector<unsigned long long> words(30);
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(words.data());
+  for (std::size_t len = 0; len <= xxh3::kMidsizeMax; len += 8) {
+    INFO("length ", len);
+    REQUIRE(xxh3::short_hash64<true>(p, len, s.bytes) == XXH3_64bits(p, len));
+  }
+}
+
 TEST_CASE("hash64 equals XXH3_64bits for chunk-sized and large inputs") {
   const xxh3::Secret s = xxh3::default_secret();
   const auto data = random_bytes((1u << 20) + 64, 2);

@@ -56,8 +56,8 @@ static_assert(sizeof(InlineTiles) <= 4000, "kernel parameters are limited to 4 K
 // Part `part` of a tile in `parts` (1 or kParts: the tile's words split by index; part 0 also
 // takes the misaligned head and the tail), by the whole block. A gated copy (a verified get's,
 // which starts only once its last byte landed and was checked) takes its tiles in kParts parts:
-// with one block per 64 KiB tile, 1 MiB took 5 us device to device on the H200 (by ncu), and a
-// pinned tier get's gated copies 3.8 us in the median against 2.6 us in parts (CUPTI). Other
+// with one block per 64 KiB tile, 1 MiB took 5 us device to device on the H200 (by ncu), one SM
+// per 64 KiB; a submit's last 4 MiB batch's gated copy ran 3 us, 2.8 us in parts (CUPTI). Other
 // copies run behind their DMAs and keep one block per tile (in parts, a V4-Pro PAGE load of 64
 // blocks fell from 0.98-0.99x of the bulk copy to 0.96-0.97x, and one of small regions from 0.92
 // to 0.8).

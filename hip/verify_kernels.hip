@@ -9,10 +9,10 @@
 // multiples of 64 KiB of an aligned payload) and add them up at once; the partner lane's word sum
 // comes through shared memory; then eight threads run the chain of scrambles over the 64 rows
 // and thread 0 merges. Every block then counts itself in its payload's counter (VerifyCounters);
-// the payload's last block hashes the chunk list (thread 0 with word loads up to 30 chunks, the
-// whole block the same way as a chunk beyond), compares it with the header's payload checksum
-// and writes the verdict to device memory (for the gated copy that follows) and to mapped host
-// memory (for the poller). Other inputs of at most 240 bytes take xxh3::short_hash64.
+// the payload's last block hashes the chunk list the same way, compares it with the header's
+// payload checksum and writes the verdict to device memory (for the gated copy that follows) and
+// to mapped host memory (for the poller). Inputs of at most 240 bytes (a list of up to 30
+// chunks, a payload's short last chunk) take xxh3::short_hash64 on thread 0.
 //
 // The verdict's latency is the path: a verification starts once the last byte landed and the
 // gated copy waits for it. By ncu on the H200 (1 MiB, 16 blocks), a block took 13.7k cycles and
@@ -69,8 +69,14 @@ __device__ void load_secret(Shared& sh, const xxh3::Secret& secret) {
 
 // XXH3-64 (seed 0) of `len` bytes at `p` (8-byte aligned), by all kThreads threads of the
 // block (every one with the same arguments, the secret already in `sh`); thread 0 returns it.
+// An input of at most 240 bytes is thread 0's alone, with word loads when `len` is a multiple of
+// 8 (a chunk list always is).
 __device__ u64 block_hash(const u8* p, u64 len, Shared& sh) {
-  if (len <= xxh3::kMidsizeMax) return xxh3::short_hash64(p, len, sh.secret);
+  if (len <= xxh3::kMidsizeMax) {
+    if (threadIdx.x != 0) return 0;
+    return len % 8 == 0 ? xxh3::short_hash64<true>(p, len, sh.secret)
+                        : xxh3::short_hash64(p, len, sh.secret);
+  }
   const unsigned lane = threadIdx.x % 8, row = threadIdx.x / 8;
   const u64 blocks = (len - 1) / xxh3::kBlockBytes;  // full blocks, each followed by a scramble
   const unsigned stripes =
@@ -282,15 +288,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // The list: up to 30 chunks (240 bytes) one thread hashes it with word loads; longer, the
-  // whole block as a long input.
-  const u8* list = reinterpret_cast<const u8*>(it.list);
-  const u64 list_bytes = it.chunks * 8;
-  u64 h = 0;
-  if (list_bytes > xxh3::kMidsizeMax)
-    h = block_hash(list, list_bytes, sh);
-  else if (threadIdx.x == 0)
-    h = xxh3::short_hash64<true>(list, list_bytes, sh.secret);
+  const u64 h = block_hash(reinterpret_cast<const u8*>(it.list), it.chunks * 8, sh);
   if (threadIdx.x == 0) {
     volatile unsigned int* words = b.counters + 2 * i;
     const bool crc_ok = it.with_crc == 0 || (words[1] ^ it.crc_finish) == it.crc;

@@ -33,7 +33,8 @@ struct PhaseResult {
 // `seal` a put first seals its image (payload checksum and header), inside the timed phase, as a
 // TierStack save does: a tier that seals puts (Capabilities::seals_puts) gets the header and the
 // payload as a gather put and hashes the payload as it copies it; any other gets the image
-// sealed here first.
+// sealed here first. Every request carries the phase's bytes as its batch's
+// (IoRequest::batch_bytes), as a TierStack call's requests carry the call's.
 PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
                       const std::vector<Region>& bufs, std::size_t depth, cli::Progress* progress,
                       bool seal = false) {
@@ -46,6 +47,8 @@ PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
     for (const Region& r : bufs)
       payloads.push_back(
           Region{r.data + kObjectHeaderBytes, r.size - kObjectHeaderBytes, MemoryKind::kHost, -1});
+  std::uint64_t phase_bytes = 0;
+  for (const Region& r : bufs) phase_bytes += r.size;
   std::vector<Clock::time_point> started(n);
   res.latencies_us.reserve(n);
   std::vector<IoRequest> batch;
@@ -61,11 +64,11 @@ PhaseResult run_phase(Backend& b, Op op, const std::vector<ObjectKey>& keys,
                             ObjectHeader{kIdentityLayoutId, 0, keys[i], payloads[i].size, 0});
         batch.push_back(IoRequest{op, keys[i],
                                   Region{bufs[i].data, kObjectHeaderBytes, MemoryKind::kHost, -1},
-                                  i, RegionList(&payloads[i], 1)});
+                                  i, RegionList(&payloads[i], 1), 0, nullptr, phase_bytes});
         continue;
       }
       if (op == Op::kPut && seal) seal_object(bufs[i].bytes(), kIdentityLayoutId, 0, keys[i]);
-      batch.push_back(IoRequest{op, keys[i], bufs[i], i});
+      batch.push_back(IoRequest{op, keys[i], bufs[i], i, {}, 0, nullptr, phase_bytes});
     }
     if (!batch.empty()) {
       auto now = Clock::now();

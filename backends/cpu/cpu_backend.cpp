@@ -74,7 +74,9 @@ Completion CpuBackend::put(const IoRequest& r) {
   if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
     o = mode_->put_with(
         r.key, r.buf.size + total_bytes(r.tail),
-        [&](std::span<const Piece> pieces) { return seal_into(pieces, r.buf.bytes(), r.tail); },
+        [&](std::span<const Piece> pieces) {
+          return seal_into(pieces, r.buf.bytes(), r.tail, stores_for_batch(r.batch_bytes));
+        },
         evicted);
   } else if (r.buf.kind == MemoryKind::kDevice) {
     // Device buffers are accepted (capabilities()) only when the mode has a device path.
@@ -85,7 +87,7 @@ Completion CpuBackend::put(const IoRequest& r) {
         },
         evicted);
   } else {
-    o = mode_->put(r.key, {r.buf.data, r.buf.size}, evicted);
+    o = mode_->put(r.key, {r.buf.data, r.buf.size}, stores_for_batch(r.batch_bytes), evicted);
   }
   return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
 }
@@ -128,14 +130,14 @@ std::optional<Completion> CpuBackend::get(const IoRequest& r) {
     o = mode_->get_with(r.key, r.buf.size + r.skip + total_bytes(r.tail),
                         [&](std::span<const Piece> pieces) {
                           return scatter_verified(pieces, r.buf.bytes(), r.tail, r.key, r.skip,
-                                                  r.check);
+                                                  r.check, stores_for_batch(r.batch_bytes));
                         });
   } else if (r.buf.kind == MemoryKind::kDevice) {
     o = mode_->get_with(r.key, r.buf.size, [&](std::span<const Piece> pieces) {
       return device_->get_to_device(r.buf, pieces, r.key);
     });
   } else {
-    o = mode_->get(r.key, r.buf.bytes());
+    o = mode_->get(r.key, r.buf.bytes(), stores_for_batch(r.batch_bytes));
   }
   if (o.status.code() == Code::kChecksumMismatch) metrics().checksum_failures.add();
   return Completion{r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};

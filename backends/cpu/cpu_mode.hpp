@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "tier/backend.hpp"
+#include "tier/object.hpp"
 
 namespace tier::cpu {
 
@@ -51,16 +52,17 @@ class CpuMode {
 
   virtual ~CpuMode() = default;
 
-  // Put-if-absent of a host image. Returns: Ok, AlreadyExists, NoSpace, BadState.
-  virtual Outcome put(const ObjectKey& key, std::span<const std::byte> image,
+  // Put-if-absent of a host image, copied in with `stores` (tier/object.hpp). Returns: Ok,
+  // AlreadyExists, NoSpace, BadState.
+  virtual Outcome put(const ObjectKey& key, std::span<const std::byte> image, Stores stores,
                       const EvictFn& on_evict) = 0;
   // A put of `image_bytes` whose bytes `fill` writes (and checks) into the reserved pieces; when
   // fill fails nothing is stored and its status is returned.
   virtual Outcome put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
                            const EvictFn& on_evict) = 0;
-  // Copies the image into `out`, verified (copy_verified). Returns: Ok, NotFound,
+  // Copies the image into `out`, verified (copy_verified), with `stores`. Returns: Ok, NotFound,
   // InvalidArgument (out too small; `bytes` = the size needed), ChecksumMismatch, BadState.
-  virtual Outcome get(const ObjectKey& key, std::span<std::byte> out) = 0;
+  virtual Outcome get(const ObjectKey& key, std::span<std::byte> out, Stores stores) = 0;
   // A get into a destination of `capacity` bytes that `drain` copies the pieces into; `drain`
   // verifies them, and its status is the result's.
   virtual Outcome get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain) = 0;

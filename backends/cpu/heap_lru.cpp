@@ -135,12 +135,12 @@ CpuMode::Outcome HeapLru::insert(const ObjectKey& key, std::size_t bytes, Fill&&
   return {Status::ok(), bytes};
 }
 
-CpuMode::Outcome HeapLru::put(const ObjectKey& key, std::span<const std::byte> image,
+CpuMode::Outcome HeapLru::put(const ObjectKey& key, std::span<const std::byte> image, Stores stores,
                               const EvictFn& on_evict) {
   return insert(
       key, image.size(),
       [&](Piece p) {
-        copy_bytes(p.data(), image.data(), p.size());
+        copy_bytes(p.data(), image.data(), p.size(), stores);
         return Status::ok();
       },
       on_evict);
@@ -174,8 +174,8 @@ CpuMode::Outcome HeapLru::read(const ObjectKey& key, std::uint64_t capacity, Dra
   return {std::move(st), bytes};
 }
 
-CpuMode::Outcome HeapLru::get(const ObjectKey& key, std::span<std::byte> out) {
-  return read(key, out.size(), [&](Piece p) { return copy_verified(out, p, key); });
+CpuMode::Outcome HeapLru::get(const ObjectKey& key, std::span<std::byte> out, Stores stores) {
+  return read(key, out.size(), [&](Piece p) { return copy_verified(out, p, key, stores); });
 }
 
 CpuMode::Outcome HeapLru::get_with(const ObjectKey& key, std::uint64_t capacity,

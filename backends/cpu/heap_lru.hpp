@@ -35,11 +35,11 @@ namespace tier::cpu {
 
 class HeapLru : public CpuMode {
  public:
-  Outcome put(const ObjectKey& key, std::span<const std::byte> image,
+  Outcome put(const ObjectKey& key, std::span<const std::byte> image, Stores stores,
               const EvictFn& on_evict) override;
   Outcome put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
                    const EvictFn& on_evict) override;
-  Outcome get(const ObjectKey& key, std::span<std::byte> out) override;
+  Outcome get(const ObjectKey& key, std::span<std::byte> out, Stores stores) override;
   Outcome get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain) override;
   Result<std::uint64_t> contains(const ObjectKey& key) override;
   Status remove(const ObjectKey& key) override;

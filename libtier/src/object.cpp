@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -300,13 +301,59 @@ __attribute__((target("avx2"))) void stream_copy_avx2(std::byte* dst, const std:
 }
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-constexpr std::size_t kStreamFrom = 256 * 1024;  // smaller copies may stay in cache
+// Copies of this many bytes and more go to the verification threads (copy_bytes).
+constexpr std::size_t kSpreadFrom = 256 * 1024;
+
+// Whether a copy of `n` bytes uses non-temporal stores (Stores).
+bool streams(std::size_t n, Stores stores) noexcept {
+  return kHaveAvx2 && n >= (stores == Stores::kStreamed ? 4 * 1024 : 256 * 1024);
+}
+
+// The last-level cache as this CPU sees it: the size of cpu0's highest cache level in sysfs
+// ("32768K"). glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) counts the whole package's L3: 320 MiB on a
+// virtual machine whose two CPUs share 32 MiB. 32 MiB when sysfs does not say; kept within
+// [1 MiB, 1 GiB] whatever it says.
+std::uint64_t last_level_cache_bytes() noexcept {
+  int best_level = 0;
+  std::uint64_t bytes = std::uint64_t{32} << 20;
+  for (int i = 0; i < 16; ++i) {
+    char path[64];
+    int level = 0;
+    unsigned long long n = 0;
+    char unit = 0;
+    std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    if (FILE* f = std::fopen(path, "r")) {
+      if (std::fscanf(f, "%d", &level) != 1) level = 0;
+      std::fclose(f);
+    }
+    if (level <= best_level) continue;
+    std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    FILE* f = std::fopen(path, "r");
+    if (f == nullptr) continue;
+    const int got = std::fscanf(f, "%llu%c", &n, &unit);
+    std::fclose(f);
+    if (got < 1 || n == 0 || n > (1ull << 40)) continue;
+    best_level = level;
+    bytes = unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : unit == 'G' ? n << 30 : n;
+  }
+  return std::clamp<std::uint64_t>(bytes, 1u << 20, 1u << 30);
+}
 
 }  // namespace
 
-void copy_bytes(void* dst, const void* src, std::size_t n) noexcept {
-  if (!kHaveAvx2 || n < kStreamFrom) {
+Stores stores_for_batch(std::uint64_t batch_bytes) noexcept {
+  static const std::uint64_t from = last_level_cache_bytes() / 4;
+  return batch_bytes >= from ? Stores::kStreamed : Stores::kCached;
+}
+
+void copy_bytes(void* dst, const void* src, std::size_t n, Stores stores) noexcept {
+  if (!streams(n, stores)) {
     std::memcpy(dst, src, n);
+    return;
+  }
+  if (n < kSpreadFrom) {
+    stream_copy_avx2(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n);
+    _mm_sfence();
     return;
   }
   // One piece per thread the pool may use (whole 64 KiB chunks at least), each fenced once by the
@@ -329,7 +376,7 @@ void copy_bytes(void* dst, const void* src, std::size_t n) noexcept {
 }
 
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
-                     const ObjectKey& expected) noexcept {
+                     const ObjectKey& expected, Stores stores) noexcept {
   auto h = parse_object_header(stored);
   // A failed copy leaves no valid header in `dst`, not even one of an earlier copy.
   auto mismatch = [&](Status why) {
@@ -344,7 +391,7 @@ Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored
   if (dst.size() < stored.size())
     return Status::invalid("destination smaller than the object");
   constexpr std::size_t kSlice = 16 * 1024;  // hashed, then copied while hot
-  const bool stream = kHaveAvx2 && stored.size() >= kStreamFrom;
+  const bool stream = streams(stored.size(), stores);
   const std::byte* src = stored.data() + kObjectHeaderBytes;
   std::byte* out = dst.data() + kObjectHeaderBytes;
   // Hashes payload bytes [begin, begin + n) into `state` and copies them, slice by slice.
@@ -400,7 +447,7 @@ void each_stored(std::span<const std::span<std::byte>> stored, std::size_t from,
 }  // namespace
 
 Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const std::byte> header,
-                 RegionList payload) noexcept {
+                 RegionList payload, Stores stores) noexcept {
   if (header.size() != kObjectHeaderBytes)
     return Status::invalid("seal: the header buffer is not kObjectHeaderBytes");
   auto h = parse_object_header(header);
@@ -436,7 +483,7 @@ Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const s
     auto piece = [&](std::size_t i) { return std::span<const std::byte>(pieces[i]); };
     h->payload_checksum = pieces_checksum(pieces.size(), piece, kObjectHeaderBytes, n, h->version);
   } else {
-    const bool stream = kHaveAvx2 && n >= kStreamFrom;
+    const bool stream = streams(n, stores);
     std::array<Pos, kWindowChunks> from, to;
     std::uint64_t window_first = 0;
     auto before = [&](std::uint64_t first, std::size_t count) {
@@ -581,8 +628,7 @@ void copy_run(std::span<const std::span<std::byte>> stored, Pos s, RegionList ds
 // chunks, so the bytes it hashed may still be in its cache), window by window; the positions of
 // a window's chunks in the pieces and the regions are found by one walk on the caller.
 void scatter_chunks(std::span<const std::span<std::byte>> stored, RegionList payload,
-                    std::size_t skip, std::uint64_t payload_bytes) noexcept {
-  const bool stream = kHaveAvx2 && payload_bytes >= kStreamFrom;
+                    std::size_t skip, std::uint64_t payload_bytes, bool stream) noexcept {
   const std::uint64_t chunks = checksum_chunk_count(payload_bytes);
   std::array<Pos, kWindowChunks> from, to;
   std::array<std::size_t, kWindowChunks> len;
@@ -615,18 +661,19 @@ void scatter_chunks(std::span<const std::span<std::byte>> stored, RegionList pay
 
 Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
                         RegionList payload, const ObjectKey& expected, std::size_t skip,
-                        const PayloadCheck* check) noexcept {
+                        const PayloadCheck* check, Stores stores) noexcept {
   std::byte head[kObjectHeaderBytes];
   const std::uint64_t payload_bytes = skip + total_bytes(payload);
   TIER_RETURN_IF_ERROR(check_scattered(stored, header, payload_bytes, expected,
                                        std::span<std::byte>(head, kObjectHeaderBytes), check));
+  const bool stream = streams(static_cast<std::size_t>(payload_bytes), stores);
   if (payload_bytes >= kPoolFrom) {
-    scatter_chunks(stored, payload, skip, payload_bytes);
+    scatter_chunks(stored, payload, skip, payload_bytes, stream);
   } else if (payload_bytes > skip) {  // on this thread, which has just hashed it all
     Pos s{};
     std::uint64_t at = 0;
     advance(s, at, kObjectHeaderBytes + skip, [&](std::size_t i) { return stored[i].size(); });
-    copy_run(stored, s, payload, Pos{}, static_cast<std::size_t>(payload_bytes - skip), false);
+    copy_run(stored, s, payload, Pos{}, static_cast<std::size_t>(payload_bytes - skip), stream);
   }
   std::memcpy(header.data(), head, kObjectHeaderBytes);
   return Status::ok();

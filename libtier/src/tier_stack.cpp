@@ -41,6 +41,16 @@ Result<std::size_t> caller_payload_bytes(RegionList regions) {
   return n;
 }
 
+// The bytes a call moves in all (IoRequest::batch_bytes): the sum of its `n` items' `bytes(i)`,
+// saturating.
+template <class Bytes>
+std::uint64_t call_bytes(std::size_t n, const Bytes& bytes) {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (__builtin_add_overflow(sum, std::uint64_t{bytes(i)}, &sum)) return UINT64_MAX;
+  return sum;
+}
+
 }  // namespace
 
 Json StackCounters::to_json() const {
@@ -777,14 +787,18 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   std::vector<std::uint64_t> ids(items.size(), 0);
   // Gathered puts go to the tier together: up to kScatterBatch of them, or as many as hold
   // kGatherSubmitBytes of payload (the bytes hashed for their headers, where the tier does not
-  // seal them itself, are still in this core's cache when the tier copies them), in one submit
-  // with one look at what finished. The tier has copied the headers and the regions when submit
-  // returns (gather_puts).
+  // seal them itself, are still in this core's cache when the tier copies them; a tier that seals
+  // them takes kScatterSubmitBytes), in one submit with one look at what finished. The tier has
+  // copied the headers and the regions when submit returns (gather_puts). Each carries the
+  // payload bytes of the whole call (IoRequest::batch_bytes).
   struct alignas(64) HeaderBytes {
     std::array<std::byte, kObjectHeaderBytes> bytes;
   };
   std::vector<HeaderBytes> headers(gather_saves_ ? std::min(items.size(), kScatterBatch) : 0);
-  RequestBatch gathered(Op::kPut, headers.size(), kGatherSubmitBytes);
+  RequestBatch gathered(Op::kPut, headers.size(),
+                        caps.seals_puts ? kScatterSubmitBytes : kGatherSubmitBytes);
+  const std::uint64_t batch_bytes = call_bytes(
+      items.size(), [&](std::size_t i) { return caller_payload_bytes(items[i].src).value_or(0); });
   auto submit_gathered = [&] {
     submit_batch(first, gathered, ids, [&](std::size_t item, const Status& why) {
       out[item] = why;
@@ -796,6 +810,7 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
       out[i] = bytes.status();  // not submitted: counted as a failure below
     } else if (gather_saves_ && direct(items[i].src)) {
       auto req = gathered_put(items[i], codec, headers[gathered.reqs.size()].bytes, out[i]);
+      if (req) req->batch_bytes = batch_bytes;
       if (req && gathered.add(*req, i, *bytes)) submit_gathered();
     } else {
       submit_gathered();  // first, so that the tier sees the puts in item order
@@ -867,7 +882,10 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   std::vector<Image> bufs(items.size());
   // Scattered gets go to a tier together, up to kScatterBatch or kScatterSubmitBytes of payload
   // per submit (a pinned tier then moves them in large transfers instead of one by one): the
-  // requests not yet submitted.
+  // requests not yet submitted. Each carries the payload bytes of the whole call
+  // (IoRequest::batch_bytes).
+  const std::uint64_t batch_bytes =
+      call_bytes(items.size(), [&](std::size_t i) { return raw_size[i]; });
   RequestBatch scattered(Op::kGet, items.size(), kScatterSubmitBytes);
   std::array<Completion, kTakeChunk> done;  // served items' completions (serve below)
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
@@ -921,7 +939,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       if (form) {
         // Its buf, the header it accepts, is made when the batch goes (submit_batch).
         if (scattered.add(IoRequest{Op::kGet, items[i].key, Region{}, 0, items[i].dst,
-                                    form->framing, form->check},
+                                    form->framing, form->check, batch_bytes},
                           i, raw_size[i], codec_of(i).format_id()))
           submit_scattered();
         continue;

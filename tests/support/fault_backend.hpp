@@ -45,6 +45,11 @@ struct FaultControl {
   // Called with the number of requests of the same submit after each such call's (the base
   // class's submit_rest()).
   std::function<void(std::size_t)> observe_rest;
+  // Called with each put's and get's IoRequest::batch_bytes, in submission order.
+  std::function<void(std::uint64_t)> observe_batch_bytes;
+  // capabilities() hides the inner tier's seals_puts, so a stack that opens the tier while it is
+  // set hashes its gathered puts itself (this tier still seals them, to the same checksum).
+  bool unsealed = false;
   // Requests seen, per op: counted by every rank's thread (engine tests run ranks as threads).
   std::array<std::atomic<std::uint64_t>, kOpCount> ops{};
   void reset() {
@@ -54,6 +59,8 @@ struct FaultControl {
     observe = nullptr;
     observe_submit = nullptr;
     observe_rest = nullptr;
+    observe_batch_bytes = nullptr;
+    unsealed = false;
     for (auto& n : ops) n = 0;
   }
   std::uint64_t count(Op op) const { return ops[static_cast<std::size_t>(op)].load(); }
@@ -78,6 +85,7 @@ class FaultInjectingBackend final : public Backend {
   Capabilities capabilities() const noexcept override {
     Capabilities c = inner_->capabilities();
     c.concurrent = false;  // its own queues are one thread's
+    if (fault_control().unsealed) c.seals_puts = false;
     return c;
   }
   Usage usage() const noexcept override { return inner_->usage(); }
@@ -91,6 +99,8 @@ class FaultInjectingBackend final : public Backend {
     auto taken = [&](const IoRequest& r) {
       ++fc.ops[static_cast<std::size_t>(r.op)];
       if (fc.observe) fc.observe(r.op, r.key);
+      if (fc.observe_batch_bytes && (r.op == Op::kPut || r.op == Op::kGet))
+        fc.observe_batch_bytes(r.batch_bytes);
     };
     for (const IoRequest& r : reqs) {
       IoRequest fwd = r;

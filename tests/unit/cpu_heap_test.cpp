@@ -13,7 +13,7 @@ using namespace tier;
 using tier::test::key_of;
 using tier::test::make_image;
 
-TEST_CASE("heap mode: every stored payload starts on a 64-byte line") {
+TEST_CASE("heap mode: every stored payload starts on a 64-byte line; copies with either stores") {
   cpu::HeapMode mode(8u << 20);
   const cpu::CpuMode::EvictFn no_evictions = [](const ObjectKey&, std::span<const std::byte>,
                                                 std::uint64_t) { FAIL("nothing is evicted"); };
@@ -22,7 +22,9 @@ TEST_CASE("heap mode: every stored payload starts on a 64-byte line") {
       CAPTURE(payload);
       const ObjectKey k = key_of(payload);
       const auto img = make_image(k, payload, round);
-      REQUIRE(mode.put(k, img, no_evictions).status.is_ok());
+      // The first round's copies use cached stores, the second's non-temporal ones.
+      const Stores stores = round == 0 ? Stores::kCached : Stores::kStreamed;
+      REQUIRE(mode.put(k, img, stores, no_evictions).status.is_ok());
       auto o = mode.get_with(k, img.size(), [&](std::span<const cpu::Piece> pieces) {
         REQUIRE(pieces.size() == 1);
         CHECK(reinterpret_cast<std::uintptr_t>(pieces[0].data() + kObjectHeaderBytes) % 64 == 0);
@@ -31,6 +33,10 @@ TEST_CASE("heap mode: every stored payload starts on a 64-byte line") {
       });
       CHECK(o.status.is_ok());
       CHECK(o.bytes == img.size());
+      std::vector<std::byte> out(img.size() + 1, std::byte{0x5a});
+      REQUIRE(mode.get(k, out, stores).status.is_ok());
+      CHECK(std::equal(img.begin(), img.end(), out.begin()));
+      CHECK(out.back() == std::byte{0x5a});  // nothing past the image
     }
     for (std::size_t payload : {1u, 63u, 100u, 4096u, 65536u, 65568u, 200'001u})
       REQUIRE(mode.remove(key_of(payload)).is_ok());

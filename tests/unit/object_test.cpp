@@ -118,16 +118,19 @@ const ObjectKey kKeyA{Key128{1, 2}, Key128{3, 4}, 5};
 const ObjectKey kKeyB{Key128{0x1111111111111111, 0x2222222222222222},
                       Key128{0x3333333333333333, 0x4444444444444444}, 7};
 
-// The four ways a stored image is read back verified: verify_object, copy_verified, and
-// verify_payload over the image cut into pieces at `cut` (a chunk across two pieces).
+// The ways a stored image is read back verified: verify_object, copy_verified (with either
+// stores), and verify_payload over the image cut into pieces at `cut` (a chunk across two pieces).
 Status every_reader(std::span<const std::byte> img, const ObjectKey& k, std::size_t cut) {
   Status v = verify_object(img, k);
-  std::vector<std::byte> out(img.size());
-  Status c = copy_verified(out, img, k);
-  if (c) {
-    CHECK(std::memcmp(out.data(), img.data(), img.size()) == 0);
-  } else {
-    CHECK_FALSE(parse_object_header(out).is_ok());
+  for (Stores stores : {Stores::kCached, Stores::kStreamed}) {
+    std::vector<std::byte> out(img.size());
+    Status c = copy_verified(out, img, k, stores);
+    if (c) {
+      CHECK(std::memcmp(out.data(), img.data(), img.size()) == 0);
+    } else {
+      CHECK_FALSE(parse_object_header(out).is_ok());
+    }
+    CHECK(v.code() == c.code());
   }
   Status p = Status(Code::kChecksumMismatch, "header");
   if (auto h = parse_object_header(img); h && h->key == k) {
@@ -135,7 +138,6 @@ Status every_reader(std::span<const std::byte> img, const ObjectKey& k, std::siz
     const std::span<const std::byte> pieces[] = {img.first(cut), img.subspan(cut)};
     p = verify_payload(pieces, *h);
   }
-  CHECK(v.code() == c.code());
   CHECK(v.code() == p.code());
   return v;
 }
@@ -454,55 +456,59 @@ TEST_CASE("scatter_verified: version 1 images, and version 2 chunks across store
 
 // A payload of several chunks is copied on the verification threads, window by window of chunk
 // positions: every byte lands in its region whatever the cuts of the pieces and regions, the
-// framing included; a flipped byte leaves every region as it was.
+// framing included, with either stores; a flipped byte leaves every region as it was.
 TEST_CASE("scatter_verified: a payload of many chunks across windows, pieces and regions") {
   const unsigned before = verify_threads();
   set_verify_threads(4);
   const ObjectKey k = key_of(24);
   // Two windows of chunks on the verification threads, and a payload of one chunk and a bit that
   // the caller copies alone (below the pool's threshold).
-  for (std::size_t size : {520 * kChecksumChunkBytes + 123, kChecksumChunkBytes + 5000}) {
-    CAPTURE(size);
-    const std::size_t skip = kChecksumChunkBytes + 17;
-    auto img = make_image(k, size);
-    std::vector<std::span<std::byte>> pieces;
-    for (std::size_t at = 0, cut = 61; at < img.size(); at += cut, cut = cut * 7 % 1'000'003 + 1)
-      pieces.push_back(std::span(img).subspan(at, std::min(cut, img.size() - at)));
-    std::vector<std::vector<std::byte>> bufs;
-    for (std::size_t left = size - skip, n = 3; left > 0; n = n * 13 % 300'007) {
-      bufs.emplace_back(std::min(n, left), std::byte{0xEE});
-      left -= bufs.back().size();
-      bufs.emplace_back();  // an empty region between every two
+  for (std::size_t size : {520 * kChecksumChunkBytes + 123, kChecksumChunkBytes + 5000})
+    for (Stores stores : {Stores::kCached, Stores::kStreamed}) {
+      CAPTURE(size);
+      CAPTURE(static_cast<int>(stores));
+      const std::size_t skip = kChecksumChunkBytes + 17;
+      auto img = make_image(k, size);
+      std::vector<std::span<std::byte>> pieces;
+      for (std::size_t at = 0, cut = 61; at < img.size(); at += cut, cut = cut * 7 % 1'000'003 + 1)
+        pieces.push_back(std::span(img).subspan(at, std::min(cut, img.size() - at)));
+      std::vector<std::vector<std::byte>> bufs;
+      for (std::size_t left = size - skip, n = 3; left > 0; n = n * 13 % 300'007) {
+        bufs.emplace_back(std::min(n, left), std::byte{0xEE});
+        left -= bufs.back().size();
+        bufs.emplace_back();  // an empty region between every two
+      }
+      std::vector<Region> dst;
+      for (auto& b : bufs) dst.push_back(host_region(b));
+      std::vector<std::byte> head(kObjectHeaderBytes);
+      write_object_header(head, ObjectHeader{1, 0, k, size, 0});
+      const auto expected_head = head;
+      auto bad = img;
+      bad[kObjectHeaderBytes + size - 1] ^= std::byte{1};
+      const std::span<std::byte> bad_pieces[] = {std::span(bad)};
+      CHECK(scatter_verified(bad_pieces, head, dst, k, skip, nullptr, stores).code() ==
+            Code::kChecksumMismatch);
+      CHECK(head == expected_head);
+      CHECK(std::all_of(bufs.begin(), bufs.end(), [](const std::vector<std::byte>& b) {
+        return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0xEE}; });
+      }));
+      REQUIRE(scatter_verified(pieces, head, dst, k, skip, nullptr, stores).is_ok());
+      CHECK(std::memcmp(head.data(), img.data(), kObjectHeaderBytes) == 0);
+      std::size_t at = kObjectHeaderBytes + skip;
+      for (const auto& b : bufs) {
+        if (b.empty()) continue;  // an empty vector's data() may be null, which memcmp must not see
+        CHECK(std::memcmp(b.data(), img.data() + at, b.size()) == 0);
+        at += b.size();
+      }
+      CHECK(at == img.size());
     }
-    std::vector<Region> dst;
-    for (auto& b : bufs) dst.push_back(host_region(b));
-    std::vector<std::byte> head(kObjectHeaderBytes);
-    write_object_header(head, ObjectHeader{1, 0, k, size, 0});
-    const auto expected_head = head;
-    auto bad = img;
-    bad[kObjectHeaderBytes + size - 1] ^= std::byte{1};
-    const std::span<std::byte> bad_pieces[] = {std::span(bad)};
-    CHECK(scatter_verified(bad_pieces, head, dst, k, skip).code() == Code::kChecksumMismatch);
-    CHECK(head == expected_head);
-    CHECK(std::all_of(bufs.begin(), bufs.end(), [](const std::vector<std::byte>& b) {
-      return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0xEE}; });
-    }));
-    REQUIRE(scatter_verified(pieces, head, dst, k, skip).is_ok());
-    CHECK(std::memcmp(head.data(), img.data(), kObjectHeaderBytes) == 0);
-    std::size_t at = kObjectHeaderBytes + skip;
-    for (const auto& b : bufs) {
-      if (b.empty()) continue;  // an empty vector's data() may be null, which memcmp must not see
-      CHECK(std::memcmp(b.data(), img.data() + at, b.size()) == 0);
-      at += b.size();
-    }
-    CHECK(at == img.size());
-  }
   set_verify_threads(before);
 }
 
 // seal_into, the tier's side of a sealed gather put: byte for byte the image seal_object makes,
 // whatever the payload's regions, the storage's pieces, the size (short, one chunk and a bit on
-// the caller, many chunks on the verification threads, streamed stores) and the version.
+// the caller, many chunks on the verification threads, streamed stores), the stores asked for
+// and the version.
 TEST_CASE("seal_into writes the image seal_object makes, from regions into pieces") {
   const unsigned before = verify_threads();
   set_verify_threads(4);
@@ -511,10 +517,13 @@ TEST_CASE("seal_into writes the image seal_object makes, from regions into piece
     for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{240}, std::size_t{241},
                              kChecksumChunkBytes, kChecksumChunkBytes + 5000,
                              5 * kChecksumChunkBytes + 123, 520 * kChecksumChunkBytes + 7}) {
-      for (bool scattered : {false, true}) {
+      for (auto [scattered, stores] :
+           {std::pair{false, Stores::kCached}, std::pair{true, Stores::kCached},
+            std::pair{true, Stores::kStreamed}}) {
         CAPTURE(version);
         CAPTURE(size);
         CAPTURE(scattered);
+        CAPTURE(static_cast<int>(stores));
         auto want = make_image(k, size);
         if (version != kObjectVersion) seal_object(want, 1, 0, k, version);
         std::vector<Region> src;  // the payload as one region, or as odd ones with empty ones
@@ -540,7 +549,7 @@ TEST_CASE("seal_into writes the image seal_object makes, from regions into piece
         }
         std::vector<std::byte> head(kObjectHeaderBytes);  // its payload checksum is not read
         write_object_header(head, ObjectHeader{1, 0, k, size, 0xBAD, version});
-        REQUIRE(seal_into(pieces, head, src).is_ok());
+        REQUIRE(seal_into(pieces, head, src, stores).is_ok());
         CHECK(out == want);
         CHECK(verify_object(out, k).is_ok());
       }
@@ -592,24 +601,45 @@ TEST_CASE("VerifyCpuShare: a thread's verification keeps to its share of the CPU
   set_verify_threads(before);
 }
 
-// The tiers' copy: every size around the streaming threshold, every alignment of either side.
-TEST_CASE("copy_bytes copies exactly the bytes asked, whatever the size and alignment") {
+// The tiers' copy: every size around the streaming thresholds (Stores), every alignment of either
+// side, with either stores.
+TEST_CASE("copy_bytes copies exactly the bytes asked, whatever the size, alignment and stores") {
   std::vector<std::byte> src(600 * 1024 + 64), dst(src.size() + 64);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 7 + (i >> 9));
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{127}, std::size_t{4096},
-                        std::size_t{256 * 1024 - 1}, std::size_t{256 * 1024},
-                        std::size_t{256 * 1024 + 129}, std::size_t{600 * 1024}}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{127}, std::size_t{4095}, std::size_t{4096},
+        std::size_t{4096 + 33}, std::size_t{65536 + 7}, std::size_t{256 * 1024 - 1},
+        std::size_t{256 * 1024}, std::size_t{256 * 1024 + 129}, std::size_t{600 * 1024}}) {
     for (std::size_t so : {0, 1, 31}) {
       for (std::size_t d : {0, 5, 32}) {
-        CAPTURE(n);
-        CAPTURE(so);
-        CAPTURE(d);
-        std::fill(dst.begin(), dst.end(), std::byte{0xee});
-        copy_bytes(dst.data() + d, src.data() + so, n);
-        CHECK(std::equal(src.begin() + so, src.begin() + so + n, dst.begin() + d));
-        CHECK(std::all_of(dst.begin(), dst.begin() + d, [](std::byte b) { return b == std::byte{0xee}; }));
-        CHECK(std::all_of(dst.begin() + d + n, dst.end(), [](std::byte b) { return b == std::byte{0xee}; }));
+        for (Stores stores : {Stores::kCached, Stores::kStreamed}) {
+          CAPTURE(n);
+          CAPTURE(so);
+          CAPTURE(d);
+          CAPTURE(static_cast<int>(stores));
+          std::fill(dst.begin(), dst.end(), std::byte{0xee});
+          copy_bytes(dst.data() + d, src.data() + so, n, stores);
+          CHECK(std::equal(src.begin() + so, src.begin() + so + n, dst.begin() + d));
+          CHECK(std::all_of(dst.begin(), dst.begin() + d,
+                            [](std::byte b) { return b == std::byte{0xee}; }));
+          CHECK(std::all_of(dst.begin() + d + n, dst.end(),
+                            [](std::byte b) { return b == std::byte{0xee}; }));
+        }
       }
     }
   }
+}
+
+// A batch streams from a quarter of the last-level cache on, a cache taken as 1 MiB to 1 GiB
+// whatever sysfs says: below 256 KiB never, from 256 MiB always, and once streamed, streamed for
+// every larger batch.
+TEST_CASE("stores_for_batch: small batches cached, large ones streamed") {
+  CHECK(stores_for_batch(0) == Stores::kCached);
+  CHECK(stores_for_batch(256 * 1024 - 1) == Stores::kCached);
+  CHECK(stores_for_batch(std::uint64_t{256} << 20) == Stores::kStreamed);
+  CHECK(stores_for_batch(UINT64_MAX) == Stores::kStreamed);
+  std::uint64_t from = 256 * 1024;
+  while (stores_for_batch(from) == Stores::kCached) from *= 2;
+  for (std::uint64_t n = from; n < (std::uint64_t{1} << 30); n += n / 3)
+    CHECK(stores_for_batch(n) == Stores::kStreamed);
 }

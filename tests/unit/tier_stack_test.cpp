@@ -602,58 +602,75 @@ TEST_CASE("an item refused between batched scattered gets leaves the queued ones
   CHECK(h.stack->metrics_json()["stack"]["loaded_bytes"] == (kCount - 1) * kPayload);
 }
 
-// A save's gathered puts go to the tier in submits of many, in item order, until their payloads
-// hold 256 KiB (the first one hashed is then still in the core's cache when the tier copies it);
-// a put the tier fails fails its item alone.
+// A save's gathered puts go to the tier in submits of many, in item order: to a tier that seals
+// them, until their payloads hold 4 MiB; to one that does not, until they hold 256 KiB (the stack
+// hashes each payload first: the first one hashed is then still in the core's cache when the tier
+// copies it). Each carries the payload bytes of the whole save (IoRequest::batch_bytes); a put the
+// tier fails fails its item alone.
 TEST_CASE("a save's gathered puts reach the tier in submits of many, in item order") {
-  tier::test::FaultControl& fc = fresh_faults();
-  Harness h(R"({"tiers":[{"name":"f","capacity":"8MiB","backend":"faulty"}]})");
-  REQUIRE(h.stack->tier(0).capabilities().gather_puts);
-  std::vector<std::size_t> rests;  // of each window: the requests of its submit after it
-  auto run = [&](std::size_t count, std::size_t bytes, std::uint64_t key0) {
-    rests.clear();
-    std::vector<std::vector<std::byte>> data(count);
-    std::vector<Region> src;
-    std::vector<SaveItem> items;
-    for (std::size_t i = 0; i < count; ++i) {
-      data[i].assign(bytes, static_cast<std::byte>(i));
-      src.push_back(host_region(data[i]));
-    }
-    for (std::size_t i = 0; i < count; ++i)
-      items.push_back(SaveItem{key_of(key0 + i), RegionList(&src[i], 1)});
-    std::vector<std::size_t> submits;
-    std::vector<ObjectKey> order;
-    fc.observe_submit = [&](std::size_t n) { submits.push_back(n); };
-    fc.observe_rest = [&](std::size_t n) { rests.push_back(n); };
-    fc.observe = [&](Op op, const ObjectKey& k) {
-      if (op == Op::kPut) order.push_back(k);
+  for (bool sealed : {true, false}) {
+    CAPTURE(sealed);
+    tier::test::FaultControl& fc = fresh_faults();
+    fc.unsealed = !sealed;  // read when the stack opens the tier
+    Harness h(R"({"tiers":[{"name":"f","capacity":"16MiB","backend":"faulty"}]})");
+    REQUIRE(h.stack->tier(0).capabilities().gather_puts);
+    REQUIRE(h.stack->tier(0).capabilities().seals_puts == sealed);
+    std::vector<std::size_t> rests;  // of each window: the requests of its submit after it
+    auto run = [&](std::size_t count, std::size_t bytes, std::uint64_t key0) {
+      rests.clear();
+      std::vector<std::uint64_t> batch_bytes;
+      std::vector<std::vector<std::byte>> data(count);
+      std::vector<Region> src;
+      std::vector<SaveItem> items;
+      for (std::size_t i = 0; i < count; ++i) {
+        data[i].assign(bytes, static_cast<std::byte>(i));
+        src.push_back(host_region(data[i]));
+      }
+      for (std::size_t i = 0; i < count; ++i)
+        items.push_back(SaveItem{key_of(key0 + i), RegionList(&src[i], 1)});
+      std::vector<std::size_t> submits;
+      std::vector<ObjectKey> order;
+      fc.observe_submit = [&](std::size_t n) { submits.push_back(n); };
+      fc.observe_rest = [&](std::size_t n) { rests.push_back(n); };
+      fc.observe_batch_bytes = [&](std::uint64_t n) { batch_bytes.push_back(n); };
+      fc.observe = [&](Op op, const ObjectKey& k) {
+        if (op == Op::kPut) order.push_back(k);
+      };
+      fc.fail_put = [&](const ObjectKey& k) { return k == key_of(key0 + 5); };
+      std::vector<Status> out(count);
+      REQUIRE(h.stack->save(items, *h.codec, out).is_ok());
+      fc.reset();
+      CHECK(batch_bytes == std::vector<std::uint64_t>(count, count * bytes));
+      for (std::size_t i = 0; i < count; ++i) {
+        CAPTURE(i);
+        CHECK(order.at(i) == key_of(key0 + i));
+        CHECK(out[i].is_ok() == (i != 5));
+        std::vector<std::byte> got(bytes, std::byte{0xEE});
+        Region r = host_region(got);
+        LoadResult loaded;
+        REQUIRE(
+            h.stack
+                ->load(std::span<const LoadItem>({LoadItem{key_of(key0 + i), RegionList(&r, 1)}}),
+                       *h.codec, std::span(&loaded, 1))
+                .is_ok());
+        CHECK(loaded.status.is_ok() == (i != 5));
+        if (i != 5) CHECK(got == data[i]);
+      }
+      return submits;
     };
-    fc.fail_put = [&](const ObjectKey& k) { return k == key_of(key0 + 5); };
-    std::vector<Status> out(count);
-    REQUIRE(h.stack->save(items, *h.codec, out).is_ok());
-    fc.reset();
-    for (std::size_t i = 0; i < count; ++i) {
-      CAPTURE(i);
-      CHECK(order.at(i) == key_of(key0 + i));
-      CHECK(out[i].is_ok() == (i != 5));
-      std::vector<std::byte> got(bytes, std::byte{0xEE});
-      Region r = host_region(got);
-      LoadResult loaded;
-      REQUIRE(h.stack
-                  ->load(std::span<const LoadItem>({LoadItem{key_of(key0 + i), RegionList(&r, 1)}}),
-                         *h.codec, std::span(&loaded, 1))
-                  .is_ok());
-      CHECK(loaded.status.is_ok() == (i != 5));
-      if (i != 5) CHECK(got == data[i]);
+    // Small payloads: one batch of 40, in Backend::submit's windows of 16 (not 40 submits of one).
+    CHECK(run(40, 100, 4000) == std::vector<std::size_t>{16, 16, 8});
+    // Each window sees what its submit still brings (Backend::submit_rest).
+    CHECK(rests == std::vector<std::size_t>{24, 8, 0});
+    if (sealed) {
+      // 1.5 MiB payloads: a submit once three hold 4 MiB or more; 100 KiB ones: all in one.
+      CHECK(run(8, 1536 << 10, 5000) == std::vector<std::size_t>{3, 3, 2});
+      CHECK(run(8, 100 << 10, 6000) == std::vector<std::size_t>{8});
+    } else {
+      // 100 KiB payloads: a submit once three hold 256 KiB or more.
+      CHECK(run(8, 100 << 10, 5000) == std::vector<std::size_t>{3, 3, 2});
     }
-    return submits;
-  };
-  // Small payloads: one batch of 40, in Backend::submit's windows of 16 (not 40 submits of one).
-  CHECK(run(40, 100, 4000) == std::vector<std::size_t>{16, 16, 8});
-  // Each window sees what its submit still brings (Backend::submit_rest).
-  CHECK(rests == std::vector<std::size_t>{24, 8, 0});
-  // 100 KiB payloads: a submit once three hold 256 KiB or more.
-  CHECK(run(8, 100 << 10, 5000) == std::vector<std::size_t>{3, 3, 2});
+  }
 }
 
 // Large payloads go to the tier as soon as the pending ones hold 4 MiB: the first transfer does
@@ -684,11 +701,15 @@ TEST_CASE("a load submits its scattered gets once they hold 4 MiB of payload") {
   REQUIRE(h.stack->save(saves, *h.codec, saved).is_ok());
   for (const Status& st : saved) REQUIRE(st.is_ok());
   std::vector<std::size_t> submits;
+  std::vector<std::uint64_t> batch_bytes;
   fc.observe_submit = [&](std::size_t n) { submits.push_back(n); };
+  fc.observe_batch_bytes = [&](std::uint64_t n) { batch_bytes.push_back(n); };
   std::vector<LoadResult> out(kCount);
   REQUIRE(h.stack->load(loads, *h.codec, out).is_ok());
   fc.reset();
   CHECK(submits == std::vector<std::size_t>{3, 3, 2});
+  // Every get carries the payload bytes of the whole load (IoRequest::batch_bytes).
+  CHECK(batch_bytes == std::vector<std::uint64_t>(kCount, kCount * kBytes));
   for (std::size_t i = 0; i < kCount; ++i) {
     CAPTURE(i);
     CHECK(out[i].status.is_ok());

@@ -118,10 +118,11 @@ bool Blocks::for_each_run(std::uint32_t first, std::uint64_t begin, std::uint64_
   return true;
 }
 
-Status Blocks::write_image(std::uint32_t first, std::span<const std::byte> image) const {
+Status Blocks::write_image(std::uint32_t first, std::span<const std::byte> image,
+                           Stores stores) const {
   auto copy = [&](std::uint64_t begin, std::uint64_t end) {
     return for_each_run(first, begin, end, [&](std::uint64_t off, std::byte* p, std::uint64_t n) {
-      copy_bytes(p, image.data() + off, n);
+      copy_bytes(p, image.data() + off, n, stores);
     });
   };
   if (!crash_hook_installed()) return copy(0, image.size()) ? Status::ok() : corrupt();
@@ -131,17 +132,17 @@ Status Blocks::write_image(std::uint32_t first, std::span<const std::byte> image
 }
 
 Status Blocks::read_image(const ObjectKey& key, std::uint32_t first, std::uint32_t nblocks,
-                          std::span<std::byte> out) const {
+                          std::span<std::byte> out, Stores stores) const {
   std::uint32_t last = first;
   while (last + 1 - first < nblocks && last + 1 < t_.blocks && t_.next[last] == last + 1) ++last;
   if (!crash_hook_installed() && last + 1 - first == nblocks) {
     const std::byte* stored = t_.arena + std::uint64_t{first} * t_.block_bytes;
     map(stored, out.size());
-    return copy_verified(out, {stored, out.size()}, key);
+    return copy_verified(out, {stored, out.size()}, key, stores);
   }
   auto copy = [&](std::uint64_t begin, std::uint64_t end) {
     return for_each_run(first, begin, end, [&](std::uint64_t off, std::byte* p, std::uint64_t n) {
-      copy_bytes(out.data() + off, p, n);
+      copy_bytes(out.data() + off, p, n, stores);
     });
   };
   bool ok = copy(0, out.size() / 2);

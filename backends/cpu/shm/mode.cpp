@@ -60,9 +60,10 @@ ShmMode::ShmMode(std::unique_ptr<ShmStore> store, std::unique_ptr<DeviceTransfer
 
 ShmMode::~ShmMode() = default;
 
-CpuMode::Outcome ShmMode::put(const ObjectKey& key, std::span<const std::byte> image,
+CpuMode::Outcome ShmMode::put(const ObjectKey& key, std::span<const std::byte> image, Stores stores,
                               const EvictFn& on_evict) {
-  return checked(*store_, put_outcome(store_->put(key, image, by_key(on_evict)), image.size()));
+  return checked(*store_,
+                 put_outcome(store_->put(key, image, by_key(on_evict), stores), image.size()));
 }
 
 CpuMode::Outcome ShmMode::put_with(const ObjectKey& key, std::uint64_t image_bytes,
@@ -71,8 +72,8 @@ CpuMode::Outcome ShmMode::put_with(const ObjectKey& key, std::uint64_t image_byt
                                       image_bytes));
 }
 
-CpuMode::Outcome ShmMode::get(const ObjectKey& key, std::span<std::byte> out) {
-  ShmStore::GetResult g = store_->get(key, out);
+CpuMode::Outcome ShmMode::get(const ObjectKey& key, std::span<std::byte> out, Stores stores) {
+  ShmStore::GetResult g = store_->get(key, out, stores);
   return checked(*store_, {std::move(g.status), g.bytes});
 }
 

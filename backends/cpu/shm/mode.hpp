@@ -31,9 +31,9 @@ class ShmMode final : public CpuMode {
   // Evicted objects are reported by key only (an empty image): they are dropped, not demoted.
   // A put's bytes are the request's image size when it is stored or already was. The store
   // verifies host copies on the way (copy_verified); a get's `drain` verifies its own.
-  Outcome put(const ObjectKey& key, std::span<const std::byte> image,
+  Outcome put(const ObjectKey& key, std::span<const std::byte> image, Stores stores,
               const EvictFn& on_evict) override;
-  Outcome get(const ObjectKey& key, std::span<std::byte> out) override;
+  Outcome get(const ObjectKey& key, std::span<std::byte> out, Stores stores) override;
   Outcome put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
                    const EvictFn& on_evict) override;
   Outcome get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain) override;

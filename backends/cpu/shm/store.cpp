@@ -272,9 +272,10 @@ Status ShmStore::remove_segment(const std::string& segment) {
 }
 
 Status ShmStore::put(const ObjectKey& key, std::span<const std::byte> image,
-                     const EvictFn& on_evict) {
-  return impl_->put(key, image.size(), on_evict,
-                    [&](std::uint32_t first) { return impl_->blocks.write_image(first, image); });
+                     const EvictFn& on_evict, Stores stores) {
+  return impl_->put(key, image.size(), on_evict, [&](std::uint32_t first) {
+    return impl_->blocks.write_image(first, image, stores);
+  });
 }
 
 Status ShmStore::put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
@@ -285,11 +286,11 @@ Status ShmStore::put_with(const ObjectKey& key, std::uint64_t image_bytes, const
   });
 }
 
-ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out) {
-  return impl_->get(key, out.size(),
-                    [&](std::uint32_t first, std::uint32_t nblocks, std::uint64_t bytes) {
-                      return impl_->blocks.read_image(key, first, nblocks, out.first(bytes));
-                    });
+ShmStore::GetResult ShmStore::get(const ObjectKey& key, std::span<std::byte> out, Stores stores) {
+  return impl_->get(
+      key, out.size(), [&](std::uint32_t first, std::uint32_t nblocks, std::uint64_t bytes) {
+        return impl_->blocks.read_image(key, first, nblocks, out.first(bytes), stores);
+      });
 }
 
 ShmStore::GetResult ShmStore::get_with(const ObjectKey& key, std::uint64_t capacity,

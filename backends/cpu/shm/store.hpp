@@ -41,6 +41,7 @@
 
 #include "tier/backend.hpp"
 #include "tier/key.hpp"
+#include "tier/object.hpp"
 #include "tier/status.hpp"
 
 namespace tier::cpu {
@@ -164,8 +165,10 @@ class ShmStore {
   ShmStore& operator=(const ShmStore&) = delete;
 
   // Put-if-absent of a complete image. Returns: Ok, AlreadyExists (ready or being written by
-  // another client; a ready one has its recency refreshed), NoSpace, BadState.
-  Status put(const ObjectKey& key, std::span<const std::byte> image, const EvictFn& on_evict);
+  // another client; a ready one has its recency refreshed), NoSpace, BadState. The image is
+  // copied in with `stores` (tier/object.hpp).
+  Status put(const ObjectKey& key, std::span<const std::byte> image, const EvictFn& on_evict,
+             Stores stores = Stores::kCached);
 
   // For images in memory the CPU cannot address (device memory, the pinned mode): the object's
   // bytes in this process's mapping, handed over as pieces (runs of consecutive blocks, in image
@@ -183,9 +186,9 @@ class ShmStore {
     std::uint64_t bytes = 0;  // image bytes copied, or needed when `out` is too small
   };
   // Copies the image into `out`, verifying it on the way (tier/object.hpp copy_verified: header,
-  // `key`, length, payload checksum; on a mismatch `out` holds no valid header), and refreshes
-  // recency.
-  GetResult get(const ObjectKey& key, std::span<std::byte> out);
+  // `key`, length, payload checksum; on a mismatch `out` holds no valid header) with `stores`, and
+  // refreshes recency.
+  GetResult get(const ObjectKey& key, std::span<std::byte> out, Stores stores = Stores::kCached);
   // get() into a destination of `capacity` bytes that `drain` copies the pinned pieces into. The
   // store does not verify them: `drain` must (header, key, length, payload checksum), and its
   // status is the result's.

@@ -72,6 +72,11 @@ struct IoRequest {
   // the get. Zero and null for any other request.
   std::size_t skip = 0;
   const PayloadCheck* check = nullptr;
+  // kPut and kGet: the bytes of the batch this request belongs to (the requests its caller issues
+  // together, this one's included: a TierStack save's or load's payloads), or 0 for a request on
+  // its own. A hint: a tier that copies on the host writes a batch larger than the caches hold
+  // with non-temporal stores (tier/object.hpp stores_for_batch).
+  std::uint64_t batch_bytes = 0;
 };
 
 struct Completion {

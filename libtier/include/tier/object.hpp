@@ -101,6 +101,19 @@ Status verify_payload(std::span<const std::span<const std::byte>> pieces,
 // payload checksum. Returns: Ok or kChecksumMismatch (with what differed).
 Status verify_object(std::span<const std::byte> image, const ObjectKey& expected) noexcept;
 
+// How a host copy writes its destination. Non-temporal stores skip the read-for-ownership of each
+// line a cached store pays (a third fewer bytes over the memory bus) but leave the bytes out of the
+// caches, where a small copy's reader would have found them.
+//  - kCached: non-temporal from 256 KiB (with AVX2): an object's copy on its own.
+//  - kStreamed: non-temporal from 4 KiB: a copy of a batch that holds more than the caches do (its
+//    last copies evict its first ones anyway). tierbench micro --stack, 64 KiB objects, 2-core
+//    EPYC with 32 MiB of L3, 2026-12-04: a batch of 16 or 32 MiB saved 1.2-1.4x and loaded
+//    1.2-1.3x faster streamed, one of 8 MiB the same, one of 1-4 MiB 1.4-2x slower.
+enum class Stores : std::uint8_t { kCached, kStreamed };
+// kStreamed when a batch of `batch_bytes` (IoRequest::batch_bytes) reaches a quarter of the
+// last-level cache this CPU sees (sysfs; 32 MiB when it does not say), else kCached. Any thread.
+Stores stores_for_batch(std::uint64_t batch_bytes) noexcept;
+
 // Copies a stored image into `dst` while verifying it (header, key, exact length, payload
 // checksum), in one pass over the bytes: for backends whose objects live in host memory, this
 // costs about what a plain memcpy costs (version 2: each chunk is hashed and copied by one of the
@@ -109,15 +122,16 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
 // they held before) and its payload bytes are unspecified. Returns: Ok, kChecksumMismatch, or
 // kInvalidArgument when `dst` is smaller than the image.
 Status copy_verified(std::span<std::byte> dst, std::span<const std::byte> stored,
-                     const ObjectKey& expected) noexcept;
+                     const ObjectKey& expected, Stores stores = Stores::kCached) noexcept;
 
-// memcpy(dst, src, n) for the tiers' copies into and out of their storage (not overlapping): from
-// 256 KiB on (with AVX2) with non-temporal stores, which skip the read-for-ownership of a cached
-// store, so many threads copying at once move a third fewer bytes over the memory bus; spread
-// over the verification threads (one piece each) while at most half of them are inside
-// transfers (one thread's copy moves a fraction of what the memory bus does), on the caller
-// alone otherwise; every byte is visible to other threads when it returns.
-void copy_bytes(void* dst, const void* src, std::size_t n) noexcept;
+// memcpy(dst, src, n) for the tiers' copies into and out of their storage (not overlapping), with
+// non-temporal stores as `stores` says (so many threads copying at once move a third fewer bytes
+// over the memory bus). A copy of 256 KiB or more is spread over the verification threads (one
+// piece each) while at most half of them are inside transfers (one thread's copy moves a fraction
+// of what the memory bus does), on the caller alone otherwise; every byte is visible to other
+// threads when it returns.
+void copy_bytes(void* dst, const void* src, std::size_t n,
+                Stores stores = Stores::kCached) noexcept;
 
 // Copies a stored image, given as pieces in image order, to a scattered destination: its payload
 // into `payload` (host regions, in order), then its header into `header` (kObjectHeaderBytes),
@@ -133,7 +147,8 @@ void copy_bytes(void* dst, const void* src, std::size_t n) noexcept;
 // whole stored payload (in pieces) after its checksum matched and before anything is written.
 Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<std::byte> header,
                         RegionList payload, const ObjectKey& expected, std::size_t skip = 0,
-                        const PayloadCheck* check = nullptr) noexcept;
+                        const PayloadCheck* check = nullptr,
+                        Stores stores = Stores::kCached) noexcept;
 
 // Writes an image into `pieces` (a tier's storage, in order; together exactly kObjectHeaderBytes
 // plus the payload's bytes) from `header` (kObjectHeaderBytes written by write_object_header,
@@ -144,7 +159,7 @@ Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<
 // header that does not parse or declares another payload size, pieces of another size); the
 // pieces' bytes are unspecified unless Ok.
 Status seal_into(std::span<const std::span<std::byte>> pieces, std::span<const std::byte> header,
-                 RegionList payload) noexcept;
+                 RegionList payload, Stores stores = Stores::kCached) noexcept;
 
 // Copies the first min(out.size(), their total) bytes of `pieces` (in order) into `out`; returns
 // how many. For headers of images and frames held in several pieces.

@@ -303,10 +303,12 @@ __attribute__((target("avx2"))) void stream_copy_avx2(std::byte* dst, const std:
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 // Copies of this many bytes and more go to the verification threads (copy_bytes).
 constexpr std::size_t kSpreadFrom = 256 * 1024;
+// The smallest copy written with non-temporal stores, per Stores.
+constexpr std::size_t kCachedStreamFrom = 256 * 1024, kStreamedFrom = 4 * 1024;
 
-// Whether a copy of `n` bytes uses non-temporal stores (Stores).
+// Whether a copy of `n` bytes uses non-temporal stores.
 bool streams(std::size_t n, Stores stores) noexcept {
-  return kHaveAvx2 && n >= (stores == Stores::kStreamed ? 4 * 1024 : 256 * 1024);
+  return kHaveAvx2 && n >= (stores == Stores::kStreamed ? kStreamedFrom : kCachedStreamFrom);
 }
 
 // The last-level cache as this CPU sees it: the size of cpu0's highest cache level in sysfs
@@ -332,7 +334,7 @@ std::uint64_t last_level_cache_bytes() noexcept {
     if (f == nullptr) continue;
     const int got = std::fscanf(f, "%llu%c", &n, &unit);
     std::fclose(f);
-    if (got < 1 || n == 0 || n > (1ull << 40)) continue;
+    if (got < 1 || n == 0 || n > (1ull << 30)) continue;  // shifted below by at most 30
     best_level = level;
     bytes = unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : unit == 'G' ? n << 30 : n;
   }

@@ -107,8 +107,8 @@ Status verify_object(std::span<const std::byte> image, const ObjectKey& expected
 //  - kCached: non-temporal from 256 KiB (with AVX2): an object's copy on its own.
 //  - kStreamed: non-temporal from 4 KiB: a copy of a batch that holds more than the caches do (its
 //    last copies evict its first ones anyway). tierbench micro --stack, 64 KiB objects, 2-core
-//    EPYC with 32 MiB of L3, 2026-12-04: a batch of 16 or 32 MiB saved 1.2-1.4x and loaded
-//    1.2-1.3x faster streamed, one of 8 MiB the same, one of 1-4 MiB 1.4-2x slower.
+//    EPYC with 32 MiB of L3, 2026-12-04: a batch of 16 or 32 MiB saved and loaded 1.2-1.4x
+//    faster streamed, one of 8 MiB the same, one of 1-4 MiB 1.5-2.2x slower.
 enum class Stores : std::uint8_t { kCached, kStreamed };
 // kStreamed when a batch of `batch_bytes` (IoRequest::batch_bytes) reaches a quarter of the
 // last-level cache this CPU sees (sysfs; 32 MiB when it does not say), else kCached. Any thread.

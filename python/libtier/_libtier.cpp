@@ -465,9 +465,12 @@ int device_of(py::handle obj) {
 class RegionCaster {
  public:
   RegionCaster() : type_(py::type::of<Region>()) {}
-  // The Region `obj` is (or derives from), or null.
+  // The Region `obj` is (or derives from), or null. A subtype test of its type: isinstance()
+  // would first look __instancecheck__ up on pybind11's metaclass, for every buffer of a batch.
   const Region* get(py::handle obj) {
-    if (!py::isinstance(obj, type_) || !caster_.load(obj, false)) return nullptr;
+    if (!PyType_IsSubtype(Py_TYPE(obj.ptr()), reinterpret_cast<PyTypeObject*>(type_.ptr())) ||
+        !caster_.load(obj, false))
+      return nullptr;
     return &py::detail::cast_op<const Region&>(caster_);
   }
   // Whether `obj` has torch.Tensor's methods (data_ptr and is_cuda; only tensors do).

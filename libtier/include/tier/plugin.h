@@ -22,11 +22,10 @@
 extern "C" {
 #endif
 
-#define TIER_PLUGIN_ABI_VERSION                                \
-  6u /* 2: Codec::direct(); 3: PayloadCheck::check_head();     \
-        4: Backend::do_list_keys(); 5: the thread-safe Backend \
-        base, Capabilities::concurrent; 6:                     \
-        IoRequest::batch_bytes */
+/* What each ABI number added: 2: Codec::direct(); 3: PayloadCheck::check_head(); 4:
+ * Backend::do_list_keys(); 5: the thread-safe Backend base, Capabilities::concurrent; 6:
+ * IoRequest::batch_bytes. */
+#define TIER_PLUGIN_ABI_VERSION 6u
 #define TIER_PLUGIN_ENTRY_SYMBOL "tier_plugin_entry"
 
 enum tier_plugin_kind {

@@ -41,16 +41,6 @@ Result<std::size_t> caller_payload_bytes(RegionList regions) {
   return n;
 }
 
-// The bytes a call moves in all (IoRequest::batch_bytes): the sum of its `n` items' `bytes(i)`,
-// saturating.
-template <class Bytes>
-std::uint64_t call_bytes(std::size_t n, const Bytes& bytes) {
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    if (__builtin_add_overflow(sum, std::uint64_t{bytes(i)}, &sum)) return UINT64_MAX;
-  return sum;
-}
-
 }  // namespace
 
 Json StackCounters::to_json() const {
@@ -797,8 +787,19 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   std::vector<HeaderBytes> headers(gather_saves_ ? std::min(items.size(), kScatterBatch) : 0);
   RequestBatch gathered(Op::kPut, headers.size(),
                         caps.seals_puts ? kScatterSubmitBytes : kGatherSubmitBytes);
-  const std::uint64_t batch_bytes = call_bytes(
-      items.size(), [&](std::size_t i) { return caller_payload_bytes(items[i].src).value_or(0); });
+  // Each item's payload bytes, checked once (kRefused: not submitted, its status in `out`), and
+  // their sum, the whole call's (saturating).
+  constexpr std::size_t kRefused = SIZE_MAX;  // above kMaxPayloadBytes
+  std::vector<std::size_t> payload(items.size());
+  std::uint64_t batch_bytes = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    auto bytes = caller_payload_bytes(items[i].src);
+    payload[i] = bytes ? *bytes : kRefused;
+    if (!bytes)
+      out[i] = bytes.status();  // counted as a failure below
+    else if (add_overflows<std::uint64_t>(batch_bytes, *bytes, &batch_bytes))
+      batch_bytes = UINT64_MAX;
+  }
   auto submit_gathered = [&] {
     submit_batch(first, gathered, ids, [&](std::size_t item, const Status& why) {
       out[item] = why;
@@ -806,12 +807,11 @@ Status TierStack::Impl::save(std::span<const SaveItem> items, const Codec& codec
   };
   counters_.saves.add(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
-    if (auto bytes = caller_payload_bytes(items[i].src); !bytes) {
-      out[i] = bytes.status();  // not submitted: counted as a failure below
-    } else if (gather_saves_ && direct(items[i].src)) {
+    if (payload[i] == kRefused) continue;
+    if (gather_saves_ && direct(items[i].src)) {
       auto req = gathered_put(items[i], codec, headers[gathered.reqs.size()].bytes, out[i]);
       if (req) req->batch_bytes = batch_bytes;
-      if (req && gathered.add(*req, i, *bytes)) submit_gathered();
+      if (req && gathered.add(*req, i, payload[i])) submit_gathered();
     } else {
       submit_gathered();  // first, so that the tier sees the puts in item order
       save_one(first, items[i], codec, ids[i], out[i]);
@@ -866,6 +866,7 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
   auto codec_of = [&](std::size_t i) -> const Codec& {
     return items[i].codec ? *items[i].codec : codec;
   };
+  std::uint64_t batch_bytes = 0;  // the whole call's payload (IoRequest::batch_bytes), saturating
   for (std::size_t i = 0; i < items.size(); ++i) {
     out[i] = LoadResult{Status::not_found(), -1};
     auto size = caller_payload_bytes(items[i].dst);
@@ -876,16 +877,14 @@ Status TierStack::Impl::load(std::span<const LoadItem> items, const Codec& codec
       continue;
     }
     raw_size[i] = *size;
+    if (add_overflows<std::uint64_t>(batch_bytes, *size, &batch_bytes)) batch_bytes = UINT64_MAX;
   }
   bool above_writable = false;  // a faster writable tier that a hit would be promoted into
   std::vector<std::uint64_t> ids(items.size());
   std::vector<Image> bufs(items.size());
   // Scattered gets go to a tier together, up to kScatterBatch or kScatterSubmitBytes of payload
   // per submit (a pinned tier then moves them in large transfers instead of one by one): the
-  // requests not yet submitted. Each carries the payload bytes of the whole call
-  // (IoRequest::batch_bytes).
-  const std::uint64_t batch_bytes =
-      call_bytes(items.size(), [&](std::size_t i) { return raw_size[i]; });
+  // requests not yet submitted. Each carries the payload bytes of the whole call (batch_bytes).
   RequestBatch scattered(Op::kGet, items.size(), kScatterSubmitBytes);
   std::array<Completion, kTakeChunk> done;  // served items' completions (serve below)
   for (std::size_t t = 0; t < tiers_.size(); ++t) {

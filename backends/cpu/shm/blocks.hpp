@@ -40,8 +40,7 @@ class Blocks {
 
   // Copies `image` into the chain starting at `first`, with `stores` (tier/object.hpp). Returns:
   // Ok, ChecksumMismatch (corrupt chain).
-  Status write_image(std::uint32_t first, std::span<const std::byte> image,
-                     Stores stores = Stores::kCached) const;
+  Status write_image(std::uint32_t first, std::span<const std::byte> image, Stores stores) const;
   // Copies the image of `nblocks` blocks from `first` into `out` (exactly the image) and
   // verifies it (header, key, length, payload checksum) on the way; on failure `out` holds no
   // valid header. A chain of consecutive blocks is copied by copy_verified in one pass; a
@@ -49,7 +48,7 @@ class Blocks {
   // `nblocks` blocks (Index::sane). `out` is written with `stores`. Returns: Ok, ChecksumMismatch
   // (bytes or chain corrupt).
   Status read_image(const ObjectKey& key, std::uint32_t first, std::uint32_t nblocks,
-                    std::span<std::byte> out, Stores stores = Stores::kCached) const;
+                    std::span<std::byte> out, Stores stores) const;
   // The bytes [0, bytes) of the image stored from `first`, as runs of consecutive blocks.
   // Returns: the runs, ChecksumMismatch (corrupt chain).
   Result<std::vector<std::span<std::byte>>> pieces(std::uint32_t first, std::uint64_t bytes) const;

@@ -1,10 +1,13 @@
 #include "bench_util.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 #include <new>
 
@@ -69,6 +72,37 @@ double memcpy_gb_per_s(const std::vector<std::byte*>& sources, const std::vector
     if (s > 0) best = std::max(best, static_cast<double>(bytes) * sources.size() / s / 1e9);
   }
   return best;
+}
+
+Turns Turns::from(cli::Args& args) {
+  if (!args.get("turns")) return {};
+  const std::vector<std::uint64_t> fds = args.list("turns", "", 0, INT_MAX);
+  if (fds.size() != 2) std::exit(cli::fail("--turns: expected IN,OUT (two descriptors)", 2));
+  for (std::uint64_t fd : fds)
+    if (::fcntl(static_cast<int>(fd), F_GETFD) < 0)
+      std::exit(cli::fail(fmt::format("--turns: descriptor {} is not open", fd), 2));
+  Turns t;
+  t.in_ = static_cast<int>(fds[0]);
+  t.out_ = static_cast<int>(fds[1]);
+  return t;
+}
+
+bool Turns::begin() const {
+  if (in_ < 0) return true;
+  char c;
+  ssize_t n;
+  while ((n = ::read(in_, &c, 1)) < 0 && errno == EINTR) {
+  }
+  return n == 1;
+}
+
+bool Turns::end() const {
+  if (out_ < 0) return true;
+  const char c = '.';
+  ssize_t n;
+  while ((n = ::write(out_, &c, 1)) < 0 && errno == EINTR) {
+  }
+  return n == 1;
 }
 
 }  // namespace tier::bench

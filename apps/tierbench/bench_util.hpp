@@ -56,4 +56,25 @@ double percentile_us(std::vector<double> samples, double pct);
 double memcpy_gb_per_s(const std::vector<std::byte*>& sources, const std::vector<std::byte*>& dests,
                        std::size_t bytes, int repeats = 3);
 
+// Rounds taken in turn with other processes (--turns IN,OUT): begin() waits for one byte on the
+// descriptor IN, end() writes one to OUT. A driver (python/bench/bench_store.py) holding the other
+// ends passes the turn from process to process, so that the processes it compares run their rounds
+// interleaved in time and meet the same slow and fast moments of a shared machine (whose memory
+// bandwidth moves by up to 2x from one second to the next) instead of a second each. Without
+// descriptors both return true at once. Threads: one at a time.
+class Turns {
+ public:
+  Turns() = default;
+  // Takes --turns from `args` (unset: no turns); exits 2 when the value is not two open
+  // descriptors.
+  static Turns from(cli::Args& args);
+  bool active() const { return in_ >= 0; }
+  // Returns: false when the driver closed its end or the read failed (the run should stop).
+  bool begin() const;
+  bool end() const;
+
+ private:
+  int in_ = -1, out_ = -1;
+};
+
 }  // namespace tier::bench

@@ -170,6 +170,7 @@ struct MicroOptions {
   bool json = false;
   bool table = false;    // several process counts: one line per count, then a table
   bool cleanup = false;  // remove this run's objects at the end (another run follows)
+  Turns turns;           // --turns: each round (the first with the baseline) in its turn
 };
 
 int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& group);
@@ -246,15 +247,18 @@ int run_micro(cli::Args& args) {
   o.seal = o.seal || o.stack;  // the stack's saves seal their images: so do the tier's puts
   o.best = args.flag("best");
   o.json = args.flag("json");
+  o.turns = Turns::from(args);
   args.finish();
   if (!profile_path || !tier_name)
     return cli::fail(
         "usage: tierbench micro --profile P --tier NAME [--object-size SIZE] "
         "[--objects N] [--depth|--concurrency D] [--rounds R] [--processes N[,N...]] "
-        "[--seal] [--stack] [--best] [--json]",
+        "[--seal] [--stack] [--best] [--turns IN,OUT] [--json]",
         2);
   if (o.stack && (counts.size() != 1 || counts[0] != 1))
     return cli::fail("--stack runs in one process (no --processes)", 2);
+  if (o.turns.active() && (counts.size() != 1 || counts[0] != 1))
+    return cli::fail("--turns runs in one process (no --processes)", 2);
   o.profile_path = *profile_path;
   o.tier_name = *tier_name;
   const std::uint64_t most = *std::max_element(counts.begin(), counts.end());
@@ -471,9 +475,12 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
       via->loads.push_back(LoadItem{objs.keys[i], RegionList(&via->dst[i], 1)});
     }
   }
-  // One baseline for both: memcpy of every object into a distinct buffer.
+  // One baseline for both: memcpy of every object into a distinct buffer (with --turns in the
+  // first round's turn).
+  double base = 0;
+  auto baseline = [&] { base = memcpy_gb_per_s(objs.src_ptrs, objs.dst_ptrs, objs.padded); };
   if (!group.wait(o.processes)) return 1;
-  const double base = memcpy_gb_per_s(objs.src_ptrs, objs.dst_ptrs, objs.padded);
+  if (!o.turns.active()) baseline();
 
   // The round a phase reports: the last, or with --best the fastest; a round's errors are
   // reported whichever round that is.
@@ -496,6 +503,8 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
     return via->stack.remove(objs.keys, removed);
   };
   for (std::uint64_t r = 0; r < o.rounds; ++r) {
+    if (!o.turns.begin()) return cli::fail("--turns: the driver ended the run", 1);
+    if (o.turns.active() && r == 0) baseline();
     if (via && r % 2 == 1)
       if (Status st = stack_round(); !st) return cli::fail(st.to_string());
     std::unique_ptr<cli::Progress> bar;
@@ -516,6 +525,7 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
     }
     if (via && r % 2 == 0)
       if (Status st = stack_round(); !st) return cli::fail(st.to_string());
+    if (!o.turns.end()) return cli::fail("--turns: the driver ended the run", 1);
   }
   if (!o.table) {
     report_phase(o, rank, "put", put, objs.padded, base);
@@ -541,23 +551,24 @@ int run_micro_process(const MicroOptions& o, std::uint32_t rank, ProcessGroup& g
 TIER_CLI_COMMAND(micro,
                  "micro --profile P --tier NAME [--object-size SIZE] [--objects N] "
                  "[--depth|--concurrency D] [--rounds R] [--processes N[,N...]] [--seal] "
-                 "[--stack] [--best] [--json] | micro --profile P --tier NAME --threads N[,N...] "
-                 "[--object-size SIZE] [--objects PER-THREAD] [--rounds R] [--json]",
+                 "[--stack] [--best] [--turns IN,OUT] [--json] | micro --profile P --tier NAME "
+                 "--threads N[,N...] [--object-size SIZE] [--objects PER-THREAD] [--rounds R] "
+                 "[--json]",
                  "put and get throughput and p50/p99 latency of one tier, beside memcpy of the "
                  "same sizes in the same run; the last of R rounds is reported (earlier rounds "
                  "warm the tier and are removed), with --best each phase's fastest round; "
                  "--processes N runs N processes at once (keys of rank 0..N-1, e.g. on a shared "
-                 "tier) and adds their figures up, and a list "
-                 "(1,2,4,8,16) runs each count in turn and ends with a table; --seal times "
-                 "sealing each image (payload checksum, header) as part of its put, as a "
-                 "TierStack save of fresh bytes does (by the tier as it copies, where it seals "
-                 "puts); --stack (a profile of one tier; implies --seal) also saves and loads "
-                 "the same objects "
-                 "through the profile's TierStack (identity codec) each round, on the same "
-                 "tier and storage, and prints its rates as ratios to the tier alone "
-                 "(stack_put, stack_get); --threads N,... runs N threads on one "
-                 "TierStack of that tier (saves, then loads, of their own host objects through "
-                 "the identity codec) beside N threads' memcpy in the same run, every N in each "
-                 "of --rounds rounds; per N: median and min-max ratio, and the throughput "
-                 "against N/2's in the same round",
+                 "tier) and adds their figures up, and a list (1,2,4,8,16) runs each count in "
+                 "turn and ends with a table; --seal times sealing each image (payload checksum, "
+                 "header) as part of its put, as a TierStack save of fresh bytes does (by the "
+                 "tier as it copies, where it seals puts); --stack (a profile of one tier; "
+                 "implies --seal) also saves and loads the same objects through the profile's "
+                 "TierStack (identity codec) each round, on the same tier and storage, and prints "
+                 "its rates as ratios to the tier alone (stack_put, stack_get); --turns IN,OUT "
+                 "runs each round in a turn passed between processes by a driver (waits for a "
+                 "byte on descriptor IN before it, writes one to OUT after it; bench_store.py); "
+                 "--threads N,... runs N threads on one TierStack of that tier (saves, then "
+                 "loads, of their own host objects through the identity codec) beside N threads' "
+                 "memcpy in the same run, every N in each of --rounds rounds; per N: median and "
+                 "min-max ratio, and the throughput against N/2's in the same round",
                  tier::bench::run_micro);

@@ -3,13 +3,18 @@
  * lines like tierbench micro's ({"op": "put"|"get", "gb_per_s": x}). The same path as
  * libtier.Store.save/load without Python (python/bench/bench_store.py compares them). Every
  * object's buffer starts on a 64-byte line, as tierbench micro's and bench_store's do (and torch's
- * CPU allocator's): checksums and copies run at different speeds on lines split in two.
- *   c_api_bench PROFILE OBJECTS SIZE ROUNDS */
+ * CPU allocator's): checksums and copies run at different speeds on lines split in two. With
+ * TURN_IN and TURN_OUT (descriptors, as tierbench micro's --turns) each round waits for a byte on
+ * TURN_IN and writes one to TURN_OUT after it: a driver interleaves the rounds of the processes it
+ * compares.
+ *   c_api_bench PROFILE OBJECTS SIZE ROUNDS [TURN_IN TURN_OUT] */
 #define _POSIX_C_SOURCE 200112L
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tier/tier.h"
 
@@ -19,13 +24,24 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* One byte read from (write to) `fd`, -1 for none; 0 when done, -1 on EOF or error. */
+static int turn(int fd, int write_it) {
+  if (fd < 0) return 0;
+  char c = '.';
+  ssize_t n;
+  while ((n = write_it ? write(fd, &c, 1) : read(fd, &c, 1)) < 0 && errno == EINTR) {
+  }
+  return n == 1 ? 0 : -1;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: c_api_bench PROFILE OBJECTS SIZE ROUNDS\n");
+  if (argc != 5 && argc != 7) {
+    fprintf(stderr, "usage: c_api_bench PROFILE OBJECTS SIZE ROUNDS [TURN_IN TURN_OUT]\n");
     return 2;
   }
   const size_t n = strtoull(argv[2], NULL, 10), size = strtoull(argv[3], NULL, 10);
   const int rounds = atoi(argv[4]);
+  const int turn_in = argc == 7 ? atoi(argv[5]) : -1, turn_out = argc == 7 ? atoi(argv[6]) : -1;
   tier_store* s = NULL;
   if (tier_store_open(argv[1], NULL, 0, &s) != TIER_OK) {
     fprintf(stderr, "open: %s\n", tier_last_error());
@@ -58,6 +74,10 @@ int main(int argc, char** argv) {
   }
   double put = 0, get = 0;
   for (int r = 0; r < rounds; ++r) {
+    if (turn(turn_in, 0) != 0) {
+      fprintf(stderr, "the driver ended the run\n");
+      return 1;
+    }
     tier_store_remove(s, keys, n, codes);
     const double t0 = now();
     int rc = tier_store_save(s, saves, n, codes);
@@ -71,6 +91,10 @@ int main(int argc, char** argv) {
     const double bytes = (double)(n * size);
     if (bytes / (t1 - t0) / 1e9 > put) put = bytes / (t1 - t0) / 1e9;
     if (bytes / (t2 - t1) / 1e9 > get) get = bytes / (t2 - t1) / 1e9;
+    if (turn(turn_out, 1) != 0) {
+      fprintf(stderr, "the driver ended the run\n");
+      return 1;
+    }
   }
   printf("{\"op\": \"put\", \"gb_per_s\": %.6f}\n{\"op\": \"get\", \"gb_per_s\": %.6f}\n", put, get);
   tier_store_close(s);

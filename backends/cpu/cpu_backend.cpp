@@ -1,15 +1,26 @@
 #include "cpu_backend.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <new>
 #include <optional>
 
-#include "cpu_mode.hpp"
 #include "device_transfer.hpp"
 #include "tier/object.hpp"
 
 namespace tier::cpu {
+
+namespace {
+
+// A window of at least this many bytes is moved at once (CpuBackend::parallel): below it, handing
+// half of it to a worker (a wake-up of 1-2 us) costs about what it saves.
+constexpr std::uint64_t kParallelFrom = 256 * 1024;
+
+// The bytes a put or get moves (a get's: its destination's capacity).
+std::uint64_t moved_bytes(const IoRequest& r) { return r.buf.size + total_bytes(r.tail); }
+
+}  // namespace
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const BackendContext& ctx) {
   if (ctx.capacity_bytes == 0)
@@ -23,7 +34,10 @@ CpuBackend::CpuBackend(std::string tier_name, std::unique_ptr<CpuMode> mode)
       mode_(std::move(mode)),
       device_(mode_->device()),
       capacity_(mode_->usage().capacity_bytes),
-      concurrent_(device_ == nullptr && mode_->concurrent()) {}
+      concurrent_(device_ == nullptr && mode_->concurrent()),
+      evicted_([this](const ObjectKey& k, std::span<const std::byte> image, std::uint64_t n) {
+        notify_evicted(k, image, n);
+      }) {}
 
 CpuBackend::~CpuBackend() {
   if (device_ != nullptr) device_->quiesce();  // no copy may read the storage once it is freed
@@ -57,39 +71,33 @@ void CpuBackend::finish_copies(std::size_t min, bool wait) noexcept {
     const Copying& c = copying_.front();
     auto done = device_->scatter_done(c.ticket, wait && min > 0);
     if (done && !*done) return;
-    Completion out{c.user_data, done.status(), done ? static_cast<std::size_t>(c.bytes) : 0};
-    std::lock_guard lock(ready_mu_);
-    ready_.push_back(std::move(out));
+    push_ready(
+        Completion{c.user_data, done.status(), done ? static_cast<std::size_t>(c.bytes) : 0});
     copying_.pop_front();
     if (min > 0) --min;
   }
 }
 
-Completion CpuBackend::put(const IoRequest& r) {
-  settle();  // a put may evict or move stored objects that a copy still reads
-  auto evicted = [this](const ObjectKey& k, std::span<const std::byte> image, std::uint64_t n) {
-    notify_evicted(k, image, n);
-  };
-  CpuMode::Outcome o;
+CpuMode::Outcome CpuBackend::put(const IoRequest& r, const CpuMode::EvictFn& on_evict) {
+  settle();               // a put may evict or move stored objects that a copy still reads
   if (!r.tail.empty()) {  // host memory only (Backend::submit checked)
-    o = mode_->put_with(
+    return mode_->put_with(
         r.key, r.buf.size + total_bytes(r.tail),
         [&](std::span<const Piece> pieces) {
           return seal_into(pieces, r.buf.bytes(), r.tail, stores_for_batch(r.batch_bytes));
         },
-        evicted);
-  } else if (r.buf.kind == MemoryKind::kDevice) {
+        on_evict);
+  }
+  if (r.buf.kind == MemoryKind::kDevice) {
     // Device buffers are accepted (capabilities()) only when the mode has a device path.
-    o = mode_->put_with(
+    return mode_->put_with(
         r.key, r.buf.size,
         [&](std::span<const Piece> pieces) {
           return device_->put_from_device(pieces, r.buf, r.key);
         },
-        evicted);
-  } else {
-    o = mode_->put(r.key, {r.buf.data, r.buf.size}, stores_for_batch(r.batch_bytes), evicted);
+        on_evict);
   }
-  return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+  return mode_->put(r.key, {r.buf.data, r.buf.size}, stores_for_batch(r.batch_bytes), on_evict);
 }
 
 namespace {
@@ -149,8 +157,99 @@ Completion CpuBackend::contains(const IoRequest& r) {
   return {r.user_data, Status::ok(), static_cast<std::size_t>(*c)};
 }
 
+bool CpuBackend::reserve_ready(std::size_t n) noexcept {
+  std::lock_guard lock(ready_mu_);
+  const std::size_t need = ready_.size() + promised_ + n;
+  if (ready_.capacity() < need) {
+    try {
+      ready_.reserve(std::max(need, 2 * ready_.capacity()));
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  }
+  promised_ += n;
+  return true;
+}
+
+void CpuBackend::push_ready(Completion c) noexcept {
+  std::lock_guard lock(ready_mu_);
+  --promised_;
+  ready_.push_back(std::move(c));  // within the capacity reserve_ready() made: no allocation
+}
+
+bool CpuBackend::parallel(std::span<const IoRequest> reqs) noexcept {
+  if (reqs.size() < 2) return false;
+  const Op op = reqs.front().op;
+  if (op != Op::kPut && op != Op::kGet) return false;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const IoRequest& r = reqs[i];
+    const std::uint64_t bytes = moved_bytes(r);
+    if (r.op != op || bytes >= kPooledPayloadBytes) return false;
+    // Two puts of one key stay in order: the first stores it, the second finds it.
+    if (op == Op::kPut)
+      for (std::size_t j = 0; j < i; ++j)
+        if (reqs[j].key == r.key) return false;
+    total += bytes;
+  }
+  return total >= kParallelFrom;
+}
+
+void CpuBackend::submit_in_parallel(std::span<const IoRequest> reqs) noexcept {
+  constexpr std::size_t kGroup = 16;  // this function's arrays (one of Backend::submit's windows)
+  const CpuMode::EvictFn none;        // a put on a worker never evicts
+  for (std::size_t first = 0; first < reqs.size(); first += kGroup) {
+    const auto group = reqs.subspan(first, std::min(kGroup, reqs.size() - first));
+    const std::size_t n = group.size();
+    const bool puts = group.front().op == Op::kPut;
+    std::array<ObjectKey, kGroup> keys;
+    for (std::size_t i = 0; i < n; ++i) keys[i] = group[i].key;
+    if (puts) {  // room for the puts, evicted here (the reports stay on this thread)
+      std::array<std::uint64_t, kGroup> bytes;
+      for (std::size_t i = 0; i < n; ++i) bytes[i] = moved_bytes(group[i]);
+      mode_->make_room_for({keys.data(), n}, {bytes.data(), n}, evicted_);
+    }
+    struct Job {
+      CpuBackend* self;
+      std::span<const IoRequest> group;
+      const CpuMode::EvictFn* none;
+      std::array<std::optional<Completion>, kGroup> done;
+      std::array<bool, kGroup> deferred{};
+    } job{this, group, &none, {}, {}};
+    for_each_on_verify_threads(
+        n,
+        [](void* ctx, std::size_t i) noexcept {
+          auto& j = *static_cast<Job*>(ctx);
+          const IoRequest& r = j.group[i];
+          if (r.op == Op::kGet) {
+            j.done[i] = j.self->get(r);  // a host get: complete here
+            return;
+          }
+          CpuMode::Outcome o = j.self->put(r, *j.none);
+          j.deferred[i] = o.deferred;
+          j.done[i] =
+              Completion{r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+        },
+        &job);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (job.deferred[i]) {  // other threads' puts took the room: evicting here
+        CpuMode::Outcome o = put(group[i], evicted_);
+        job.done[i] =
+            Completion{group[i].user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+      }
+    }
+    mode_->refresh({keys.data(), n});  // the recency of the requests made in order
+    for (std::size_t i = 0; i < n; ++i) push_ready(std::move(*job.done[i]));
+  }
+}
+
 Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexcept {
-  std::size_t n = 0;
+  // Room for every completion first: a request that ran must be able to complete.
+  if (!reserve_ready(reqs.size())) return std::size_t{0};
+  if (concurrent_ && parallel(reqs)) {
+    submit_in_parallel(reqs);
+    return reqs.size();
+  }
   // Gets into device memory of one submit may go to the GPU together (DeviceTransfer::plug),
   // across the windows Backend::submit hands on (its open batch stays open from one to the next):
   // `later` is the payload of those after this one, counted up to kAheadHorizon.
@@ -174,37 +273,32 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
     plug.d->plug();
     for (const IoRequest& r : reqs) ahead += device_payload(r);
   }
-  try {
-    for (const IoRequest& r : reqs) {
-      std::optional<Completion> c;  // the request's work, without ready_mu_
-      switch (r.op) {
-        case Op::kPut:
-          c = put(r);
-          break;
-        case Op::kGet:
-          if (plug.d != nullptr) {
-            ahead -= device_payload(r);
-            plug.d->ahead(ahead);
-          }
-          c = get(r);
-          break;
-        case Op::kContains:
-          c = contains(r);
-          break;
-        case Op::kRemove:
-          settle();
-          c = Completion{r.user_data, mode_->remove(r.key), 0};
-          break;
+  for (const IoRequest& r : reqs) {
+    std::optional<Completion> c;  // the request's work, without ready_mu_
+    switch (r.op) {
+      case Op::kPut: {
+        CpuMode::Outcome o = put(r, evicted_);
+        c = Completion{r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+        break;
       }
-      if (c) {
-        std::lock_guard lock(ready_mu_);
-        ready_.push_back(std::move(*c));
-      }
-      ++n;
+      case Op::kGet:
+        if (plug.d != nullptr) {
+          ahead -= device_payload(r);
+          plug.d->ahead(ahead);
+        }
+        c = get(r);  // nullopt: its promised room waits for finish_copies()
+        break;
+      case Op::kContains:
+        c = contains(r);
+        break;
+      case Op::kRemove:
+        settle();
+        c = Completion{r.user_data, mode_->remove(r.key), 0};
+        break;
     }
-  } catch (const std::bad_alloc&) {  // ready_ could not grow: the rest is not taken
+    if (c) push_ready(std::move(*c));
   }
-  return n;
+  return reqs.size();
 }
 
 Result<std::size_t> CpuBackend::do_poll(std::span<Completion> out, std::size_t min,

@@ -21,7 +21,14 @@
 //
 // Each mode is a CpuMode (cpu_mode.hpp); this class is the Backend around the one create() picks.
 // It is concurrent (Capabilities::concurrent) when its mode is and has no device path: the heap
-// mode's puts and gets then copy in parallel, each on its caller's thread.
+// mode's puts and gets then copy in parallel, each on its caller's thread, and the puts (or gets)
+// of one submit of objects smaller than kPooledPayloadBytes, 256 KiB or more in all, are moved at
+// once by the caller and the verification threads (tier/object.hpp), as larger objects' chunks
+// are: a save or load of many small objects then uses the cores an object of their size would.
+// Their completions keep the submit's order, and so does the recency they leave (the caller
+// refreshes their keys in order afterwards). A parallel put never evicts: the caller first evicts
+// for all of them (eviction reports stay on its thread) and makes again on its thread any put that
+// still finds no room.
 // Every request completes synchronously inside submit() (device copies included: submit waits
 // for their DMA), except a pinned heap tier's scattered get into device memory: it is verified
 // inside submit() and its copy kernel enqueued, and it completes in poll() once the copy
@@ -30,16 +37,17 @@
 // completions out.
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "cpu_mode.hpp"
 #include "tier/backend.hpp"
 
 namespace tier::cpu {
 
-class CpuMode;
 class DeviceTransfer;
 
 class CpuBackend final : public Backend {
@@ -69,10 +77,23 @@ class CpuBackend final : public Backend {
     std::uint64_t bytes = 0;   // the image size, for the completion
   };
 
-  Completion put(const IoRequest& r);
+  // `on_evict`: evicted_, or empty for a put on the verification threads (deferred when it needs
+  // room).
+  CpuMode::Outcome put(const IoRequest& r, const CpuMode::EvictFn& on_evict);
   // nullopt: a copy into device memory is running (copying_).
   std::optional<Completion> get(const IoRequest& r);
   Completion contains(const IoRequest& r);
+  // Whether the window `reqs` is moved at once on the verification threads (the class comment):
+  // two requests or more, all puts of distinct keys or all gets, each of less than
+  // kPooledPayloadBytes, kParallelFrom bytes or more in all. The caller checks concurrent_.
+  static bool parallel(std::span<const IoRequest> reqs) noexcept;
+  // Runs a window parallel() accepted; every request's completion is ready when it returns.
+  void submit_in_parallel(std::span<const IoRequest> reqs) noexcept;
+  // Promises `n` more completions room in ready_ before their requests run, so that a request
+  // that ran always has its completion queued. False (nothing promised): no memory.
+  bool reserve_ready(std::size_t n) noexcept;
+  // Queues the completion of a request reserve_ready() promised room to.
+  void push_ready(Completion c) noexcept;
   // Waits for every running copy and makes their completions ready.
   void settle() noexcept;
   // Makes the completions of finished copies ready, in order; with `wait`, blocks until at least
@@ -83,8 +104,12 @@ class CpuBackend final : public Backend {
   DeviceTransfer* device_;  // mode_'s device path (pinned modes), or nullptr
   std::uint64_t capacity_;
   bool concurrent_;         // mode_->concurrent() and no device path
-  std::mutex ready_mu_;     // ready_
+  CpuMode::EvictFn evicted_;  // reports to notify_evicted()
+  std::mutex ready_mu_;       // ready_, promised_
   std::vector<Completion> ready_;
+  // Completions of requests consumed and not queued yet (reserve_ready): ready_'s capacity is
+  // always at least its size plus this.
+  std::size_t promised_ = 0;
   std::deque<Copying> copying_;  // pinned modes only (never concurrent)
 };
 

@@ -48,18 +48,34 @@ class CpuMode {
   struct Outcome {
     Status status;
     std::uint64_t bytes = 0;
+    // A put given no EvictFn that would have had to evict: nothing was done (status NoSpace);
+    // the caller makes it again with one.
+    bool deferred = false;
   };
 
   virtual ~CpuMode() = default;
 
   // Put-if-absent of a host image, copied in with `stores` (tier/object.hpp). Returns: Ok,
-  // AlreadyExists, NoSpace, BadState.
+  // AlreadyExists, NoSpace, BadState. An empty `on_evict` (a concurrent mode's puts on the
+  // verification threads, which must not report evictions) makes a put that needs room deferred.
   virtual Outcome put(const ObjectKey& key, std::span<const std::byte> image, Stores stores,
                       const EvictFn& on_evict) = 0;
   // A put of `image_bytes` whose bytes `fill` writes (and checks) into the reserved pieces; when
   // fill fails nothing is stored and its status is returned.
   virtual Outcome put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
                            const EvictFn& on_evict) = 0;
+  // Evicts least recently used objects (reported through `on_evict`, on this thread) until the
+  // images of those `keys` that are not stored yet (`image_bytes[i]` each) fit beside what is,
+  // so that their puts, made next on other threads without an EvictFn, find room. Only for a
+  // concurrent mode (the default does nothing).
+  virtual void make_room_for(std::span<const ObjectKey> keys,
+                             std::span<const std::uint64_t> image_bytes, const EvictFn& on_evict) {
+    (void)keys, (void)image_bytes, (void)on_evict;
+  }
+  // Makes those of `keys` that are stored the most recently used, in order (the last one most):
+  // the recency that puts or gets of them one after the other leave, after they ran on several
+  // threads at once. Only for a concurrent mode (the default does nothing).
+  virtual void refresh(std::span<const ObjectKey> keys) { (void)keys; }
   // Copies the image into `out`, verified (copy_verified), with `stores`. Returns: Ok, NotFound,
   // InvalidArgument (out too small; `bytes` = the size needed), ChecksumMismatch, BadState.
   virtual Outcome get(const ObjectKey& key, std::span<std::byte> out, Stores stores) = 0;

@@ -60,6 +60,37 @@ bool HeapLru::make_room(std::size_t bytes, std::vector<SlotPtr>& victims) {
   return used_ + bytes <= capacity_;
 }
 
+std::unique_lock<std::mutex> HeapLru::evict(std::vector<SlotPtr>& victims,
+                                            const EvictFn& on_evict) {
+  // Eviction reports (a stack copies the images it demotes) run without the lock; then the
+  // victims' storage goes back.
+  for (const SlotPtr& v : victims) on_evict(v->key, {v->image.data, v->image.size}, v->image.size);
+  std::unique_lock lock(mu_);
+  for (SlotPtr& v : victims) retire(std::move(v));
+  return lock;
+}
+
+void HeapLru::make_room_for(std::span<const ObjectKey> keys,
+                            std::span<const std::uint64_t> image_bytes, const EvictFn& on_evict) {
+  std::vector<SlotPtr> victims;
+  {
+    std::lock_guard lock(mu_);
+    std::uint64_t needed = 0;
+    for (std::size_t i = 0; i < keys.size() && i < image_bytes.size(); ++i)
+      if (!map_.contains(keys[i]) && image_bytes[i] <= capacity_) needed += image_bytes[i];
+    make_room(std::min(needed, capacity_), victims);  // what is leased stays: the puts say so
+  }
+  if (!victims.empty()) evict(victims, on_evict);
+}
+
+void HeapLru::refresh(std::span<const ObjectKey> keys) {
+  std::lock_guard lock(mu_);
+  for (const ObjectKey& k : keys) {
+    auto it = map_.find(k);
+    if (it != map_.end() && it->second->filled) lru_.splice(lru_.begin(), lru_, it->second->lru);
+  }
+}
+
 template <class Fill>
 CpuMode::Outcome HeapLru::insert(const ObjectKey& key, std::size_t bytes, Fill&& fill,
                                  const EvictFn& on_evict) {
@@ -91,6 +122,8 @@ CpuMode::Outcome HeapLru::insert(const ObjectKey& key, std::size_t bytes, Fill&&
       return {Status(Code::kNoSpace, fmt::format("object of {} bytes exceeds the tier capacity {}",
                                                  bytes, capacity_)),
               0};
+    if (!on_evict && used_ + bytes > capacity_)
+      return {Status(Code::kNoSpace, "no room without evicting"), 0, true};
     if (make_room(bytes, victims)) {
       // Reserved: its bytes count from now on and the key is taken, invisible until filled.
       auto s = std::make_unique<Slot>();
@@ -106,12 +139,8 @@ CpuMode::Outcome HeapLru::insert(const ObjectKey& key, std::size_t bytes, Fill&&
     }
   }
   if (!victims.empty()) {
-    // Eviction reports (a stack copies the images it demotes) run without the lock; then the
-    // victims' storage goes back before this image takes its own (the pinned arena needs it).
-    for (const SlotPtr& v : victims)
-      on_evict(v->key, {v->image.data, v->image.size}, v->image.size);
-    std::lock_guard lock(mu_);
-    for (SlotPtr& v : victims) retire(std::move(v));
+    // The victims' storage goes back before this image takes its own (the pinned arena needs it).
+    std::unique_lock lock = evict(victims, on_evict);
     if (slot != nullptr) take_storage();
   }
   if (slot == nullptr) {

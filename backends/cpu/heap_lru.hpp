@@ -39,6 +39,9 @@ class HeapLru : public CpuMode {
               const EvictFn& on_evict) override;
   Outcome put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
                    const EvictFn& on_evict) override;
+  void make_room_for(std::span<const ObjectKey> keys, std::span<const std::uint64_t> image_bytes,
+                     const EvictFn& on_evict) override;
+  void refresh(std::span<const ObjectKey> keys) override;
   Outcome get(const ObjectKey& key, std::span<std::byte> out, Stores stores) override;
   Outcome get_with(const ObjectKey& key, std::uint64_t capacity, const PiecesFn& drain) override;
   Result<std::uint64_t> contains(const ObjectKey& key) override;
@@ -88,7 +91,8 @@ class HeapLru : public CpuMode {
   };
   using SlotPtr = std::unique_ptr<Slot>;
 
-  // The put of `bytes` whose fill(Piece) writes the image into its new storage.
+  // The put of `bytes` whose fill(Piece) writes the image into its new storage; deferred when
+  // it needs room and `on_evict` is empty.
   template <class Fill>
   Outcome insert(const ObjectKey& key, std::size_t bytes, Fill&& fill, const EvictFn& on_evict);
   // The get whose drain(Piece) copies out the stored image, once `capacity` was found to hold it.
@@ -97,6 +101,9 @@ class HeapLru : public CpuMode {
   // Takes least recently used objects that no lease holds out of the index until `bytes` more
   // fit in the capacity, into `victims`. False when that is not possible (the rest is leased).
   bool make_room(std::size_t bytes, std::vector<SlotPtr>& victims);
+  // Reports `victims` through `on_evict` (without the lock), then retires them; returns with the
+  // lock held.
+  std::unique_lock<std::mutex> evict(std::vector<SlotPtr>& victims, const EvictFn& on_evict);
   // Takes the slot of `it` out of the index (and its bytes out of used_).
   SlotPtr detach(std::unordered_map<ObjectKey, SlotPtr>::iterator it);
   // Frees a slot that left the index, or parks it in gone_ while gets still read it.

@@ -28,11 +28,6 @@ constexpr std::size_t kHeaderChecksumOffset = 88;
 // Version 2 chunk checksums computed per round of the verification threads (their list, 4 KiB,
 // lives on the caller's stack; larger payloads take several rounds).
 constexpr std::size_t kWindowChunks = 512;
-// Payloads smaller than this are hashed and copied by the caller alone: the chunks past the first
-// hold less than half a chunk, less work than handing them to a worker costs (tierbench micro,
-// 2026-12-02, 2 cores: a 64 KiB + 8 KiB payload saved 15-25% slower through the pool; from a
-// 32 KiB tail on, loads gain).
-constexpr std::uint64_t kPoolFrom = kChecksumChunkBytes + kChecksumChunkBytes / 2;
 
 void store_key(std::byte* p, const Key128& k) noexcept {
   put_le(p, k.lo);
@@ -74,7 +69,7 @@ std::uint64_t chunked_checksum(std::uint64_t n, ChunkHash& chunk_hash,
   auto window = [&](std::uint64_t first, std::size_t count) {  // its list entries into `le`
     before_window(first, count);
     auto task = [&](std::size_t i) { sums[i] = chunk_hash(first + i); };
-    if (n < kPoolFrom)
+    if (n < kPooledPayloadBytes)
       for (std::size_t i = 0; i < count; ++i) task(i);
     else
       detail::VerifyPool::instance().for_each(count, task);
@@ -669,7 +664,7 @@ Status scatter_verified(std::span<const std::span<std::byte>> stored, std::span<
   TIER_RETURN_IF_ERROR(check_scattered(stored, header, payload_bytes, expected,
                                        std::span<std::byte>(head, kObjectHeaderBytes), check));
   const bool stream = streams(static_cast<std::size_t>(payload_bytes), stores);
-  if (payload_bytes >= kPoolFrom) {
+  if (payload_bytes >= kPooledPayloadBytes) {
     scatter_chunks(stored, payload, skip, payload_bytes, stream);
   } else if (payload_bytes > skip) {  // on this thread, which has just hashed it all
     Pos s{};

@@ -351,6 +351,27 @@ def test_a_batch_larger_than_the_caches_round_trips(store):
     assert store.metrics()["stack"]["staging_copy_bytes"] == 0
 
 
+def test_many_small_arrays_move_at_once_and_evict_in_one_call():
+    # The cpu tier moves the puts (gets) of one submit of objects under 96 KiB on several threads
+    # at once (backends/cpu/cpu_backend.hpp), evicting for them first: a save of 2.5x the tier's
+    # capacity in one call stores every object in turn (the earliest evicted for the latest), and
+    # a load of them all finds exactly the ones that stayed, each with its own bytes.
+    tiny = {"tiers": [{"name": "cpu", "capacity": "1MiB", "backend": {"type": "cpu"}}]}
+    with libtier.Store.open(tiny) as s:
+        rng = np.random.default_rng(13)
+        keys = keys_of(64, "small")
+        src = [rng.integers(0, 256, 40000, dtype=np.uint8) for _ in keys]
+        assert s.save(keys, src) == [libtier.Code.OK] * 64
+        dst = [np.zeros(40000, dtype=np.uint8) for _ in keys]
+        codes = s.load(keys, [[d[:10000], d[10000:]] for d in dst])
+        kept = [i for i, c in enumerate(codes) if c == libtier.Code.OK]
+        assert set(codes) <= {libtier.Code.OK, libtier.Code.NOT_FOUND}
+        assert 20 <= len(kept) <= 26  # 1 MiB of 40 KiB objects, headers included
+        assert kept == list(range(64 - len(kept), 64))  # the latest ones stayed
+        assert all(np.array_equal(src[i], dst[i]) for i in kept)
+        assert s.metrics()["tiers"]["cpu"]["evictions"] == 64 - len(kept)
+
+
 def test_staging_copy_bytes_counts_an_encoded_save():
     # Written through to two tiers, a save is encoded once into the stack's image: counted.
     two = {"tiers": [{"name": "a", "capacity": "4MiB", "backend": {"type": "cpu"}},

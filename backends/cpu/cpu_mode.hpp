@@ -61,7 +61,7 @@ class CpuMode {
   virtual Outcome put(const ObjectKey& key, std::span<const std::byte> image, Stores stores,
                       const EvictFn& on_evict) = 0;
   // A put of `image_bytes` whose bytes `fill` writes (and checks) into the reserved pieces; when
-  // fill fails nothing is stored and its status is returned.
+  // fill fails nothing is stored and its status is returned. `on_evict` as for put().
   virtual Outcome put_with(const ObjectKey& key, std::uint64_t image_bytes, const PiecesFn& fill,
                            const EvictFn& on_evict) = 0;
   // Evicts least recently used objects (reported through `on_evict`, on this thread) until the

@@ -22,19 +22,20 @@ chunks stay on the caller.) Each repeat starts every side in a process of its ow
 memory placement alone moves a side's rate by up to 2x on the device machine, so no side keeps one
 placement for every repeat), and the sides take their rounds in turn: this script passes a turn
 through pipes (micro's and c_api_bench's --turns), side after side, each round starting with the
-next side, so that every side meets the same slow and fast moments of a shared machine (whose
-memory bandwidth moves by up to 2x from one second to the next: a second of each side in a row
-made the sides of one repeat 0.88-1.04x apart). Each side's figure of a repeat is its fastest of
-ROUNDS rounds (micro's --best): a round of 16 MiB takes a few milliseconds, and one preemption on a
-shared 2-core machine costs as much as the gap being measured, so every side gets the same chance
-to run one round undisturbed. Each repeat gives the ratios Python / tierbench micro (both baselines; issue
-24 asks for a median >= 0.95) and Python / C API (the binding's own overhead: both go through the
-profile's TierStack, which tierbench micro does not). A third micro process per repeat runs with
+next side, so that every side meets the same slow and fast moments of the shared machine (whose
+memcpy rate moved between 10 and 19 GB/s from one process to the next here) instead of a second
+of its own. The placement stays: with turns, the repeats of one run still spread 0.86-1.05x for
+Python against micro's puts. Each side's figure of a repeat is its fastest of ROUNDS rounds
+(micro's --best): a round of 16 MiB takes a few milliseconds, and one preemption on a shared 2-core
+machine costs as much as the gap being measured, so every side gets the same chance to run one
+round undisturbed. Each repeat gives the ratios Python / tierbench micro (both depths; issue 24 asks
+for a median >= 0.95 of the first) and Python / C API (the binding's own overhead: both go through
+the profile's TierStack, which tierbench micro does not). One more micro process per repeat runs with
 --stack: the profile's TierStack (C++, identity codec) saving and loading the same objects on the
 same tier and storage, rounds alternating with the tier alone, so that its ratio is the stack's own
-cost without the placement of two processes' memory. Prints every repeat's ratios, then their
-median and min-max; and the Store's staging_copy_bytes after the Python rounds (0: every byte moved
-once, by the tier).
+cost without the placement of two processes' memory. Prints every repeat's ratios, then their median
+and min-max; and the Store's staging_copy_bytes after the Python rounds (0: every byte moved once,
+by the tier).
 
     python3 python/bench/bench_store.py --tierbench build/apps/tierbench/tierbench \
         --capi-bench build/tests/c/c_api_bench --profile profiles/cpu.json --tier cpu \

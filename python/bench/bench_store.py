@@ -30,12 +30,12 @@ Python against micro's puts. Each side's figure of a repeat is its fastest of RO
 machine costs as much as the gap being measured, so every side gets the same chance to run one
 round undisturbed. Each repeat gives the ratios Python / tierbench micro (both depths; issue 24 asks
 for a median >= 0.95 of the first) and Python / C API (the binding's own overhead: both go through
-the profile's TierStack, which tierbench micro does not). One more micro process per repeat runs with
---stack: the profile's TierStack (C++, identity codec) saving and loading the same objects on the
-same tier and storage, rounds alternating with the tier alone, so that its ratio is the stack's own
-cost without the placement of two processes' memory. Prints every repeat's ratios, then their median
-and min-max; and the Store's staging_copy_bytes after the Python rounds (0: every byte moved once,
-by the tier).
+the profile's TierStack, which tierbench micro does not). One more micro process per repeat runs
+with --stack: the profile's TierStack (C++, identity codec) saving and loading the same objects on
+the same tier and storage, rounds alternating with the tier alone, so that its ratio is the stack's
+own cost without the placement of two processes' memory. Prints every repeat's ratios, then their
+median and min-max; and the Store's staging_copy_bytes after the Python rounds (0: every byte moved
+once, by the tier).
 
     python3 python/bench/bench_store.py --tierbench build/apps/tierbench/tierbench \
         --capi-bench build/tests/c/c_api_bench --profile profiles/cpu.json --tier cpu \

@@ -13,12 +13,12 @@ namespace tier::cpu {
 
 namespace {
 
-// A window of at least this many bytes is moved at once (CpuBackend::parallel): below it, handing
-// half of it to a worker (a wake-up of 1-2 us) costs about what it saves.
-constexpr std::uint64_t kParallelFrom = 256 * 1024;
-
 // The bytes a put or get moves (a get's: its destination's capacity).
 std::uint64_t moved_bytes(const IoRequest& r) { return r.buf.size + total_bytes(r.tail); }
+
+Completion completion(const IoRequest& r, CpuMode::Outcome o) {
+  return {r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+}
 
 }  // namespace
 
@@ -71,8 +71,8 @@ void CpuBackend::finish_copies(std::size_t min, bool wait) noexcept {
     const Copying& c = copying_.front();
     auto done = device_->scatter_done(c.ticket, wait && min > 0);
     if (done && !*done) return;
-    push_ready(
-        Completion{c.user_data, done.status(), done ? static_cast<std::size_t>(c.bytes) : 0});
+    Completion out{c.user_data, done.status(), done ? static_cast<std::size_t>(c.bytes) : 0};
+    push_ready(std::span(&out, 1));
     copying_.pop_front();
     if (min > 0) --min;
   }
@@ -148,7 +148,7 @@ std::optional<Completion> CpuBackend::get(const IoRequest& r) {
     o = mode_->get(r.key, r.buf.bytes(), stores_for_batch(r.batch_bytes));
   }
   if (o.status.code() == Code::kChecksumMismatch) metrics().checksum_failures.add();
-  return Completion{r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+  return completion(r, std::move(o));
 }
 
 Completion CpuBackend::contains(const IoRequest& r) {
@@ -171,10 +171,10 @@ bool CpuBackend::reserve_ready(std::size_t n) noexcept {
   return true;
 }
 
-void CpuBackend::push_ready(Completion c) noexcept {
+void CpuBackend::push_ready(std::span<Completion> done) noexcept {
   std::lock_guard lock(ready_mu_);
-  --promised_;
-  ready_.push_back(std::move(c));  // within the capacity reserve_ready() made: no allocation
+  promised_ -= done.size();
+  for (Completion& c : done) ready_.push_back(std::move(c));  // within reserve_ready()'s capacity
 }
 
 bool CpuBackend::parallel(std::span<const IoRequest> reqs) noexcept {
@@ -192,12 +192,11 @@ bool CpuBackend::parallel(std::span<const IoRequest> reqs) noexcept {
         if (reqs[j].key == r.key) return false;
     total += bytes;
   }
-  return total >= kParallelFrom;
+  return total >= kSpreadCopyBytes;
 }
 
 void CpuBackend::submit_in_parallel(std::span<const IoRequest> reqs) noexcept {
-  constexpr std::size_t kGroup = 16;  // this function's arrays (one of Backend::submit's windows)
-  const CpuMode::EvictFn none;        // a put on a worker never evicts
+  constexpr std::size_t kGroup = kSubmitWindow;  // this function's arrays
   for (std::size_t first = 0; first < reqs.size(); first += kGroup) {
     const auto group = reqs.subspan(first, std::min(kGroup, reqs.size() - first));
     const std::size_t n = group.size();
@@ -212,34 +211,28 @@ void CpuBackend::submit_in_parallel(std::span<const IoRequest> reqs) noexcept {
     struct Job {
       CpuBackend* self;
       std::span<const IoRequest> group;
-      const CpuMode::EvictFn* none;
-      std::array<std::optional<Completion>, kGroup> done;
+      std::array<Completion, kGroup> done;
       std::array<bool, kGroup> deferred{};
-    } job{this, group, &none, {}, {}};
+    } job{this, group, {}, {}};
     for_each_on_verify_threads(
         n,
         [](void* ctx, std::size_t i) noexcept {
           auto& j = *static_cast<Job*>(ctx);
           const IoRequest& r = j.group[i];
           if (r.op == Op::kGet) {
-            j.done[i] = j.self->get(r);  // a host get: complete here
+            j.done[i] = *j.self->get(r);  // a host get: complete here
             return;
           }
-          CpuMode::Outcome o = j.self->put(r, *j.none);
+          CpuMode::Outcome o = j.self->put(r, {});  // no EvictFn: a put on a worker never evicts
           j.deferred[i] = o.deferred;
-          j.done[i] =
-              Completion{r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+          j.done[i] = completion(r, std::move(o));
         },
         &job);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (job.deferred[i]) {  // other threads' puts took the room: evicting here
-        CpuMode::Outcome o = put(group[i], evicted_);
-        job.done[i] =
-            Completion{group[i].user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
-      }
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      if (job.deferred[i])  // other threads' puts took the room: evicting here
+        job.done[i] = completion(group[i], put(group[i], evicted_));
     mode_->refresh({keys.data(), n});  // the recency of the requests made in order
-    for (std::size_t i = 0; i < n; ++i) push_ready(std::move(*job.done[i]));
+    push_ready({job.done.data(), n});
   }
 }
 
@@ -276,11 +269,9 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
   for (const IoRequest& r : reqs) {
     std::optional<Completion> c;  // the request's work, without ready_mu_
     switch (r.op) {
-      case Op::kPut: {
-        CpuMode::Outcome o = put(r, evicted_);
-        c = Completion{r.user_data, std::move(o.status), static_cast<std::size_t>(o.bytes)};
+      case Op::kPut:
+        c = completion(r, put(r, evicted_));
         break;
-      }
       case Op::kGet:
         if (plug.d != nullptr) {
           ahead -= device_payload(r);
@@ -296,7 +287,7 @@ Result<std::size_t> CpuBackend::do_submit(std::span<const IoRequest> reqs) noexc
         c = Completion{r.user_data, mode_->remove(r.key), 0};
         break;
     }
-    if (c) push_ready(std::move(*c));
+    if (c) push_ready(std::span(&*c, 1));
   }
   return reqs.size();
 }

@@ -41,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "cpu_mode.hpp"
@@ -85,15 +86,15 @@ class CpuBackend final : public Backend {
   Completion contains(const IoRequest& r);
   // Whether the window `reqs` is moved at once on the verification threads (the class comment):
   // two requests or more, all puts of distinct keys or all gets, each of less than
-  // kPooledPayloadBytes, kParallelFrom bytes or more in all. The caller checks concurrent_.
+  // kPooledPayloadBytes, kSpreadCopyBytes or more in all. The caller checks concurrent_.
   static bool parallel(std::span<const IoRequest> reqs) noexcept;
   // Runs a window parallel() accepted; every request's completion is ready when it returns.
   void submit_in_parallel(std::span<const IoRequest> reqs) noexcept;
   // Promises `n` more completions room in ready_ before their requests run, so that a request
   // that ran always has its completion queued. False (nothing promised): no memory.
   bool reserve_ready(std::size_t n) noexcept;
-  // Queues the completion of a request reserve_ready() promised room to.
-  void push_ready(Completion c) noexcept;
+  // Queues the completions of requests reserve_ready() promised room to, in order.
+  void push_ready(std::span<Completion> done) noexcept;
   // Waits for every running copy and makes their completions ready.
   void settle() noexcept;
   // Makes the completions of finished copies ready, in order; with `wait`, blocks until at least

@@ -151,8 +151,8 @@ void Backend::give_back(std::span<const IoRequest> unaccepted) noexcept {
 }
 
 // Requests go to do_submit, and completions have their pending entries taken out, in windows of
-// kWindow: arrays on the stack, no allocation on the data path.
-constexpr std::size_t kWindow = 16;
+// Backend::kSubmitWindow.
+constexpr std::size_t kWindow = Backend::kSubmitWindow;
 
 // submit_rest() of the do_submit() this thread is in (empty outside one).
 thread_local std::span<const IoRequest> t_submit_rest;

@@ -296,8 +296,6 @@ __attribute__((target("avx2"))) void stream_copy_avx2(std::byte* dst, const std:
 }
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-// Copies of this many bytes and more go to the verification threads (copy_bytes).
-constexpr std::size_t kSpreadFrom = 256 * 1024;
 // The smallest copy written with non-temporal stores, per Stores.
 constexpr std::size_t kCachedStreamFrom = 256 * 1024, kStreamedFrom = 4 * 1024;
 
@@ -348,7 +346,7 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Stores stores) noexce
     std::memcpy(dst, src, n);
     return;
   }
-  if (n < kSpreadFrom) {
+  if (n < kSpreadCopyBytes) {
     stream_copy_avx2(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n);
     _mm_sfence();
     return;

@@ -168,6 +168,10 @@ class Backend {
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
+  // submit() hands requests on to do_submit() in windows of at most this many (arrays on the
+  // stack, no allocation on the data path); a backend may size its own per-window arrays by it.
+  static constexpr std::size_t kSubmitWindow = 16;
+
   // Submits requests in order. Returns how many were consumed from the front of `reqs`; each
   // consumed request yields exactly one Completion (an invalid request fails through its
   // completion, never through this return). Requests not consumed (the backend's queue is full)
@@ -232,7 +236,7 @@ class Backend {
   virtual Result<std::vector<ObjectKey>> do_list_keys(const Key128& ns);
 
   // Inside do_submit(): the requests of the same submit() after the window do_submit() was given
-  // (submit() hands requests on in windows of 16), so that a backend that gathers work within one
+  // (kSubmitWindow at a time), so that a backend that gathers work within one
   // call (a pinned cpu tier batching its transfers) knows what follows. Not yet checked: some may
   // be refused before they reach do_submit(). Empty on a submit()'s last window and outside
   // do_submit(). Threads: the calling thread's own submit().

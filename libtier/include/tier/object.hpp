@@ -56,6 +56,11 @@ inline constexpr std::size_t kChecksumChunkBytes = 64 * 1024;
 // payload saved 15-25% slower through the pool; from a 32 KiB tail on, loads gain). A backend may
 // move several smaller objects at once on those threads (for_each_on_verify_threads).
 inline constexpr std::uint64_t kPooledPayloadBytes = kChecksumChunkBytes + kChecksumChunkBytes / 2;
+// Host copies of this many bytes and more are spread over the verification threads: copy_bytes()
+// cuts one into a piece per thread, and the cpu tier moves a submit window of objects smaller
+// than kPooledPayloadBytes holding this much at once. Below it, waking a worker (1-2 us) costs
+// about what it saves.
+inline constexpr std::size_t kSpreadCopyBytes = 256 * 1024;
 // The largest payload a TierStack takes from a caller (256 TiB): far above any tier's capacity,
 // and far enough below 2^64 that a header, padding or a codec's framing added to it cannot wrap.
 inline constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 48;
